@@ -1,0 +1,392 @@
+//! The counters CSV: which DCGM fields to export, as what Prometheus type, with which help text.
+//!
+//! Parsing follows dcgm-exporter exactly (its `counter_config.go`, by way of Go's `encoding/csv`):
+//! lines whose first character is `#` are comments, blank lines are skipped, fields follow RFC 4180
+//! quoting, each field is trimmed of spaces (not tabs), and every record has exactly three fields:
+//! `DCGM field name, type, help`. Types are `gauge`, `counter` or `label`; `histogram` and `summary`
+//! are rejected here (dcgm-exporter would render them as invalid exposition). Names resolve through the
+//! field catalog, including deprecated aliases and 1.x lowercase names; `DCGM_EXP_*` names (the Go
+//! exporter's synthesized metrics) are accepted and reported as not yet supported. Every error names the
+//! file, line and column.
+
+use std::path::Path;
+
+use crate::fields::{catalog, FieldInfo};
+
+/// How a row is exported.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum MetricKind {
+    Gauge,
+    Counter,
+    /// Not a metric: the field's string value becomes a label on the entity's other series.
+    Label,
+}
+
+impl MetricKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MetricKind::Gauge => "gauge",
+            MetricKind::Counter => "counter",
+            MetricKind::Label => "label",
+        }
+    }
+}
+
+/// One accepted CSV row.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Counter {
+    /// The metric name: column 1 verbatim (so `dcgm_gpu_temp` stays `dcgm_gpu_temp`).
+    pub name: String,
+    pub kind: MetricKind,
+    pub help: String,
+    pub field: FieldInfo,
+    /// 1-based line number in the CSV, for messages.
+    pub line: usize,
+}
+
+/// The accepted rows of a counters CSV, in file order, plus what was set aside.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct CounterSet {
+    /// Where the rows came from (a path, or `built-in default`).
+    pub origin: String,
+    pub rows: Vec<Counter>,
+    /// `DCGM_EXP_*` rows: accepted, not exported yet.
+    pub unsupported_exporter_fields: Vec<(usize, String)>,
+}
+
+impl CounterSet {
+    pub fn len(&self) -> usize {
+        self.rows.len()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.rows.is_empty()
+    }
+
+    /// Drop the rows for which `keep` is false (DCP rows when profiling is unavailable, say).
+    /// Returns the dropped rows.
+    pub fn retain(&mut self, mut keep: impl FnMut(&Counter) -> bool) -> Vec<Counter> {
+        let (kept, dropped): (Vec<_>, Vec<_>) = self.rows.drain(..).partition(|c| keep(c));
+        self.rows = kept;
+        dropped
+    }
+}
+
+/// A CSV that cannot be used, with its position.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[error("{origin}:{line}:{column}: {message}")]
+pub struct CsvError {
+    pub origin: String,
+    pub line: usize,
+    pub column: usize,
+    pub message: String,
+}
+
+/// The project's default counters (same fields and types as dcgm-exporter's default-counters.csv).
+pub const DEFAULT_COUNTERS_CSV: &str = include_str!("default-counters.csv");
+
+/// Read and parse a counters CSV file.
+pub fn load_file(path: &Path) -> Result<CounterSet, CsvError> {
+    let origin = path.display().to_string();
+    let text = std::fs::read(path).map_err(|e| CsvError {
+        origin: origin.clone(),
+        line: 0,
+        column: 0,
+        message: format!("cannot read counters CSV: {e}"),
+    })?;
+    let text = String::from_utf8(text).map_err(|e| CsvError {
+        origin: origin.clone(),
+        line: 0,
+        column: 0,
+        message: format!("not UTF-8 text: {e}"),
+    })?;
+    parse(&text, &origin)
+}
+
+/// One record with the position where each field starts.
+struct Record {
+    line: usize,
+    fields: Vec<(String, usize)>,
+}
+
+/// Split `text` into records following Go's encoding/csv rules (Comment='#', no lazy quotes).
+fn records(text: &str, origin: &str) -> Result<Vec<Record>, CsvError> {
+    let err = |line: usize, column: usize, message: String| CsvError {
+        origin: origin.to_string(),
+        line,
+        column,
+        message,
+    };
+    let mut out = Vec::new();
+    let mut chars = text.char_indices().peekable();
+    let mut line = 1usize;
+    let mut line_start = 0usize;
+    while chars.peek().is_some() {
+        let rec_line = line;
+        // Comment or blank line.
+        let rest = &text[chars.peek().map(|(i, _)| *i).unwrap_or(text.len())..];
+        if rest.starts_with('#') || rest.starts_with('\n') || rest.starts_with("\r\n") {
+            for (_, c) in chars.by_ref() {
+                if c == '\n' {
+                    break;
+                }
+            }
+            line += 1;
+            line_start = chars.peek().map(|(i, _)| *i).unwrap_or(text.len());
+            continue;
+        }
+        let mut fields = Vec::new();
+        loop {
+            let start_idx = chars.peek().map(|(i, _)| *i).unwrap_or(text.len());
+            let column = text[line_start..start_idx].chars().count() + 1;
+            let mut value = String::new();
+            let mut end_of_record = false;
+            if chars.peek().map(|(_, c)| *c) == Some('"') {
+                chars.next();
+                let quote_line = line;
+                loop {
+                    match chars.next() {
+                        None => {
+                            return Err(err(quote_line, column, "quoted field is never closed".into()))
+                        }
+                        Some((_, '"')) => match chars.peek().map(|(_, c)| *c) {
+                            Some('"') => {
+                                chars.next();
+                                value.push('"');
+                            }
+                            Some(',') => {
+                                chars.next();
+                                break;
+                            }
+                            Some('\r') | Some('\n') | None => {
+                                if chars.peek().map(|(_, c)| *c) == Some('\r') {
+                                    chars.next();
+                                }
+                                if chars.peek().map(|(_, c)| *c) == Some('\n') {
+                                    chars.next();
+                                }
+                                end_of_record = true;
+                                break;
+                            }
+                            Some(_) => {
+                                let idx = chars.peek().map(|(i, _)| *i).unwrap_or(text.len());
+                                let col = text[line_start..idx].chars().count() + 1;
+                                return Err(err(line, col, "extraneous character after closing quote".into()));
+                            }
+                        },
+                        Some((i, '\n')) => {
+                            value.push('\n');
+                            line += 1;
+                            line_start = i + 1;
+                        }
+                        Some((_, c)) => value.push(c),
+                    }
+                }
+            } else {
+                loop {
+                    match chars.peek().map(|(i, c)| (*i, *c)) {
+                        None => {
+                            end_of_record = true;
+                            break;
+                        }
+                        Some((_, ',')) => {
+                            chars.next();
+                            break;
+                        }
+                        Some((_, '\n')) => {
+                            chars.next();
+                            end_of_record = true;
+                            break;
+                        }
+                        Some((_, '\r')) if text[..].get(chars.peek().map(|(i, _)| *i + 1).unwrap_or(0)..).is_some_and(|s| s.starts_with('\n')) => {
+                            chars.next();
+                        }
+                        Some((i, '"')) => {
+                            let col = text[line_start..i].chars().count() + 1;
+                            return Err(err(line, col, "bare \" in non-quoted field (quote the whole field, with no space before the opening quote)".into()));
+                        }
+                        Some((_, c)) => {
+                            chars.next();
+                            value.push(c);
+                        }
+                    }
+                }
+            }
+            fields.push((value, column));
+            if end_of_record {
+                break;
+            }
+        }
+        line += 1;
+        line_start = chars.peek().map(|(i, _)| *i).unwrap_or(text.len());
+        out.push(Record {
+            line: rec_line,
+            fields,
+        });
+    }
+    Ok(out)
+}
+
+/// Parse counters CSV text. `origin` names the input in errors.
+pub fn parse(text: &str, origin: &str) -> Result<CounterSet, CsvError> {
+    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
+    let err = |line: usize, column: usize, message: String| CsvError {
+        origin: origin.to_string(),
+        line,
+        column,
+        message,
+    };
+    let mut set = CounterSet {
+        origin: origin.to_string(),
+        ..CounterSet::default()
+    };
+    for rec in records(text, origin)? {
+        if rec.fields.len() != 3 {
+            let column = rec.fields.last().map(|f| f.1).unwrap_or(1);
+            return Err(err(
+                rec.line,
+                column,
+                format!(
+                    "expected 3 fields (DCGM field, type, help), found {}",
+                    rec.fields.len()
+                ),
+            ));
+        }
+        let name = rec.fields[0].0.trim_matches(' ');
+        let kind_text = rec.fields[1].0.trim_matches(' ');
+        let help = rec.fields[2].0.trim_matches(' ');
+        if name.starts_with("DCGM_EXP_") {
+            set.unsupported_exporter_fields.push((rec.line, name.to_string()));
+            continue;
+        }
+        let Some(field) = catalog().by_name(name) else {
+            return Err(err(
+                rec.line,
+                rec.fields[0].1,
+                format!("unknown DCGM field '{name}'"),
+            ));
+        };
+        let kind = match kind_text {
+            "gauge" => MetricKind::Gauge,
+            "counter" => MetricKind::Counter,
+            "label" => MetricKind::Label,
+            "histogram" | "summary" => {
+                return Err(err(
+                    rec.line,
+                    rec.fields[1].1,
+                    format!("type '{kind_text}' is not supported for a DCGM field (a DCGM field is one number: use gauge or counter)"),
+                ))
+            }
+            other => {
+                return Err(err(
+                    rec.line,
+                    rec.fields[1].1,
+                    format!("unknown metric type '{other}' (expected gauge, counter or label)"),
+                ))
+            }
+        };
+        if !field.value_type.is_numeric() && kind != MetricKind::Label {
+            return Err(err(
+                rec.line,
+                rec.fields[1].1,
+                format!(
+                    "field '{name}' holds {}, not a number: use type label",
+                    match field.value_type {
+                        crate::fields::ValueType::String => "text",
+                        _ => "binary data",
+                    }
+                ),
+            ));
+        }
+        if is_valid_metric_name(name).is_err() {
+            return Err(err(
+                rec.line,
+                rec.fields[0].1,
+                format!("'{name}' is not a valid Prometheus metric name"),
+            ));
+        }
+        set.rows.push(Counter {
+            name: name.to_string(),
+            kind,
+            help: help.to_string(),
+            field: field.clone(),
+            line: rec.line,
+        });
+    }
+    Ok(set)
+}
+
+fn is_valid_metric_name(name: &str) -> Result<(), ()> {
+    let mut chars = name.chars();
+    match chars.next() {
+        Some(c) if c.is_ascii_alphabetic() || c == '_' || c == ':' => {}
+        _ => return Err(()),
+    }
+    if chars.all(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':') {
+        Ok(())
+    } else {
+        Err(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_default() {
+        let set = parse(DEFAULT_COUNTERS_CSV, "default").unwrap();
+        assert!(set.rows.iter().any(|c| c.name == "DCGM_FI_DEV_GPU_TEMP"));
+        let drv = set.rows.iter().find(|c| c.name == "DCGM_FI_DRIVER_VERSION").unwrap();
+        assert_eq!(drv.kind, MetricKind::Label);
+    }
+
+    #[test]
+    fn trims_spaces_and_keeps_help() {
+        let set = parse("DCGM_FI_DEV_DEC_UTIL ,     gauge, Decoder utilization (in %).\n", "t").unwrap();
+        assert_eq!(set.rows[0].name, "DCGM_FI_DEV_DEC_UTIL");
+        assert_eq!(set.rows[0].help, "Decoder utilization (in %).");
+    }
+
+    #[test]
+    fn quoted_help_with_commas() {
+        let set = parse("DCGM_FI_DEV_GPU_TEMP,gauge,\"Temp, in C, \"\"core\"\"\"\n", "t").unwrap();
+        assert_eq!(set.rows[0].help, "Temp, in C, \"core\"");
+    }
+
+    #[test]
+    fn errors_name_line_and_column() {
+        let e = parse("# c\nDCGM_FI_DEV_GPU_TEMP, gauge, ok\nDCGM_FI_NOPE, gauge, x\n", "f.csv").unwrap_err();
+        assert_eq!(e.to_string(), "f.csv:3:1: unknown DCGM field 'DCGM_FI_NOPE'");
+        let e = parse("DCGM_FI_DEV_GPU_TEMP, histogram, x\n", "f.csv").unwrap_err();
+        assert_eq!((e.line, e.column), (1, 22));
+        let e = parse("DCGM_FI_DEV_GPU_TEMP, gauge\n", "f.csv").unwrap_err();
+        assert!(e.to_string().starts_with("f.csv:1:22: expected 3 fields"), "{e}");
+        let e = parse("DCGM_FI_DEV_GPU_TEMP, gauge, \"x\"\n", "f.csv").unwrap_err();
+        assert_eq!((e.line, e.column), (1, 30));
+    }
+
+    #[test]
+    fn exporter_fields_are_set_aside() {
+        let set = parse("DCGM_EXP_XID_ERRORS_COUNT, gauge, x\nDCGM_FI_DEV_GPU_TEMP, gauge, t\n", "t").unwrap();
+        assert_eq!(set.rows.len(), 1);
+        assert_eq!(set.unsupported_exporter_fields, vec![(1, "DCGM_EXP_XID_ERRORS_COUNT".to_string())]);
+    }
+
+    #[test]
+    fn text_field_must_be_label() {
+        let e = parse("DCGM_FI_DRIVER_VERSION, gauge, x\n", "t").unwrap_err();
+        assert!(e.message.contains("use type label"), "{e}");
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn random_input_never_panics(s in "\\PC*") {
+            let _ = parse(&s, "fuzz");
+        }
+
+        #[test]
+        fn csv_like_input_never_panics(s in "[A-Z_#\",\\n\\r a-z]{0,200}") {
+            let _ = parse(&s, "fuzz");
+        }
+    }
+}

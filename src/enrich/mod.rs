@@ -1,0 +1,12 @@
+//! Enrichers: attribution that is not in DCGM — which Kubernetes pod or HPC job uses each GPU or MIG
+//! instance. They run on the collector thread once per collect interval, after the source poll and before
+//! publication, so a scrape never triggers a kubelet call or a directory read.
+
+use crate::snapshot::EntityReading;
+
+/// Adds attribution to the entities of one reading. Must not panic; failures are logged and counted by
+/// the enricher itself, and leave the entities as they were (or with the last good attribution).
+pub trait Enricher: Send {
+    fn name(&self) -> &'static str;
+    fn enrich(&mut self, entities: &mut [EntityReading]);
+}

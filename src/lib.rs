@@ -1,0 +1,26 @@
+//! dcgm-otel: NVIDIA GPU metrics read through DCGM, exported as dcgm-exporter-compatible Prometheus text
+//! on :9400 and as native OTLP.
+//!
+//! Data flows one way: a [`source`] (libdcgm or the simulated fleet) is polled every collect interval by
+//! the [`pipeline`], which applies the [`enrich`]ers and publishes an immutable [`snapshot::Snapshot`];
+//! the [`export`]ers (Prometheus text, OTel) read only snapshots, and the [`server`] only serves bytes the
+//! exporters already rendered. [`config`] turns flags, environment and the counters CSV into settings;
+//! [`fields`] is the DCGM field catalog.
+
+pub mod config;
+pub mod enrich;
+pub mod export;
+pub mod fields;
+pub mod logging;
+pub mod pipeline;
+pub mod server;
+pub mod snapshot;
+pub mod source;
+
+/// `--version` output: package version and the git commit it was built from.
+pub const VERSION_LINE: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (commit ",
+    env!("DCGM_OTEL_GIT_COMMIT"),
+    ")"
+);

@@ -1,0 +1,200 @@
+//! Start-up: flags → configuration → source → pipeline thread → HTTP server; orderly shutdown on
+//! SIGTERM/SIGINT. Bad input exits with code 2 and one line naming it; other start-up failures exit 1.
+
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
+use clap::parser::ValueSource;
+use clap::{CommandFactory, FromArgMatches};
+
+use dcgm_otel::config::{self, counters, Cli, LabelStyle};
+use dcgm_otel::export::prometheus::Renderer;
+use dcgm_otel::export::self_metrics::SelfMetrics;
+use dcgm_otel::export::SnapshotConsumer;
+use dcgm_otel::pipeline::{CollectorStatus, Pipeline, SnapshotStore};
+use dcgm_otel::server::{self, ServerState};
+use dcgm_otel::snapshot::HostInfo;
+use dcgm_otel::source::sim::{self, SimSource};
+use dcgm_otel::source::Source;
+
+/// A start-up failure and the exit code it maps to.
+struct Fatal {
+    code: u8,
+    error: anyhow::Error,
+}
+
+fn usage(error: impl Into<anyhow::Error>) -> Fatal {
+    Fatal { code: 2, error: error.into() }
+}
+
+fn failure(error: impl Into<anyhow::Error>) -> Fatal {
+    Fatal { code: 1, error: error.into() }
+}
+
+fn main() -> ExitCode {
+    let started = Instant::now();
+    let args = config::cli::normalize_args(std::env::args_os());
+    let matches = match Cli::command().try_get_matches_from(args) {
+        Ok(m) => m,
+        Err(e) => {
+            let _ = e.print();
+            return ExitCode::from(if e.use_stderr() { 2 } else { 0 });
+        }
+    };
+    let cli = match Cli::from_arg_matches(&matches) {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = e.print();
+            return ExitCode::from(2);
+        }
+    };
+    dcgm_otel::logging::init(cli.log_format, cli.debug);
+    let collectors_explicit = matches
+        .value_source("collectors")
+        .is_some_and(|s| s != ValueSource::DefaultValue);
+    match run(cli, collectors_explicit, started) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(f) => {
+            eprintln!("dcgm-otel: {:#}", f.error);
+            ExitCode::from(f.code)
+        }
+    }
+}
+
+fn run(cli: Cli, collectors_explicit: bool, started: Instant) -> Result<(), Fatal> {
+    let interval = config::collect_interval(&cli);
+    let listen = config::listen_addresses(&cli.address).map_err(usage)?;
+
+    // ---- counters and source ---------------------------------------------------------------------
+    let scenario = match &cli.simulate {
+        Some(name) => Some(sim::Scenario::load(name).map_err(usage)?),
+        None => None,
+    };
+    let mut counter_set = match scenario.as_ref().and_then(|s| s.counters.clone()) {
+        Some(name) if !collectors_explicit => match sim::scenario::builtin_counters(&name) {
+            Some(text) => counters::parse(text, &format!("built-in '{name}' counters")).map_err(usage)?,
+            None => counters::load_file(std::path::Path::new(&name)).map_err(usage)?,
+        },
+        _ => config::load_counters(&cli, collectors_explicit).map_err(usage)?,
+    };
+    for (line, name) in &counter_set.unsupported_exporter_fields {
+        tracing::warn!(origin = %counter_set.origin, line, field = %name, "DCGM_EXP_* metrics are not yet supported by dcgm-otel; row skipped");
+    }
+    let hostname = (!cli.no_hostname).then(config::local_hostname);
+    let source: Box<dyn Source>;
+    if let Some(scenario) = &scenario {
+        let seed = cli.simulate_seed.unwrap_or(1);
+        tracing::warn!(
+            scenario = cli.simulate.as_deref().unwrap_or("default"),
+            description = %scenario.description,
+            seed,
+            "SIMULATED METRICS: no GPU is being read; every value comes from the simulated fleet (--simulate)"
+        );
+        let counters_arc = Arc::new(counter_set.clone());
+        source = Box::new(
+            SimSource::new(scenario, seed, counters_arc, &cli.devices, interval).map_err(usage)?,
+        );
+    } else {
+        return Err(failure(anyhow::anyhow!(
+            "no GPU source: reading real GPUs through libdcgm is not built yet; run with --simulate to use a simulated fleet"
+        )));
+    }
+    counter_set.rows.shrink_to_fit();
+    let counters = Arc::new(counter_set);
+    tracing::info!(
+        origin = %counters.origin,
+        rows = counters.len(),
+        interval_ms = interval.as_millis() as u64,
+        source = source.name(),
+        "configuration loaded"
+    );
+
+    // ---- exporters -------------------------------------------------------------------------------
+    let self_metrics = SelfMetrics::new();
+    self_metrics
+        .gauge(
+            "dcgm_otel_build_info",
+            "Build of the running exporter; always 1.",
+            &[("version", env!("CARGO_PKG_VERSION")), ("commit", env!("DCGM_OTEL_GIT_COMMIT"))],
+        )
+        .set(1.0);
+    let style = LabelStyle::from_cli(&cli);
+    let renderer = Arc::new(Renderer::new(
+        style,
+        (!cli.no_self_metrics).then(|| self_metrics.clone()),
+    ));
+    let consumers: Vec<Arc<dyn SnapshotConsumer>> = vec![renderer.clone()];
+    let status = CollectorStatus::new(interval);
+    let store = SnapshotStore::new();
+
+    // ---- collector thread --------------------------------------------------------------------------
+    let pipeline = Pipeline {
+        source,
+        enrichers: Vec::new(),
+        consumers,
+        counters,
+        host: Arc::new(HostInfo {
+            hostname,
+            node_name: std::env::var("NODE_NAME").ok().filter(|n| !n.is_empty()),
+        }),
+        interval,
+        store,
+        status: status.clone(),
+        self_metrics: self_metrics.clone(),
+    };
+    let (stop_tx, stop_rx) = std::sync::mpsc::channel::<()>();
+    let collector = std::thread::Builder::new()
+        .name("collector".into())
+        .spawn(move || pipeline.run(stop_rx))
+        .context("cannot start the collector thread")
+        .map_err(failure)?;
+
+    // ---- HTTP server ------------------------------------------------------------------------------
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .thread_name("dcgm-otel-rt")
+        .build()
+        .context("cannot start the async runtime")
+        .map_err(failure)?;
+    let state = ServerState {
+        body: renderer.body(),
+        status: status.clone(),
+    };
+    let result = runtime.block_on(async move {
+        let listener = server::bind(&listen)
+            .await
+            .with_context(|| format!("cannot listen on {}", cli.address))
+            .map_err(failure)?;
+        let local = listener.local_addr().map(|a| a.to_string()).unwrap_or_default();
+        tracing::info!(address = %local, startup_ms = started.elapsed().as_millis() as u64, "serving /metrics");
+        let (shutdown_tx, shutdown_rx) = tokio::sync::watch::channel(false);
+        let server = tokio::spawn(server::serve(listener, state, shutdown_rx));
+        wait_for_signal().await;
+        tracing::info!("shutting down");
+        let _ = shutdown_tx.send(true);
+        let _ = tokio::time::timeout(Duration::from_secs(5), server).await;
+        Ok::<(), Fatal>(())
+    });
+    drop(stop_tx);
+    let _ = collector.join();
+    runtime.shutdown_timeout(Duration::from_secs(1));
+    result
+}
+
+async fn wait_for_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = match signal(SignalKind::terminate()) {
+        Ok(s) => s,
+        Err(_) => {
+            let _ = tokio::signal::ctrl_c().await;
+            return;
+        }
+    };
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = tokio::signal::ctrl_c() => {}
+    }
+}

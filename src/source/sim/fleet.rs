@@ -1,0 +1,563 @@
+//! The simulated fleet's physics: GPU models, MIG profiles and a value model in which utilization drives
+//! power, temperature and clocks, energy is a monotonic counter and framebuffer used + free = total.
+//!
+//! Everything is deterministic: identities come from a seed, and values from the seed and the simulated
+//! time, which advances by exactly the collect interval per poll. Two runs with the same scenario, seed
+//! and number of polls produce the same numbers — what the golden-file tests rely on. The fake libdcgm
+//! serves this same model through the DCGM C ABI.
+
+use std::collections::{HashMap, HashSet};
+use std::f64::consts::TAU;
+use std::sync::Arc;
+
+use super::scenario::{Load, Scenario};
+use crate::fields::{catalog, FieldId, ValueType};
+use crate::snapshot::{Absent, EntityKind, FieldValue, GpuIdentity, MigIdentity};
+
+/// Static facts about a GPU model.
+#[derive(Debug)]
+pub struct GpuModel {
+    pub key: &'static str,
+    pub name: &'static str,
+    pub fb_mib: i64,
+    pub fb_reserved_mib: i64,
+    pub idle_w: f64,
+    pub max_w: f64,
+    pub sm_idle_mhz: i64,
+    pub sm_max_mhz: i64,
+    pub mem_mhz: i64,
+    pub nvlinks: u32,
+    pub vbios: &'static str,
+    pub profiles: &'static [MigProfile],
+}
+
+/// A MIG GPU-instance profile.
+#[derive(Debug)]
+pub struct MigProfile {
+    pub name: &'static str,
+    pub slices: u32,
+    pub mem_mib: i64,
+    /// NVML GPU-instance ids this profile can be placed at, in placement order.
+    pub gi_ids: &'static [u32],
+}
+
+const H100_PROFILES: &[MigProfile] = &[
+    MigProfile { name: "1g.10gb", slices: 1, mem_mib: 9856, gi_ids: &[7, 8, 9, 10, 11, 12, 13] },
+    MigProfile { name: "1g.20gb", slices: 1, mem_mib: 19968, gi_ids: &[9, 10, 11, 12] },
+    MigProfile { name: "2g.20gb", slices: 2, mem_mib: 19968, gi_ids: &[3, 4, 5] },
+    MigProfile { name: "3g.40gb", slices: 3, mem_mib: 40192, gi_ids: &[1, 2] },
+    MigProfile { name: "4g.40gb", slices: 4, mem_mib: 40192, gi_ids: &[1] },
+    MigProfile { name: "7g.80gb", slices: 7, mem_mib: 80384, gi_ids: &[0] },
+];
+
+const A100_PROFILES: &[MigProfile] = &[
+    MigProfile { name: "1g.10gb", slices: 1, mem_mib: 9728, gi_ids: &[7, 8, 9, 10, 11, 12, 13] },
+    MigProfile { name: "2g.20gb", slices: 2, mem_mib: 19968, gi_ids: &[3, 4, 5] },
+    MigProfile { name: "3g.40gb", slices: 3, mem_mib: 40192, gi_ids: &[1, 2] },
+    MigProfile { name: "7g.80gb", slices: 7, mem_mib: 80384, gi_ids: &[0] },
+];
+
+const A30_PROFILES: &[MigProfile] = &[
+    MigProfile { name: "1g.6gb", slices: 1, mem_mib: 5836, gi_ids: &[3, 4, 5, 6] },
+    MigProfile { name: "2g.12gb", slices: 2, mem_mib: 11968, gi_ids: &[1, 2] },
+    MigProfile { name: "4g.24gb", slices: 4, mem_mib: 24064, gi_ids: &[0] },
+];
+
+static MODELS: &[GpuModel] = &[
+    GpuModel {
+        key: "H100-SXM5-80GB",
+        name: "NVIDIA H100 80GB HBM3",
+        fb_mib: 81559,
+        fb_reserved_mib: 541,
+        idle_w: 72.0,
+        max_w: 700.0,
+        sm_idle_mhz: 345,
+        sm_max_mhz: 1980,
+        mem_mhz: 2619,
+        nvlinks: 18,
+        vbios: "96.00.99.00.01",
+        profiles: H100_PROFILES,
+    },
+    GpuModel {
+        key: "A100-SXM4-80GB",
+        name: "NVIDIA A100-SXM4-80GB",
+        fb_mib: 81920,
+        fb_reserved_mib: 611,
+        idle_w: 62.0,
+        max_w: 400.0,
+        sm_idle_mhz: 210,
+        sm_max_mhz: 1410,
+        mem_mhz: 1593,
+        nvlinks: 12,
+        vbios: "92.00.45.00.05",
+        profiles: A100_PROFILES,
+    },
+    GpuModel {
+        key: "A30",
+        name: "NVIDIA A30",
+        fb_mib: 24576,
+        fb_reserved_mib: 382,
+        idle_w: 31.0,
+        max_w: 165.0,
+        sm_idle_mhz: 210,
+        sm_max_mhz: 1440,
+        mem_mhz: 1215,
+        nvlinks: 4,
+        vbios: "92.00.66.00.02",
+        profiles: A30_PROFILES,
+    },
+    GpuModel {
+        key: "L4",
+        name: "NVIDIA L4",
+        fb_mib: 23034,
+        fb_reserved_mib: 313,
+        idle_w: 16.0,
+        max_w: 72.0,
+        sm_idle_mhz: 210,
+        sm_max_mhz: 2040,
+        mem_mhz: 6251,
+        nvlinks: 0,
+        vbios: "95.04.29.00.06",
+        profiles: &[],
+    },
+];
+
+pub fn model(key: &str) -> Option<&'static GpuModel> {
+    MODELS.iter().find(|m| m.key == key)
+}
+
+pub fn model_keys() -> Vec<&'static str> {
+    MODELS.iter().map(|m| m.key).collect()
+}
+
+pub fn mig_profile(model: &'static GpuModel, name: &str) -> Option<&'static MigProfile> {
+    model.profiles.iter().find(|p| p.name == name)
+}
+
+/// DCGM numbers GPU-instance entities per GPU in blocks of this size.
+pub const INSTANCE_ID_STRIDE: u32 = 8;
+
+/// A MIG instance with its simulation state.
+#[derive(Debug)]
+struct SimInstance {
+    identity: Arc<MigIdentity>,
+    mem_mib: i64,
+    slices: u32,
+    phase: f64,
+    util: f64,
+}
+
+/// One simulated GPU: identity, MIG layout and state.
+#[derive(Debug)]
+pub struct SimGpu {
+    pub identity: Arc<GpuIdentity>,
+    pub instances: Vec<Arc<MigIdentity>>,
+    pub nvlinks: u32,
+    model: &'static GpuModel,
+    load: Load,
+    xid: i64,
+    phase: f64,
+    period_s: f64,
+    serial: String,
+    mig: Vec<SimInstance>,
+    // state
+    util: f64,
+    temp_c: f64,
+    power_w: f64,
+    energy_mj: f64,
+    pcie_replays: i64,
+    nvlink_bytes: f64,
+    link_bytes: Vec<f64>,
+}
+
+/// The simulated fleet.
+#[derive(Debug)]
+pub struct Fleet {
+    gpus: Vec<SimGpu>,
+    driver_version: String,
+    seed: u64,
+    time_s: f64,
+    step: u64,
+    blank: HashSet<FieldId>,
+    unsupported: HashSet<FieldId>,
+    by_instance: HashMap<u32, (usize, usize)>,
+}
+
+/// splitmix64: a tiny, good-enough deterministic mixer.
+fn mix(mut x: u64) -> u64 {
+    x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    x ^ (x >> 31)
+}
+
+fn unit(x: u64) -> f64 {
+    (mix(x) >> 11) as f64 / (1u64 << 53) as f64
+}
+
+fn uuid(prefix: &str, seed: u64, salt: u64) -> String {
+    let a = mix(seed ^ mix(salt));
+    let b = mix(a ^ 0x5555);
+    format!(
+        "{prefix}-{:08x}-{:04x}-{:04x}-{:04x}-{:012x}",
+        a >> 32,
+        (a >> 16) & 0xffff,
+        a & 0xffff,
+        b >> 48,
+        b & 0xffff_ffff_ffff
+    )
+}
+
+const DGX_BUS_IDS: &[&str] = &["18", "2A", "3A", "5D", "9A", "AB", "BA", "DB"];
+
+impl Fleet {
+    pub fn new(scenario: &Scenario, seed: u64) -> Fleet {
+        let mut gpus = Vec::new();
+        let mut by_instance = HashMap::new();
+        let mut index = 0u32;
+        for group in &scenario.gpus {
+            let Some(model) = model(&group.model) else {
+                continue;
+            };
+            for _ in 0..group.count {
+                let salt = u64::from(index);
+                let bus = DGX_BUS_IDS
+                    .get(index as usize)
+                    .map(|b| b.to_string())
+                    .unwrap_or_else(|| format!("{:02X}", 0x18 + index * 0x10));
+                let identity = Arc::new(GpuIdentity {
+                    index,
+                    uuid: uuid("GPU", seed, salt),
+                    pci_bus_id: format!("00000000:{bus}:00.0"),
+                    model: model.name.to_string(),
+                });
+                let mut mig = Vec::new();
+                let mut used_gi = HashSet::new();
+                for (n, pname) in group.mig.iter().enumerate() {
+                    let Some(p) = mig_profile(model, pname) else { continue };
+                    let gi_id = p
+                        .gi_ids
+                        .iter()
+                        .copied()
+                        .find(|g| !used_gi.contains(g))
+                        .unwrap_or(100 + n as u32);
+                    used_gi.insert(gi_id);
+                    let entity_id = index * INSTANCE_ID_STRIDE + n as u32;
+                    by_instance.insert(entity_id, (gpus.len(), mig.len()));
+                    mig.push(SimInstance {
+                        identity: Arc::new(MigIdentity {
+                            entity_id,
+                            gi_id,
+                            profile: p.name.to_string(),
+                            uuid: uuid("MIG", seed, 1000 + u64::from(entity_id)),
+                        }),
+                        mem_mib: p.mem_mib,
+                        slices: p.slices,
+                        phase: unit(seed ^ (7000 + u64::from(entity_id))) * TAU,
+                        util: 0.0,
+                    });
+                }
+                let nvlinks = group.nvlinks.unwrap_or(model.nvlinks);
+                gpus.push(SimGpu {
+                    instances: mig.iter().map(|m| m.identity.clone()).collect(),
+                    identity,
+                    nvlinks,
+                    model,
+                    load: group.load,
+                    xid: group.xid,
+                    phase: unit(seed ^ (100 + salt)) * TAU,
+                    period_s: 600.0 + 1200.0 * unit(seed ^ (200 + salt)),
+                    serial: format!("{:013}", mix(seed ^ (300 + salt)) % 10_000_000_000_000),
+                    mig,
+                    util: 0.0,
+                    temp_c: 30.0,
+                    power_w: model.idle_w,
+                    energy_mj: 1.0e9 + 1.0e8 * unit(seed ^ (400 + salt)),
+                    pcie_replays: 0,
+                    nvlink_bytes: 0.0,
+                    link_bytes: vec![0.0; nvlinks as usize],
+                });
+                index += 1;
+            }
+        }
+        let ids = |names: &[String]| {
+            names
+                .iter()
+                .filter_map(|n| catalog().by_name(n).map(|f| f.id))
+                .collect::<HashSet<_>>()
+        };
+        let mut fleet = Fleet {
+            gpus,
+            driver_version: scenario.driver_version.clone(),
+            seed,
+            time_s: 0.0,
+            step: 0,
+            blank: ids(&scenario.blank_fields),
+            unsupported: ids(&scenario.unsupported_fields),
+            by_instance,
+        };
+        fleet.advance(0.0);
+        fleet
+    }
+
+    pub fn gpus(&self) -> &[SimGpu] {
+        &self.gpus
+    }
+
+    pub fn driver_version(&self) -> &str {
+        &self.driver_version
+    }
+
+    /// Simulated seconds since the fleet was created.
+    pub fn time(&self) -> f64 {
+        self.time_s
+    }
+
+    /// Remove a GPU (a fault the fake libdcgm can inject).
+    pub fn remove_gpu(&mut self, index: u32) {
+        self.gpus.retain(|g| g.identity.index != index);
+        self.by_instance.clear();
+        for (gi, g) in self.gpus.iter().enumerate() {
+            for (mi, m) in g.mig.iter().enumerate() {
+                self.by_instance.insert(m.identity.entity_id, (gi, mi));
+            }
+        }
+    }
+
+    /// Move simulated time forward by `dt` seconds and update every GPU's state.
+    pub fn advance(&mut self, dt: f64) {
+        let dt = dt.max(0.0);
+        self.time_s += dt;
+        self.step += 1;
+        let t = self.time_s;
+        let seed = self.seed;
+        let step = self.step;
+        for g in &mut self.gpus {
+            let salt = u64::from(g.identity.index);
+            let jitter = |k: u64| unit(seed ^ mix(step ^ (k << 20) ^ salt)) - 0.5;
+            let wave = (TAU * t / g.period_s + g.phase).sin();
+            let target = match g.load {
+                Load::Idle => 0.0,
+                Load::Training => 88.0 + 8.0 * wave + 4.0 * jitter(1),
+                Load::Inference => 45.0 + 30.0 * wave + 10.0 * jitter(2),
+                Load::Mixed => {
+                    if wave > -0.3 {
+                        60.0 + 35.0 * wave + 6.0 * jitter(3)
+                    } else {
+                        0.0
+                    }
+                }
+            };
+            if g.mig.is_empty() {
+                g.util = target.clamp(0.0, 100.0);
+            } else {
+                let mut weighted = 0.0;
+                for (n, m) in g.mig.iter_mut().enumerate() {
+                    let w = (TAU * t / g.period_s + m.phase).sin();
+                    let u = if g.load == Load::Idle {
+                        0.0
+                    } else {
+                        (55.0 + 40.0 * w + 8.0 * jitter(10 + n as u64)).clamp(0.0, 100.0)
+                    };
+                    m.util = u;
+                    weighted += u * f64::from(m.slices);
+                }
+                g.util = (weighted / 7.0).clamp(0.0, 100.0);
+            }
+            let m = g.model;
+            let u = g.util / 100.0;
+            let power = m.idle_w + (m.max_w - m.idle_w) * u.powf(0.9) + 3.0 * jitter(4);
+            // Energy integrates the mean power over the step (trapezoid), so it only ever grows.
+            g.energy_mj += (g.power_w + power) * 0.5 * dt * 1000.0;
+            g.power_w = power.max(m.idle_w * 0.8);
+            let target_temp = 29.0 + 45.0 * u;
+            let alpha = if dt > 0.0 { 1.0 - (-dt / 45.0).exp() } else { 1.0 };
+            g.temp_c += (target_temp - g.temp_c) * alpha;
+            if g.util > 50.0 && unit(seed ^ mix(step ^ (salt << 8) ^ 99)) < 0.01 {
+                g.pcie_replays += 1;
+            }
+            let rate = 20.0e9 * u;
+            g.nvlink_bytes += rate * dt / 1024.0;
+            let links = g.link_bytes.len().max(1) as f64;
+            for b in &mut g.link_bytes {
+                *b += rate * dt / links / 1024.0;
+            }
+        }
+    }
+
+    fn gpu(&self, index: u32) -> Option<&SimGpu> {
+        self.gpus.iter().find(|g| g.identity.index == index)
+    }
+
+    /// The latest value of `field` on an entity, as DCGM would report it.
+    pub fn value(&self, kind: EntityKind, entity_id: u32, field: FieldId) -> FieldValue {
+        let Some(info) = catalog().by_id(field) else {
+            return FieldValue::Absent(Absent::NotFound);
+        };
+        if self.unsupported.contains(&field) {
+            return FieldValue::Absent(Absent::NotSupported);
+        }
+        if self.blank.contains(&field) {
+            return FieldValue::Absent(Absent::Blank);
+        }
+        match kind {
+            EntityKind::Gpu => match self.gpu(entity_id) {
+                Some(g) => self.gpu_value(g, None, field, info.value_type),
+                None => FieldValue::Absent(Absent::NotFound),
+            },
+            EntityKind::GpuInstance => match self.by_instance.get(&entity_id) {
+                Some(&(gi, mi)) => {
+                    let g = &self.gpus[gi];
+                    self.gpu_value(g, Some(&g.mig[mi]), field, info.value_type)
+                }
+                None => FieldValue::Absent(Absent::NotFound),
+            },
+            EntityKind::NvLink => {
+                let gpu = entity_id / 32;
+                let link = (entity_id % 32) as usize;
+                match self.gpu(gpu) {
+                    Some(g) if link < g.link_bytes.len() => self.link_value(g, link, field, info.value_type),
+                    _ => FieldValue::Absent(Absent::NotFound),
+                }
+            }
+        }
+    }
+
+    fn link_value(&self, g: &SimGpu, link: usize, field: FieldId, ty: ValueType) -> FieldValue {
+        let bytes = g.link_bytes[link];
+        match field {
+            1508 => FieldValue::Int(1), // link state: up
+            1529 | 1532 | 1533 => FieldValue::Int(bytes as i64),
+            1530 | 1531 => FieldValue::Int((bytes * 0.5) as i64),
+            _ => zero(ty),
+        }
+    }
+
+    fn gpu_value(&self, g: &SimGpu, mig: Option<&SimInstance>, field: FieldId, ty: ValueType) -> FieldValue {
+        let m = g.model;
+        let (util, fb_total) = match mig {
+            Some(i) => (i.util, i.mem_mib),
+            None => (g.util, m.fb_mib),
+        };
+        let u = util / 100.0;
+        let busy = util > 1.0;
+        let fb_used = if busy {
+            (fb_total as f64 * (0.35 + 0.5 * unit(self.seed ^ u64::from(g.identity.index) ^ 77))) as i64
+        } else {
+            (fb_total as f64 * 0.005) as i64
+        };
+        let not_on_mig = |v: FieldValue| if mig.is_some() { FieldValue::Absent(Absent::NotSupported) } else { v };
+        let sm_clock = if busy { m.sm_max_mhz - ((1.0 - u) * 150.0) as i64 } else { m.sm_idle_mhz };
+        match field {
+            1 => FieldValue::Text(self.driver_version.clone().into()),
+            2 => FieldValue::Text(format!("12.{}", self.driver_version).into()),
+            51 => FieldValue::Text("Nvidia".into()),
+            53 => FieldValue::Text(g.serial.clone().into()),
+            85 => FieldValue::Text(m.vbios.into()),
+            100 => FieldValue::Int(sm_clock),
+            101 => FieldValue::Int(m.mem_mhz),
+            110 => FieldValue::Int(m.sm_max_mhz),
+            140 => FieldValue::Int((g.temp_c + 4.0).round() as i64),
+            150 => FieldValue::Int(g.temp_c.round() as i64),
+            155 => FieldValue::Double((g.power_w * 1000.0).round() / 1000.0),
+            156 => FieldValue::Int(g.energy_mj as i64),
+            202 => FieldValue::Int(g.pcie_replays),
+            203 => not_on_mig(FieldValue::Int(util.round() as i64)),
+            204 => not_on_mig(FieldValue::Int((util * 0.6).round() as i64)),
+            206 | 207 => not_on_mig(FieldValue::Int(0)),
+            230 => FieldValue::Int(g.xid),
+            250 => FieldValue::Int(fb_total),
+            251 => FieldValue::Int(fb_total - fb_used),
+            252 => FieldValue::Int(fb_used),
+            253 => FieldValue::Int(if mig.is_some() { 0 } else { m.fb_reserved_mib }),
+            254 => FieldValue::Double(((fb_used as f64 / fb_total as f64) * 1e4).round() / 1e4),
+            393..=395 => not_on_mig(FieldValue::Int(0)),
+            449 => not_on_mig(FieldValue::Int(g.nvlink_bytes as i64)),
+            // vGPU licensing does not exist on a bare-metal GPU.
+            526 => FieldValue::Absent(Absent::NotSupported),
+            1001 => FieldValue::Double(round6(0.97 * u)),
+            1002 => FieldValue::Double(round6(0.92 * u)),
+            1003 => FieldValue::Double(round6(0.48 * u)),
+            1004 => FieldValue::Double(round6(0.55 * u)),
+            1005 => FieldValue::Double(round6(0.42 * u)),
+            1006 => FieldValue::Double(round6(0.03 * u)),
+            1007 => FieldValue::Double(round6(0.21 * u)),
+            1008 => FieldValue::Double(round6(0.12 * u)),
+            1009 => FieldValue::Double((2.1e9 * u + 1.5e6).round()),
+            1010 => FieldValue::Double((6.4e9 * u + 2.5e6).round()),
+            _ => match ty {
+                // Text fields the simulator has no story for are blank, as many are on real GPUs.
+                ValueType::String | ValueType::Binary => FieldValue::Absent(Absent::Blank),
+                _ => zero(ty),
+            },
+        }
+    }
+}
+
+fn round6(x: f64) -> f64 {
+    (x * 1e6).round() / 1e6
+}
+
+fn zero(ty: ValueType) -> FieldValue {
+    match ty {
+        ValueType::Double => FieldValue::Double(0.0),
+        ValueType::Int64 => FieldValue::Int(0),
+        _ => FieldValue::Absent(Absent::Blank),
+    }
+}
+
+/// DCGM entity id of link `link` (0-based) of GPU `gpu` in the simulated numbering.
+pub fn link_entity_id(gpu: u32, link: u32) -> u32 {
+    gpu * 32 + link
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fleet() -> Fleet {
+        Fleet::new(&Scenario::load("default").unwrap(), 7)
+    }
+
+    #[test]
+    fn deterministic_for_a_seed() {
+        let (mut a, mut b) = (fleet(), fleet());
+        for _ in 0..5 {
+            a.advance(30.0);
+            b.advance(30.0);
+        }
+        assert_eq!(a.value(EntityKind::Gpu, 0, 155), b.value(EntityKind::Gpu, 0, 155));
+        assert_eq!(a.gpus()[0].identity, b.gpus()[0].identity);
+    }
+
+    #[test]
+    fn energy_grows_and_fb_adds_up() {
+        let mut f = fleet();
+        let mut last = 0;
+        for _ in 0..20 {
+            f.advance(30.0);
+            let FieldValue::Int(e) = f.value(EntityKind::Gpu, 0, 156) else { panic!() };
+            assert!(e > last);
+            last = e;
+            let (FieldValue::Int(used), FieldValue::Int(free), FieldValue::Int(total)) = (
+                f.value(EntityKind::Gpu, 0, 252),
+                f.value(EntityKind::Gpu, 0, 251),
+                f.value(EntityKind::Gpu, 0, 250),
+            ) else {
+                panic!()
+            };
+            assert_eq!(used + free, total);
+        }
+    }
+
+    #[test]
+    fn mig_instances_have_identities_and_no_gpu_util() {
+        let f = fleet();
+        let gpu1 = &f.gpus()[1];
+        assert_eq!(gpu1.instances.len(), 3);
+        assert!(gpu1.instances[0].uuid.starts_with("MIG-"));
+        let id = gpu1.instances[0].entity_id;
+        assert_eq!(f.value(EntityKind::GpuInstance, id, 203), FieldValue::Absent(Absent::NotSupported));
+        assert!(matches!(f.value(EntityKind::GpuInstance, id, 1001), FieldValue::Double(_)));
+    }
+}

@@ -1,0 +1,188 @@
+//! Simulated-fleet scenarios: which GPUs a simulated host has, how they are split into MIG instances and
+//! how busy they are. Built-in scenarios are YAML files embedded in the binary (`scenarios/*.yaml`); a user
+//! can pass their own file with `--simulate=path/to/scenario.yaml` in the same format.
+
+use std::path::Path;
+
+use serde::Deserialize;
+
+/// A scenario as written in YAML.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Scenario {
+    /// One line shown in the start-up log.
+    #[serde(default)]
+    pub description: String,
+    #[serde(default = "default_driver")]
+    pub driver_version: String,
+    /// Built-in counter set (`large`) or a CSV path used when `-f` is not given explicitly.
+    #[serde(default)]
+    pub counters: Option<String>,
+    pub gpus: Vec<GpuGroup>,
+    /// Fields reported blank (N/A) on every entity, by DCGM name.
+    #[serde(default)]
+    pub blank_fields: Vec<String>,
+    /// Fields reported not supported on every entity, by DCGM name.
+    #[serde(default)]
+    pub unsupported_fields: Vec<String>,
+}
+
+fn default_driver() -> String {
+    "550.144.03".to_string()
+}
+
+/// One or more identical GPUs.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct GpuGroup {
+    /// A key of the model table: H100-SXM5-80GB, A100-SXM4-80GB, A30, L4.
+    pub model: String,
+    #[serde(default = "one")]
+    pub count: u32,
+    /// MIG instance profiles, e.g. [3g.40gb, 2g.20gb, 1g.10gb]; empty = MIG off.
+    #[serde(default)]
+    pub mig: Vec<String>,
+    /// Load pattern: idle, training, inference, mixed.
+    #[serde(default)]
+    pub load: Load,
+    /// NVLinks up; default from the model.
+    #[serde(default)]
+    pub nvlinks: Option<u32>,
+    /// Last XID this GPU reports (0 = none).
+    #[serde(default)]
+    pub xid: i64,
+}
+
+fn one() -> u32 {
+    1
+}
+
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum Load {
+    Idle,
+    Training,
+    Inference,
+    #[default]
+    Mixed,
+}
+
+/// A scenario that cannot be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum ScenarioError {
+    #[error("unknown simulation scenario '{0}' (built-in: default, dgx-h100-mig, large; or a path to a .yaml file)")]
+    Unknown(String),
+    #[error("cannot read scenario file {path}: {source}")]
+    Read {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("{origin}: {message}")]
+    Invalid { origin: String, message: String },
+}
+
+const BUILTIN: &[(&str, &str)] = &[
+    ("default", include_str!("scenarios/default.yaml")),
+    ("dgx-h100-mig", include_str!("scenarios/dgx-h100-mig.yaml")),
+    ("large", include_str!("scenarios/large.yaml")),
+];
+
+/// Counters CSV of built-in counter sets named by scenarios.
+pub fn builtin_counters(name: &str) -> Option<&'static str> {
+    match name {
+        "large" => Some(include_str!("scenarios/large-counters.csv")),
+        _ => None,
+    }
+}
+
+impl Scenario {
+    /// Load a built-in scenario by name, or a YAML file by path.
+    pub fn load(name_or_path: &str) -> Result<Scenario, ScenarioError> {
+        if let Some((name, text)) = BUILTIN.iter().find(|(n, _)| *n == name_or_path) {
+            return Scenario::parse(text, &format!("built-in scenario '{name}'"));
+        }
+        let path = Path::new(name_or_path);
+        if !(name_or_path.ends_with(".yaml") || name_or_path.ends_with(".yml")) && !path.exists() {
+            return Err(ScenarioError::Unknown(name_or_path.to_string()));
+        }
+        let text = std::fs::read_to_string(path).map_err(|source| ScenarioError::Read {
+            path: name_or_path.to_string(),
+            source,
+        })?;
+        Scenario::parse(&text, name_or_path)
+    }
+
+    /// Parse scenario YAML; `origin` names it in errors (with line and column).
+    pub fn parse(text: &str, origin: &str) -> Result<Scenario, ScenarioError> {
+        let invalid = |message: String| ScenarioError::Invalid {
+            origin: origin.to_string(),
+            message,
+        };
+        let scenario: Scenario = serde_yaml::from_str(text).map_err(|e| {
+            let pos = e
+                .location()
+                .map(|l| format!("line {} column {}: ", l.line(), l.column()))
+                .unwrap_or_default();
+            invalid(format!("{pos}{e}"))
+        })?;
+        if scenario.gpus.is_empty() {
+            return Err(invalid("no gpus".into()));
+        }
+        let total: u32 = scenario.gpus.iter().map(|g| g.count).sum();
+        if total == 0 || total > 64 {
+            return Err(invalid(format!("{total} GPUs; a host has 1 to 64")));
+        }
+        for g in &scenario.gpus {
+            let model = super::fleet::model(&g.model).ok_or_else(|| {
+                invalid(format!(
+                    "unknown GPU model '{}' (known: {})",
+                    g.model,
+                    super::fleet::model_keys().join(", ")
+                ))
+            })?;
+            if g.mig.len() > 7 {
+                return Err(invalid(format!("{} MIG instances on one GPU; at most 7", g.mig.len())));
+            }
+            let mut slices = 0;
+            for p in &g.mig {
+                let prof = super::fleet::mig_profile(model, p).ok_or_else(|| {
+                    invalid(format!("MIG profile '{p}' does not exist on {}", g.model))
+                })?;
+                slices += prof.slices;
+            }
+            if slices > 7 {
+                return Err(invalid(format!(
+                    "MIG layout {:?} needs {slices} compute slices; a GPU has 7",
+                    g.mig
+                )));
+            }
+        }
+        for name in scenario.blank_fields.iter().chain(&scenario.unsupported_fields) {
+            if crate::fields::catalog().by_name(name).is_none() {
+                return Err(invalid(format!("unknown DCGM field '{name}'")));
+            }
+        }
+        Ok(scenario)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn builtins_load() {
+        for (name, _) in BUILTIN {
+            Scenario::load(name).unwrap();
+        }
+        assert!(matches!(Scenario::load("nope"), Err(ScenarioError::Unknown(_))));
+    }
+
+    #[test]
+    fn errors_name_the_position() {
+        let e = Scenario::parse("gpus:\n  - model: H100-SXM5-80GB\n    colour: red\n", "s.yaml").unwrap_err();
+        assert!(e.to_string().starts_with("s.yaml: line 3 column 5"), "{e}");
+        let e = Scenario::parse("gpus:\n  - model: H100-SXM5-80GB\n    mig: [7g.80gb, 1g.10gb]\n", "s.yaml").unwrap_err();
+        assert!(e.to_string().contains("compute slices"), "{e}");
+    }
+}
