@@ -1,0 +1,88 @@
+# syntax=docker/dockerfile:1
+#
+# dcgm-otel container image.
+#
+#   docker build -t dcgm-otel .                    # slim image: runs --simulate anywhere; on a GPU host it needs libdcgm
+#   docker build --target gpu -t dcgm-otel:gpu .   # same binary on top of NVIDIA's DCGM 4.x image (libdcgm included)
+#
+# Stages:
+#   planner  - reduces the source tree to what decides the dependency graph (manifests, lock file, stub targets)
+#   builder  - compiles the dependencies once (cached layer), then the real sources, with the same command CI
+#              uses for release builds: `cargo build --release --locked`
+#   runtime  - debian:bookworm-slim, non-root user, default counters CSV, /health HEALTHCHECK (default target)
+#   gpu      - the same binary and files on nvcr.io/nvidia/cloud-native/dcgm (libdcgm.so.4 and its modules)
+#
+# The builder is Debian bookworm (glibc 2.36). Every runtime base must have the same or a newer glibc: bookworm
+# itself, or the DCGM image's Ubuntu 24.04 variant (glibc 2.39). An Ubuntu 22.04 based DCGM image (glibc 2.35)
+# would need a builder on an older distribution.
+
+ARG RUST_VERSION=1.95
+ARG DCGM_IMAGE=nvcr.io/nvidia/cloud-native/dcgm:4.6.1-1-ubuntu24.04
+
+# ---------------------------------------------------------------------------------------------------------------
+FROM rust:${RUST_VERSION}-bookworm AS planner
+WORKDIR /src
+COPY . .
+# Keep every Cargo.toml and the lock file; replace each target root (main.rs, lib.rs, bin/, benches/, examples/,
+# tests/, build.rs) with an empty program. The result only changes when dependencies or targets change, so the
+# dependency layer below stays cached across ordinary source edits.
+RUN set -eu; mkdir -p /skeleton; \
+    find . -path ./target -prune -o \( -name Cargo.toml -o -name Cargo.lock \) -print \
+      | while read -r f; do mkdir -p "/skeleton/$(dirname "$f")"; cp "$f" "/skeleton/$f"; done; \
+    find . -path ./target -prune -o -name '*.rs' \( -path '*/src/main.rs' -o -path '*/src/lib.rs' \
+         -o -path '*/src/bin/*' -o -path '*/benches/*' -o -path '*/examples/*' -o -path './tests/*' \
+         -o -name build.rs \) -print \
+      | while read -r f; do mkdir -p "/skeleton/$(dirname "$f")"; \
+          printf '#![allow(dead_code)]\nfn main() {}\n' > "/skeleton/$f"; done
+
+# ---------------------------------------------------------------------------------------------------------------
+FROM rust:${RUST_VERSION}-bookworm AS builder
+WORKDIR /src
+# 1) dependencies only (this layer is reused until Cargo.toml / Cargo.lock change)
+COPY --from=planner /skeleton/ ./
+RUN cargo build --release --locked
+# 2) the real sources. COPY keeps the files' own modification times, which can be older than the stub build
+#    above, so touch them: cargo must see the real sources as newer than the stub artifacts.
+COPY . .
+RUN find . -path ./target -prune -o -name '*.rs' -exec touch {} + \
+ && cargo build --release --locked \
+ && install -D -m 0755 target/release/dcgm-otel /out/usr/bin/dcgm-otel \
+ && install -D -m 0644 src/config/default-counters.csv /out/etc/dcgm-exporter/default-counters.csv
+
+# ---------------------------------------------------------------------------------------------------------------
+# GPU image: NVIDIA's DCGM image ships libdcgm.so.4, the DCGM modules (including the closed-source profiling
+# module needed for DCGM_FI_PROF_*) and sets NVIDIA_* variables for the NVIDIA Container Toolkit.
+# Profiling metrics need root and CAP_SYS_ADMIN, so this target keeps root (see docker-compose.gpu.yaml).
+FROM ${DCGM_IMAGE} AS gpu
+COPY --from=builder /out/ /
+ENV NVIDIA_DRIVER_CAPABILITIES=compute,utility,compat32 \
+    NVIDIA_VISIBLE_DEVICES=all \
+    DCGM_EXPORTER_LISTEN=:9400
+EXPOSE 9400
+# Curl-free probe: bash's /dev/tcp sends one HTTP/1.0 request to /health and the status line must say 200.
+# It reads the port from DCGM_EXPORTER_LISTEN; if you pass -a/--address on the command line instead, change
+# the variable too (or override the healthcheck).
+HEALTHCHECK --interval=15s --timeout=5s --start-period=60s --retries=3 \
+  CMD ["bash", "-c", "p=\"${DCGM_EXPORTER_LISTEN:-:9400}\"; exec 3<>\"/dev/tcp/127.0.0.1/${p##*:}\" && printf 'GET /health HTTP/1.0\\r\\nHost: localhost\\r\\n\\r\\n' >&3 && head -n 1 <&3 | grep -q ' 200 '"]
+ENTRYPOINT ["/usr/bin/dcgm-otel"]
+
+# ---------------------------------------------------------------------------------------------------------------
+# Default image (last stage, so a plain `docker build` gives this one): small, no GPU libraries. With
+# `--simulate` it runs anywhere; for real GPUs add libdcgm (README, "On a GPU host") or build the `gpu` target.
+FROM debian:bookworm-slim AS runtime
+# ca-certificates: OTLP over TLS to a vendor endpoint. No curl/wget: the healthcheck uses bash only.
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends ca-certificates \
+ && rm -rf /var/lib/apt/lists/* \
+ && groupadd --system --gid 10001 dcgm-otel \
+ && useradd --system --uid 10001 --gid dcgm-otel --no-create-home --home-dir /nonexistent \
+      --shell /usr/sbin/nologin dcgm-otel
+COPY --from=builder /out/ /
+ENV DCGM_EXPORTER_LISTEN=:9400
+USER 10001:10001
+EXPOSE 9400
+HEALTHCHECK --interval=15s --timeout=5s --start-period=30s --retries=3 \
+  CMD ["bash", "-c", "p=\"${DCGM_EXPORTER_LISTEN:-:9400}\"; exec 3<>\"/dev/tcp/127.0.0.1/${p##*:}\" && printf 'GET /health HTTP/1.0\\r\\nHost: localhost\\r\\n\\r\\n' >&3 && head -n 1 <&3 | grep -q ' 200 '"]
+ENTRYPOINT ["/usr/bin/dcgm-otel"]
+# No default arguments: without flags dcgm-otel reads real GPUs through libdcgm. `docker run IMAGE --simulate`
+# (or docker-compose.yaml) runs the simulated fleet.
