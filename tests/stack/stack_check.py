@@ -1,0 +1,488 @@
+#!/usr/bin/env python3
+"""Checks behind tests/stack/run-stack-test.sh (the compose stack's configs and dashboards).
+
+Subcommands:
+  otel-configs FILE...          every component a pipeline names is defined, every defined one is used, plus a
+                                few settings the stack depends on (listen addresses, prometheus translation, ...)
+  dashboard-facts DIR           the 12239-equivalent dashboard keeps the original's title family, variables,
+                                panels, queries and units (facts: shared/reference/test-stack-notes.md section 3)
+  tsc DIR TSDIR                 type-check every dashboard JSON against @grafana/schema with tsc
+  prom-config SRC DST ADDR      derive the CI scrape config from prometheus/prometheus.yml: only the pull-path
+                                job, its target replaced by ADDR, 1 s intervals
+  queries DIR PROM_URL          run every panel query and variable query of every dashboard through
+                                Prometheus' HTTP API; each must succeed and return data (except SKIP below)
+  wait-series URL SELECTOR TIMEOUT_S N   wait until every series of SELECTOR has N samples (bounded)
+  wait-http URL TIMEOUT_S [STATUS]       wait until GET URL answers STATUS (default 200)
+  free-port                     print a free TCP port on 127.0.0.1
+
+Only the standard library and PyYAML are used.
+"""
+import glob
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+
+import yaml
+
+# ------------------------------------------------------------------------------------------------------------
+# Panels whose queries must parse and run but may return nothing in CI, with the reason. Keyed by dashboard
+# uid and panel title. Nothing else may come back empty.
+K8S_REASON = ("pod/namespace/container labels exist only with --kubernetes and a kubelet that assigns GPUs to "
+              "pods; the simulated fleet has no Kubernetes")
+OTLP_REASON = ("OTLP-path series come from an OpenTelemetry Collector's prometheus exporter (job otel-collector); "
+               "no collector binary can be installed on the CI machine (test-stack-notes.md section 4)")
+SKIP = {
+    ("dcgm-otel", "GPU utilization by pod"): K8S_REASON,
+    ("dcgm-otel", "Engine active by pod (incl. MIG)"): K8S_REASON,
+    ("dcgm-otel", "Framebuffer used by namespace"): K8S_REASON,
+    ("dcgm-otel", "Power by namespace"): K8S_REASON,
+    ("dcgm-otel", "GPUs per pod"): K8S_REASON,
+    ("dcgm-otel", "Temperature (OTLP)"): OTLP_REASON,
+    ("dcgm-otel", "Power (OTLP)"): OTLP_REASON,
+    ("dcgm-otel", "Engine active (OTLP, incl. MIG)"): OTLP_REASON,
+    ("dcgm-otel", "GPU utilization (OTLP)"): OTLP_REASON,
+}
+# Targets (not whole panels) that may be empty: (uid, panel title, refId) -> reason.
+SKIP_TARGETS = {
+    ("dcgm-otel", "DCGM series per path", "B"): OTLP_REASON,
+}
+
+
+def fail(msg):
+    print(f"FAIL: {msg}", file=sys.stderr)
+    sys.exit(1)
+
+
+def load_yaml(path):
+    with open(path) as f:
+        return yaml.safe_load(f)
+
+
+# ------------------------------------------------------------------------------------------------------------
+# otel-configs
+KNOWN_TYPES = {
+    "receivers": {"otlp", "prometheus", "hostmetrics", "filelog", "k8s_cluster", "kubeletstats"},
+    "processors": {"memory_limiter", "batch", "resourcedetection", "k8sattributes", "resource", "attributes",
+                   "filter", "transform", "cumulativetodelta", "deltatocumulative", "groupbyattrs",
+                   "metricstransform"},
+    "exporters": {"prometheus", "prometheusremotewrite", "debug", "awsemf", "otlp", "otlphttp", "file"},
+    "extensions": {"health_check", "pprof", "zpages", "basicauth", "bearertokenauth", "headers_setter",
+                   "sigv4auth"},
+    "connectors": {"forward", "count", "spanmetrics"},
+}
+SIGNALS = {"metrics", "traces", "logs", "profiles"}
+ENV_REF = re.compile(r"\$\{([^}]*)\}")
+ENV_OK = re.compile(r"^env:[A-Za-z_][A-Za-z0-9_]*(:-[^}]*)?$")
+
+
+def check_otel_config(path):
+    errors = []
+    text = open(path).read()
+    for m in ENV_REF.finditer(text):
+        if not ENV_OK.match(m.group(1)):
+            errors.append(f"'${{{m.group(1)}}}' is not the collector's ${{env:NAME}} syntax")
+    cfg = yaml.safe_load(text)
+    if not isinstance(cfg, dict):
+        return [f"not a YAML mapping"]
+    allowed_top = {"receivers", "processors", "exporters", "extensions", "connectors", "service"}
+    for k in cfg:
+        if k not in allowed_top:
+            errors.append(f"unknown top-level key '{k}'")
+    defined = {}
+    for section in ("receivers", "processors", "exporters", "extensions", "connectors"):
+        comps = cfg.get(section) or {}
+        if not isinstance(comps, dict):
+            errors.append(f"{section} must be a mapping")
+            comps = {}
+        defined[section] = set(comps)
+        for cid in comps:
+            ctype = cid.split("/", 1)[0]
+            if ctype not in KNOWN_TYPES[section]:
+                errors.append(f"{section}.{cid}: unknown component type '{ctype}' (typo? add it to KNOWN_TYPES "
+                              f"in {os.path.basename(__file__)} if it is real)")
+    service = cfg.get("service") or {}
+    pipelines = service.get("pipelines") or {}
+    if not pipelines:
+        errors.append("service.pipelines is empty")
+    used = {s: set() for s in defined}
+    for pid, p in pipelines.items():
+        if pid.split("/", 1)[0] not in SIGNALS:
+            errors.append(f"pipeline '{pid}': the part before '/' must be one of {sorted(SIGNALS)}")
+        p = p or {}
+        for key in p:
+            if key not in ("receivers", "processors", "exporters"):
+                errors.append(f"pipeline '{pid}': unknown key '{key}'")
+        for role in ("receivers", "exporters"):
+            if not p.get(role):
+                errors.append(f"pipeline '{pid}' has no {role}")
+        for role in ("receivers", "processors", "exporters"):
+            names = p.get(role) or []
+            if len(names) != len(set(names)):
+                errors.append(f"pipeline '{pid}': duplicate entries in {role}")
+            for name in names:
+                if name in defined[role]:
+                    used[role].add(name)
+                elif role != "processors" and name in defined["connectors"]:
+                    used["connectors"].add(name)
+                else:
+                    errors.append(f"pipeline '{pid}' names {role[:-1]} '{name}', which is not defined")
+        procs = p.get("processors") or []
+        mls = [i for i, n in enumerate(procs) if n.split("/", 1)[0] == "memory_limiter"]
+        if mls and mls[0] != 0:
+            errors.append(f"pipeline '{pid}': memory_limiter must be the first processor")
+        if "batch" in procs and mls and procs.index("batch") < mls[0]:
+            errors.append(f"pipeline '{pid}': batch must come after memory_limiter")
+    for ext in service.get("extensions") or []:
+        if ext in defined["extensions"]:
+            used["extensions"].add(ext)
+        else:
+            errors.append(f"service.extensions names '{ext}', which is not defined")
+    for section in defined:
+        for name in sorted(defined[section] - used[section]):
+            errors.append(f"{section}.{name} is defined but no pipeline (or service.extensions) uses it")
+
+    # settings the stack relies on
+    for cid, c in (cfg.get("receivers") or {}).items():
+        if cid.split("/", 1)[0] == "otlp":
+            protos = (c or {}).get("protocols") or {}
+            if not protos:
+                errors.append(f"receivers.{cid}: no protocols enabled")
+            for proto, pc in protos.items():
+                ep = (pc or {}).get("endpoint", "localhost")
+                if not str(ep).startswith("0.0.0.0:"):
+                    errors.append(f"receivers.{cid}.protocols.{proto}.endpoint is '{ep}': other containers "
+                                  f"cannot reach it (use 0.0.0.0:PORT)")
+    for cid, c in (cfg.get("exporters") or {}).items():
+        ctype = cid.split("/", 1)[0]
+        c = c or {}
+        if ctype == "prometheus":
+            if not c.get("endpoint"):
+                errors.append(f"exporters.{cid}: endpoint is required")
+            if not (c.get("resource_to_telemetry_conversion") or {}).get("enabled"):
+                errors.append(f"exporters.{cid}: resource_to_telemetry_conversion.enabled must be true "
+                              f"(GPU identity travels as resource attributes)")
+            if c.get("translation_strategy") not in ("UnderscoreEscapingWithoutSuffixes", "NoTranslation"):
+                errors.append(f"exporters.{cid}: translation_strategy must keep the DCGM names "
+                              f"(UnderscoreEscapingWithoutSuffixes or NoTranslation)")
+        if ctype == "awsemf":
+            for key in ("namespace", "log_group_name", "metric_declarations"):
+                if not c.get(key):
+                    errors.append(f"exporters.{cid}: {key} is missing")
+            if not (c.get("resource_to_telemetry_conversion") or {}).get("enabled"):
+                errors.append(f"exporters.{cid}: resource_to_telemetry_conversion.enabled must be true")
+            for i, decl in enumerate(c.get("metric_declarations") or []):
+                dims = decl.get("dimensions")
+                if not (isinstance(dims, list) and dims and all(isinstance(d, list) for d in dims)):
+                    errors.append(f"exporters.{cid}.metric_declarations[{i}].dimensions must be a list of lists")
+                if not decl.get("metric_name_selectors"):
+                    errors.append(f"exporters.{cid}.metric_declarations[{i}]: metric_name_selectors is empty")
+                for sel in decl.get("metric_name_selectors") or []:
+                    try:
+                        re.compile(sel)
+                    except re.error as e:
+                        errors.append(f"exporters.{cid}.metric_declarations[{i}]: bad regex '{sel}': {e}")
+        if ctype in ("otlp", "otlphttp") and not c.get("endpoint"):
+            errors.append(f"exporters.{cid}: endpoint is required")
+    return errors
+
+
+def cmd_otel_configs(paths):
+    bad = False
+    for path in paths:
+        errors = check_otel_config(path)
+        for e in errors:
+            print(f"FAIL: {path}: {e}", file=sys.stderr)
+        bad |= bool(errors)
+        if not errors:
+            print(f"ok: {path}")
+    if bad:
+        sys.exit(1)
+
+
+# ------------------------------------------------------------------------------------------------------------
+# dashboards: helpers
+def load_dashboards(directory):
+    out = []
+    for path in sorted(glob.glob(os.path.join(directory, "*.json"))):
+        with open(path) as f:
+            out.append((path, json.load(f)))
+    if not out:
+        fail(f"no dashboards in {directory}")
+    return out
+
+
+def all_panels(dash):
+    for p in dash.get("panels") or []:
+        yield p
+        for sub in p.get("panels") or []:
+            yield sub
+
+
+# ------------------------------------------------------------------------------------------------------------
+# dashboard-facts: the 12239 equivalent
+FACTS_12239 = [
+    # (title, type, unit, expr, legendFormat)
+    ("GPU Temperature", "timeseries", "celsius",
+     'DCGM_FI_DEV_GPU_TEMP{instance=~"$instance", gpu=~"$gpu"}', "GPU {{gpu}}"),
+    ("GPU Avg. Temp", "gauge", "celsius", 'avg(DCGM_FI_DEV_GPU_TEMP{instance=~"$instance", gpu=~"$gpu"})', None),
+    ("GPU Power Usage", "timeseries", "watt",
+     'DCGM_FI_DEV_POWER_USAGE{instance=~"$instance", gpu=~"$gpu"}', "GPU {{gpu}}"),
+    ("GPU Power Total", "gauge", "watt",
+     'sum(DCGM_FI_DEV_POWER_USAGE{instance=~"$instance", gpu=~"$gpu"})', None),
+    ("GPU SM Clocks", "timeseries", "hertz",
+     'DCGM_FI_DEV_SM_CLOCK{instance=~"$instance", gpu=~"$gpu"} * 1000000', "GPU {{gpu}}"),
+    ("GPU Utilization", "timeseries", "percent",
+     'DCGM_FI_DEV_GPU_UTIL{instance=~"$instance", gpu=~"$gpu"}', "GPU {{gpu}}"),
+    ("GPU Framebuffer Mem Used", "timeseries", "decmbytes",
+     'DCGM_FI_DEV_FB_USED{instance=~"$instance", gpu=~"$gpu"}', "GPU {{gpu}}"),
+    ("Tensor Core Utilization", "timeseries", "percentunit",
+     'DCGM_FI_PROF_PIPE_TENSOR_ACTIVE{instance=~"$instance", gpu=~"$gpu"}', "GPU {{gpu}}"),
+]
+
+
+def cmd_dashboard_facts(directory):
+    path = os.path.join(directory, "nvidia-dcgm-exporter.json")
+    d = json.load(open(path))
+    errs = []
+    if not d.get("title", "").startswith("NVIDIA DCGM Exporter Dashboard"):
+        errs.append(f"title '{d.get('title')}' is not in the 'NVIDIA DCGM Exporter Dashboard' family")
+    vars_ = {v["name"]: v for v in d.get("templating", {}).get("list", [])}
+    if list(vars_) != ["datasource", "instance", "gpu"]:
+        errs.append(f"variables are {list(vars_)}, expected datasource, instance, gpu")
+    else:
+        if vars_["datasource"].get("type") != "datasource" or vars_["datasource"].get("query") != "prometheus":
+            errs.append("variable datasource must be a prometheus datasource variable")
+        for name in ("instance", "gpu"):
+            v = vars_[name]
+            want = f"label_values(DCGM_FI_DEV_GPU_TEMP, {name})"
+            if v.get("query") != want or not v.get("multi") or not v.get("includeAll"):
+                errs.append(f"variable {name}: want query '{want}', multi and includeAll")
+    panels = [p for p in all_panels(d) if p.get("type") != "row"]
+    if len(panels) != len(FACTS_12239):
+        errs.append(f"{len(panels)} panels, expected {len(FACTS_12239)}")
+    for (title, ptype, unit, expr, legend), p in zip(FACTS_12239, panels):
+        where = f"panel '{p.get('title')}'"
+        if p.get("title") != title:
+            errs.append(f"{where}: expected title '{title}' (same order as the original)")
+        if p.get("type") != ptype:
+            errs.append(f"{where}: type {p.get('type')}, expected {ptype}")
+        if p.get("fieldConfig", {}).get("defaults", {}).get("unit") != unit:
+            errs.append(f"{where}: unit must be {unit}")
+        if p.get("datasource") != {"type": "prometheus", "uid": "${datasource}"}:
+            errs.append(f"{where}: datasource must be the $datasource variable")
+        ts = p.get("targets") or []
+        if len(ts) != 1 or ts[0].get("expr") != expr:
+            errs.append(f"{where}: query must be exactly {expr}")
+        elif legend and ts[0].get("legendFormat") != legend:
+            errs.append(f"{where}: legend must be {legend}")
+    for e in errs:
+        print(f"FAIL: {path}: {e}", file=sys.stderr)
+    if errs:
+        sys.exit(1)
+    print(f"ok: {path} has the 12239 title family, variables, {len(FACTS_12239)} panels and queries")
+
+
+# ------------------------------------------------------------------------------------------------------------
+# tsc: @grafana/schema type check
+def cmd_tsc(directory, tsdir):
+    gen = os.path.join(tsdir, ".gen")
+    os.makedirs(gen, exist_ok=True)
+    for old in glob.glob(os.path.join(gen, "*.ts")):
+        os.remove(old)
+    paths = sorted(glob.glob(os.path.join(directory, "*.json")))
+    for path in paths:
+        name = re.sub(r"[^A-Za-z0-9_-]", "_", os.path.basename(path)[:-5])
+        with open(path) as f:
+            body = f.read().rstrip()
+        json.loads(body)  # a JSON syntax error is reported here, with a clearer message than tsc's
+        with open(os.path.join(gen, name + ".ts"), "w") as f:
+            f.write("// generated from %s by tests/stack/stack_check.py; do not edit\n" % os.path.relpath(path))
+            f.write("import type { Dashboard } from '@grafana/schema';\n")
+            f.write("import type { JsonOf } from '../schema-check.js';\n\n")
+            f.write("export const dashboard: JsonOf<Dashboard> = " + body + ";\n")
+    tsc = os.path.join(tsdir, "node_modules", ".bin", "tsc")
+    r = subprocess.run([tsc, "-p", os.path.join(tsdir, "tsconfig.json")], capture_output=True, text=True)
+    if r.returncode != 0:
+        sys.stderr.write(r.stdout + r.stderr)
+        fail("dashboards do not type-check against @grafana/schema (see tsc output above; "
+             f"the generated files are in {gen})")
+    print(f"ok: {len(paths)} dashboards type-check against @grafana/schema")
+
+
+# ------------------------------------------------------------------------------------------------------------
+# prom-config
+def cmd_prom_config(src, dst, addr):
+    cfg = load_yaml(src)
+    jobs = [j for j in cfg.get("scrape_configs") or [] if j.get("job_name") == "dcgm-otel"]
+    if len(jobs) != 1:
+        fail(f"{src}: expected exactly one scrape job named dcgm-otel (the pull path)")
+    job = jobs[0]
+    job["static_configs"] = [{"targets": [addr]}]
+    job["scrape_interval"] = "1s"
+    job["scrape_timeout"] = "1s"
+    cfg["global"] = dict(cfg.get("global") or {}, scrape_interval="1s", evaluation_interval="1s")
+    cfg["scrape_configs"] = [job]
+    with open(dst, "w") as f:
+        yaml.safe_dump(cfg, f, sort_keys=False)
+
+
+# ------------------------------------------------------------------------------------------------------------
+# queries
+def substitute(expr, variables):
+    """Replace Grafana variables the way Grafana would for 'All' / the current value."""
+    macros = {"__rate_interval": "1m", "__interval": "15s", "__range": "5m", "__interval_ms": "15000",
+              "__range_s": "300", "__range_ms": "300000"}
+
+    def value(name):
+        if name in macros:
+            return macros[name]
+        v = variables.get(name)
+        if v is None:
+            fail(f"query uses undefined variable ${name}: {expr}")
+        if v.get("includeAll") or v.get("multi"):
+            return ".*"
+        cur = (v.get("current") or {}).get("value")
+        if isinstance(cur, list):
+            cur = cur[0] if cur else ""
+        return cur or ""
+
+    expr = re.sub(r"\$\{(\w+)(?::\w+)?\}", lambda m: value(m.group(1)), expr)
+    expr = re.sub(r"\$(\w+)", lambda m: value(m.group(1)), expr)
+    return expr
+
+
+def prom_get(url, path, params):
+    q = urllib.parse.urlencode(params, doseq=True)
+    with urllib.request.urlopen(f"{url}{path}?{q}", timeout=10) as r:
+        return json.load(r)
+
+
+def cmd_queries(directory, url):
+    failures, checked, skipped = [], 0, []
+    for path, d in load_dashboards(directory):
+        uid = d.get("uid")
+        variables = {v["name"]: v for v in (d.get("templating") or {}).get("list") or []}
+        for name, v in variables.items():
+            if v.get("type") != "query":
+                continue
+            q = v.get("query")
+            q = q.get("query") if isinstance(q, dict) else q
+            m = re.fullmatch(r"label_values\((.+),\s*(\w+)\)", q or "")
+            if not m:
+                failures.append(f"{uid}: variable {name}: unsupported query '{q}'")
+                continue
+            match = substitute(m.group(1), variables)
+            res = prom_get(url, f"/api/v1/label/{m.group(2)}/values", {"match[]": match})
+            checked += 1
+            if res.get("status") != "success" or not res.get("data"):
+                failures.append(f"{uid}: variable {name}: '{q}' returned no values ({res})")
+        for p in all_panels(d):
+            if p.get("type") == "row":
+                continue
+            for t in p.get("targets") or []:
+                expr = t.get("expr")
+                if not expr:
+                    failures.append(f"{uid}: panel '{p.get('title')}' target {t.get('refId')} has no expr")
+                    continue
+                q = substitute(expr, variables)
+                res = prom_get(url, "/api/v1/query", {"query": q})
+                checked += 1
+                key = (uid, p.get("title"))
+                reason = SKIP.get(key) or SKIP_TARGETS.get(key + (t.get("refId"),))
+                if res.get("status") != "success":
+                    failures.append(f"{uid}: panel '{p.get('title')}': query failed: {q}: {res}")
+                elif not res["data"]["result"]:
+                    if reason:
+                        skipped.append(f"{uid}: '{p.get('title')}' {t.get('refId')}: empty as expected: {reason}")
+                    else:
+                        failures.append(f"{uid}: panel '{p.get('title')}' {t.get('refId')}: no data: {q}")
+    stale = [k for k in list(SKIP) if not any(
+        d.get("uid") == k[0] and any(p.get("title") == k[1] for p in all_panels(d))
+        for _, d in load_dashboards(directory))]
+    for k in stale:
+        failures.append(f"skip list names a panel that does not exist: {k}")
+    for s in skipped:
+        print(f"skip: {s}")
+    for f in failures:
+        print(f"FAIL: {f}", file=sys.stderr)
+    if failures:
+        sys.exit(1)
+    print(f"ok: {checked} dashboard queries ran; all returned data except {len(skipped)} listed skips")
+
+
+def cmd_wait_series(url, expr, timeout_s, min_samples):
+    """Wait until every series of the selector `expr` has at least `min_samples` raw samples in Prometheus."""
+    deadline = time.time() + float(timeout_s)
+    last = None
+    while time.time() < deadline:
+        try:
+            res = prom_get(url, "/api/v1/query", {"query": f"count_over_time({expr}[1m])"})
+            result = res.get("data", {}).get("result") or []
+            if result and min(float(r["value"][1]) for r in result) >= float(min_samples):
+                print(f"ok: {len(result)} series of '{expr}' with >= {min_samples} samples")
+                return
+            last = res
+        except OSError as e:
+            last = e
+        time.sleep(0.5)
+    fail(f"no data for '{expr}' in Prometheus within {timeout_s}s (last answer: {last})")
+
+
+def cmd_wait_http(url, timeout_s, want="200"):
+    """Wait until GET url answers with HTTP status `want` (bounded)."""
+    deadline = time.time() + float(timeout_s)
+    last = None
+    while time.time() < deadline:
+        try:
+            with urllib.request.urlopen(url, timeout=2) as r:
+                last = r.status
+        except urllib.error.HTTPError as e:
+            last = e.code
+        except OSError as e:
+            last = e
+        if str(last) == want:
+            print(f"ok: {url} answered {want}")
+            return
+        time.sleep(0.1)
+    fail(f"{url} did not answer {want} within {timeout_s}s (last: {last})")
+
+
+def free_port():
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        print(s.getsockname()[1])
+
+
+def main(argv):
+    if len(argv) < 2:
+        fail(__doc__)
+    cmd, args = argv[1], argv[2:]
+    if cmd == "otel-configs":
+        cmd_otel_configs(args)
+    elif cmd == "dashboard-facts":
+        cmd_dashboard_facts(*args)
+    elif cmd == "tsc":
+        cmd_tsc(*args)
+    elif cmd == "prom-config":
+        cmd_prom_config(*args)
+    elif cmd == "queries":
+        cmd_queries(*args)
+    elif cmd == "wait-series":
+        cmd_wait_series(*args)
+    elif cmd == "wait-http":
+        cmd_wait_http(*args)
+    elif cmd == "free-port":
+        free_port()
+    else:
+        fail(f"unknown subcommand {cmd}\n{__doc__}")
+
+
+if __name__ == "__main__":
+    main(sys.argv)
