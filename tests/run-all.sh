@@ -11,6 +11,10 @@ need_apt=()
 # --- prerequisites: Debian packages ------------------------------------------------------------
 command -v promtool >/dev/null || need_apt+=(prometheus)
 # (more apt packages are appended here by the features that need them)
+# stack test (tests/stack): docker-compose 1.29 validates the compose files; a venv for check-jsonschema; npm for tsc
+command -v docker-compose >/dev/null || need_apt+=(docker-compose)
+python3 -c 'import ensurepip' 2>/dev/null || [ -x .venv/bin/python ] || need_apt+=(python3-venv)
+command -v npm >/dev/null || need_apt+=(npm)
 if [ ${#need_apt[@]} -gt 0 ]; then
   log "installing Debian packages: ${need_apt[*]}"
   SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
@@ -20,9 +24,20 @@ fi
 
 # --- prerequisites: Python tools (in a project-local venv) ---------------------------------------
 # (pip installs are appended here by the features that need them)
+# stack test: check-jsonschema (compose-spec schema) and PyYAML, installed only when missing
+[ -x .venv/bin/python ] || python3 -m venv .venv
+if ! { [ -x .venv/bin/check-jsonschema ] && .venv/bin/python -c 'import yaml' 2>/dev/null; }; then
+  log "pip install check-jsonschema PyYAML (into .venv)"
+  .venv/bin/pip install -q check-jsonschema==0.39.0 PyYAML==6.0.3
+fi
 
 # --- prerequisites: npm tools --------------------------------------------------------------------
 # (npm installs are appended here by the features that need them)
+# stack test: typescript + @grafana/schema for the dashboard type check (tests/dashboards/package-lock.json)
+if [ ! -x tests/dashboards/node_modules/.bin/tsc ]; then
+  log "npm ci (tests/dashboards)"
+  (cd tests/dashboards && npm ci --no-audit --no-fund --loglevel=error)
+fi
 
 # --- Rust: format, lint, build, tests ------------------------------------------------------------
 log "cargo fmt --check"
@@ -36,5 +51,7 @@ cargo nextest run --workspace --no-fail-fast
 
 # --- checks outside cargo ------------------------------------------------------------------------
 # (stack, compose, dashboard and manifest checks are appended here)
+log "stack test: compose files, collector configs, dashboards, live dashboard queries (tests/stack)"
+./tests/stack/run-stack-test.sh
 
 log "all tests passed"
