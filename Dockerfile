@@ -78,7 +78,10 @@ RUN apt-get update \
  && useradd --system --uid 10001 --gid dcgm-otel --no-create-home --home-dir /nonexistent \
       --shell /usr/sbin/nologin dcgm-otel
 COPY --from=builder /out/ /
-ENV DCGM_EXPORTER_LISTEN=:9400
+# libdcgm is loaded at run time by soname (libdcgm.so.4). Mount the host's DCGM libraries into /opt/dcgm/lib
+# to use real GPUs with this image (README "On a GPU host"); the directory is empty otherwise.
+ENV DCGM_EXPORTER_LISTEN=:9400 \
+    LD_LIBRARY_PATH=/opt/dcgm/lib
 USER 10001:10001
 EXPOSE 9400
 HEALTHCHECK --interval=15s --timeout=5s --start-period=30s --retries=3 \
