@@ -2,6 +2,9 @@
 //! instance. They run on the collector thread once per collect interval, after the source poll and before
 //! publication, so a scrape never triggers a kubelet call or a directory read.
 
+pub mod hpc;
+pub mod kubernetes;
+
 use crate::snapshot::EntityReading;
 
 /// Adds attribution to the entities of one reading. Must not panic; failures are logged and counted by

@@ -1,0 +1,205 @@
+//! Kubernetes pod attribution (`-k/--kubernetes`): which pod and container holds each GPU and MIG
+//! instance, read from the kubelet's pod-resources v1 API.
+//!
+//! The kubelet is asked **once per collect interval**, on the collector thread, before the snapshot is
+//! published ([`podresources`] is the gRPC client; [`mapping`] matches device ids to entities). Scrapes
+//! never reach the kubelet, however many there are (dcgm-exporter 4.x asks it on every scrape and for
+//! every entity group). Each call has a deadline of min(collect interval, 10 s).
+//!
+//! When a call fails the last good mapping is kept for up to [`KEEP_INTERVALS`] more intervals (a kubelet
+//! restart does not blank the pod labels), then dropped: series carry no pod labels until the kubelet
+//! answers again. Each outage is logged once when it starts, once when the mapping is dropped, and once
+//! when it ends. Every call is counted in `dcgm_otel_kubelet_requests_total{result}`.
+//!
+//! Pod UIDs: the pod-resources v1 API carries none, so `pod_uid` is only written when a UID is known;
+//! `--kubernetes-enable-pod-uid` is accepted for compatibility (see `deploy/kubernetes/README.md`).
+
+pub mod mapping;
+pub mod podresources;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+pub use mapping::{GpuIdType, MatchRules, Mapping};
+
+use super::Enricher;
+use crate::export::self_metrics::{Metric, SelfMetrics};
+use crate::snapshot::EntityReading;
+
+/// Failed intervals during which the last good mapping is still used.
+pub const KEEP_INTERVALS: u32 = 3;
+
+/// Upper bound of the per-call deadline.
+pub const MAX_DEADLINE: Duration = Duration::from_secs(10);
+
+/// Settings of the Kubernetes enricher, from the `Kubernetes` flags.
+#[derive(Debug, Clone)]
+pub struct KubernetesConfig {
+    /// `--pod-resources-kubelet-socket`.
+    pub socket: PathBuf,
+    pub rules: MatchRules,
+    /// `--kubernetes-enable-pod-uid`.
+    pub enable_pod_uid: bool,
+    /// Deadline of one `List` call.
+    pub deadline: Duration,
+}
+
+impl KubernetesConfig {
+    /// The deadline for a collect interval: min(interval, 10 s).
+    pub fn deadline_for(interval: Duration) -> Duration {
+        interval.min(MAX_DEADLINE)
+    }
+}
+
+struct KubeletMetrics {
+    ok: Arc<Metric>,
+    unavailable: Arc<Metric>,
+    timeout: Arc<Metric>,
+    error: Arc<Metric>,
+    duration: Arc<Metric>,
+    pods: Arc<Metric>,
+}
+
+impl KubeletMetrics {
+    fn new(registry: &SelfMetrics) -> Self {
+        let requests = |result: &str| {
+            registry.counter(
+                "dcgm_otel_kubelet_requests_total",
+                "Kubelet pod-resources List calls, by result (ok, unavailable, timeout, error).",
+                &[("result", result)],
+            )
+        };
+        KubeletMetrics {
+            ok: requests("ok"),
+            unavailable: requests("unavailable"),
+            timeout: requests("timeout"),
+            error: requests("error"),
+            duration: registry.gauge(
+                "dcgm_otel_kubelet_request_duration_seconds",
+                "Wall time of the last kubelet pod-resources List call (connect, call, decode).",
+                &[],
+            ),
+            pods: registry.gauge(
+                "dcgm_otel_kubernetes_pods",
+                "Pods holding NVIDIA devices in the pod mapping in use (0 when no mapping).",
+                &[],
+            ),
+        }
+    }
+
+    fn failed(&self, result: &str) {
+        match result {
+            "unavailable" => self.unavailable.inc(),
+            "timeout" => self.timeout.inc(),
+            _ => self.error.inc(),
+        }
+    }
+}
+
+/// The Kubernetes enricher: one pod-resources `List` per collect interval.
+pub struct KubernetesEnricher {
+    config: KubernetesConfig,
+    runtime: tokio::runtime::Runtime,
+    mapping: Option<Arc<Mapping>>,
+    /// Consecutive failed calls.
+    failures: u32,
+    metrics: KubeletMetrics,
+    warned_unknown: bool,
+}
+
+impl KubernetesEnricher {
+    /// Build the enricher and its small single-thread runtime (used only on the collector thread).
+    pub fn new(config: KubernetesConfig, registry: &SelfMetrics) -> std::io::Result<KubernetesEnricher> {
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+        tracing::info!(
+            socket = %config.socket.display(),
+            gpu_id_type = ?config.rules.id_type,
+            extra_resource_names = ?config.rules.extra_resource_names,
+            deadline_ms = config.deadline.as_millis() as u64,
+            "Kubernetes pod mapping on: the kubelet's pod-resources API is asked once per collect interval"
+        );
+        if config.enable_pod_uid {
+            tracing::warn!(
+                "--kubernetes-enable-pod-uid: the kubelet pod-resources v1 API carries no pod UID, so no pod_uid label can be written yet"
+            );
+        }
+        Ok(KubernetesEnricher {
+            metrics: KubeletMetrics::new(registry),
+            config,
+            runtime,
+            mapping: None,
+            failures: 0,
+            warned_unknown: false,
+        })
+    }
+
+    /// Ask the kubelet and update the mapping in use (kept, replaced or dropped).
+    fn refresh(&mut self) {
+        let started = Instant::now();
+        let result = self
+            .runtime
+            .block_on(podresources::list(&self.config.socket, self.config.deadline));
+        self.metrics.duration.set(started.elapsed().as_secs_f64());
+        match result {
+            Ok(reply) => {
+                self.metrics.ok.inc();
+                let mapping = Mapping::build(&reply, &self.config.rules);
+                if !mapping.unknown_ids.is_empty() && !self.warned_unknown {
+                    tracing::warn!(ids = ?mapping.unknown_ids, "kubelet reports NVIDIA device ids of an unknown form; they are not attributed (logged once)");
+                    self.warned_unknown = true;
+                }
+                if self.failures > 0 {
+                    tracing::info!(failed_calls = self.failures, "kubelet pod-resources API answers again; pod mapping restored");
+                }
+                self.failures = 0;
+                self.mapping = Some(Arc::new(mapping));
+            }
+            Err(err) => {
+                self.metrics.failed(err.result_label());
+                self.failures = self.failures.saturating_add(1);
+                if self.failures == 1 {
+                    if self.mapping.is_some() {
+                        tracing::warn!(error = %err, keep_intervals = KEEP_INTERVALS, "kubelet pod-resources List failed; keeping the last pod mapping for up to {KEEP_INTERVALS} collect intervals");
+                    } else {
+                        tracing::warn!(error = %err, "kubelet pod-resources List failed; series carry no pod labels until it answers");
+                    }
+                } else {
+                    tracing::debug!(error = %err, failures = self.failures, "kubelet pod-resources List failed again");
+                }
+                if self.failures > KEEP_INTERVALS && self.mapping.take().is_some() {
+                    tracing::warn!(
+                        failed_calls = self.failures,
+                        "kubelet pod-resources API still failing; pod mapping dropped, series carry no pod labels until it answers"
+                    );
+                }
+            }
+        }
+        self.metrics.pods.set(self.mapping.as_ref().map_or(0.0, |m| m.pods as f64));
+    }
+}
+
+/// Attribute entities from a mapping: each entity gets the pods of its device (replacing earlier pods,
+/// keeping other attribution such as HPC jobs).
+pub fn apply(mapping: &Mapping, id_type: GpuIdType, entities: &mut [EntityReading]) {
+    for e in entities {
+        let pods = mapping.pods_for(&e.entity, id_type);
+        if pods.is_empty() && e.attribution.pods.is_empty() {
+            continue;
+        }
+        Arc::make_mut(&mut e.attribution).pods = pods;
+    }
+}
+
+impl Enricher for KubernetesEnricher {
+    fn name(&self) -> &'static str {
+        "kubernetes"
+    }
+
+    fn enrich(&mut self, entities: &mut [EntityReading]) {
+        self.refresh();
+        if let Some(m) = &self.mapping {
+            apply(m, self.config.rules.id_type, entities);
+        }
+    }
+}

@@ -1,0 +1,334 @@
+//! Device-ID matching: which pod holds which GPU or MIG instance, from one pod-resources `List` reply.
+//!
+//! Only NVIDIA resources are considered: `nvidia.com/gpu`, any `nvidia.com/mig-*` and the extra names of
+//! `--nvidia-resource-names`. Kubelet device ids come in these forms (dcgm-exporter notes §4.2):
+//!
+//! | device id | meaning | matches |
+//! |---|---|---|
+//! | `GPU-<uuid>` | a whole GPU (NVIDIA device plugin) | the GPU, with `--kubernetes-gpu-id-type uid` (default) |
+//! | `nvidia<N>` | a whole GPU by index | the GPU, with `--kubernetes-gpu-id-type device-name` |
+//! | `MIG-<uuid>` | a MIG instance | the instance whose MIG UUID it is, in any mode |
+//! | `MIG-GPU-<uuid>/<gi>/<ci>` | a MIG instance (drivers before R470) | that GPU's instance `GPU_I_ID=<gi>` |
+//! | `<id>::<n>` | replica `n` of a time-sliced / MPS-shared device | as `<id>` |
+//! | `nvidia<N>/gi<M>[/vgpu<K>]` | GKE MIG instance | GPU N's instance `GPU_I_ID=M`, in any mode |
+//! | `nvidia<N>/vgpu<K>` | GKE shared GPU | as `nvidia<N>` (so GKE needs `device-name`) |
+//!
+//! As in dcgm-exporter, the id type only decides how *whole* GPUs are matched; MIG ids always match.
+//! Unlike dcgm-exporter (one pod per device, last writer wins), a device held by several pods (time
+//! slicing, MPS, shared replicas) is attributed to **all** of them: its series are written once per pod.
+//! A whole-GPU allocation also attributes that GPU's NvLink series; a MIG-partitioned GPU's links and
+//! whole-GPU series stay unattributed (they are shared by all its instances).
+
+use std::collections::HashMap;
+
+use super::podresources::ListPodResourcesResponse;
+use crate::snapshot::{Entity, EntityKind, PodRef};
+
+/// How whole GPUs are named in kubelet device ids (`--kubernetes-gpu-id-type`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum GpuIdType {
+    /// `GPU-<uuid>` (NVIDIA device plugin).
+    #[value(name = "uid")]
+    Uid,
+    /// `nvidia<N>` (GKE's device plugin).
+    #[value(name = "device-name")]
+    DeviceName,
+}
+
+/// Which resources count as NVIDIA devices and how whole GPUs are named.
+#[derive(Debug, Clone)]
+pub struct MatchRules {
+    /// Extra resource names from `--nvidia-resource-names`.
+    pub extra_resource_names: Vec<String>,
+    pub id_type: GpuIdType,
+}
+
+impl MatchRules {
+    /// `nvidia.com/gpu`, `nvidia.com/mig-*`, or one of the extra names.
+    pub fn is_nvidia_resource(&self, resource: &str) -> bool {
+        resource == "nvidia.com/gpu"
+            || resource.starts_with("nvidia.com/mig-")
+            || self.extra_resource_names.iter().any(|n| n == resource)
+    }
+}
+
+/// What one kubelet device id designates.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DeviceKey {
+    /// `GPU-<uuid>`, lower-cased.
+    GpuUuid(String),
+    /// `nvidia<N>`.
+    GpuIndex(u32),
+    /// `MIG-<uuid>`, lower-cased.
+    MigUuid(String),
+    /// GPU index and GPU-instance id (GKE `nvidiaN/giM`).
+    Instance { gpu: u32, gi: u32 },
+    /// Parent GPU UUID (lower-cased) and GPU-instance id (`MIG-GPU-<uuid>/<gi>/<ci>`).
+    InstanceOfGpu { gpu_uuid: String, gi: u32 },
+}
+
+fn number(s: &str) -> Option<u32> {
+    if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    s.parse().ok()
+}
+
+/// Parse one kubelet device id; `None` for forms this exporter does not know.
+pub fn parse_device_id(id: &str) -> Option<DeviceKey> {
+    let id = id.trim();
+    // `<id>::<n>`: a shared replica of `<id>`.
+    let id = match id.rsplit_once("::") {
+        Some((base, n)) if number(n).is_some() => base,
+        _ => id,
+    };
+    if let Some(rest) = id.strip_prefix("MIG-") {
+        if let Some(old) = rest.strip_prefix("GPU-") {
+            // MIG-GPU-<uuid>/<gi>/<ci>
+            let mut parts = old.split('/');
+            let uuid = parts.next()?;
+            let gi = number(parts.next()?)?;
+            return Some(DeviceKey::InstanceOfGpu {
+                gpu_uuid: format!("gpu-{}", uuid.to_ascii_lowercase()),
+                gi,
+            });
+        }
+        if rest.is_empty() || rest.contains('/') {
+            return None;
+        }
+        return Some(DeviceKey::MigUuid(id.to_ascii_lowercase()));
+    }
+    if id.starts_with("GPU-") {
+        return (!id.contains('/')).then(|| DeviceKey::GpuUuid(id.to_ascii_lowercase()));
+    }
+    if let Some(rest) = id.strip_prefix("nvidia") {
+        let mut parts = rest.split('/');
+        let gpu = number(parts.next()?)?;
+        let second = parts.next();
+        let third = parts.next();
+        if parts.next().is_some() {
+            return None;
+        }
+        let vgpu = |p: &str| p.strip_prefix("vgpu").and_then(number).is_some();
+        return match (second, third) {
+            (None, None) => Some(DeviceKey::GpuIndex(gpu)),
+            (Some(s), None) if vgpu(s) => Some(DeviceKey::GpuIndex(gpu)),
+            (Some(s), t) if t.is_none_or(vgpu) => {
+                let gi = number(s.strip_prefix("gi")?)?;
+                Some(DeviceKey::Instance { gpu, gi })
+            }
+            _ => None,
+        };
+    }
+    None
+}
+
+/// Pods by device, built from one `List` reply. Every pod list is sorted and free of duplicates.
+#[derive(Debug, Default, Clone)]
+pub struct Mapping {
+    by_gpu_uuid: HashMap<String, Vec<PodRef>>,
+    by_gpu_index: HashMap<u32, Vec<PodRef>>,
+    by_mig_uuid: HashMap<String, Vec<PodRef>>,
+    by_instance: HashMap<(u32, u32), Vec<PodRef>>,
+    by_instance_of_gpu: HashMap<(String, u32), Vec<PodRef>>,
+    /// Pods holding at least one NVIDIA device.
+    pub pods: usize,
+    /// NVIDIA device ids in the reply whose form is unknown (ignored).
+    pub unknown_ids: Vec<String>,
+}
+
+impl Mapping {
+    /// Index a `List` reply. Pod UIDs are not part of pod-resources v1, so `PodRef::uid` stays empty.
+    pub fn build(reply: &ListPodResourcesResponse, rules: &MatchRules) -> Mapping {
+        let mut m = Mapping::default();
+        for pod in &reply.pod_resources {
+            let mut holds_any = false;
+            for c in &pod.containers {
+                let mut pod_ref: Option<PodRef> = None;
+                for dev in c.devices.iter().filter(|d| rules.is_nvidia_resource(&d.resource_name)) {
+                    for id in &dev.device_ids {
+                        let Some(key) = parse_device_id(id) else {
+                            if m.unknown_ids.len() < 16 && !m.unknown_ids.contains(id) {
+                                m.unknown_ids.push(id.clone());
+                            }
+                            continue;
+                        };
+                        holds_any = true;
+                        let p = pod_ref
+                            .get_or_insert_with(|| PodRef {
+                                namespace: pod.namespace.clone(),
+                                name: pod.name.clone(),
+                                container: c.name.clone(),
+                                uid: String::new(),
+                            })
+                            .clone();
+                        match key {
+                            DeviceKey::GpuUuid(u) => m.by_gpu_uuid.entry(u).or_default().push(p),
+                            DeviceKey::GpuIndex(i) => m.by_gpu_index.entry(i).or_default().push(p),
+                            DeviceKey::MigUuid(u) => m.by_mig_uuid.entry(u).or_default().push(p),
+                            DeviceKey::Instance { gpu, gi } => {
+                                m.by_instance.entry((gpu, gi)).or_default().push(p)
+                            }
+                            DeviceKey::InstanceOfGpu { gpu_uuid, gi } => {
+                                m.by_instance_of_gpu.entry((gpu_uuid, gi)).or_default().push(p)
+                            }
+                        }
+                    }
+                }
+            }
+            if holds_any {
+                m.pods += 1;
+            }
+        }
+        fn tidy<K>(map: &mut HashMap<K, Vec<PodRef>>) {
+            for v in map.values_mut() {
+                v.sort();
+                v.dedup();
+            }
+        }
+        tidy(&mut m.by_gpu_uuid);
+        tidy(&mut m.by_gpu_index);
+        tidy(&mut m.by_mig_uuid);
+        tidy(&mut m.by_instance);
+        tidy(&mut m.by_instance_of_gpu);
+        m
+    }
+
+    /// The pods attributed to one entity (sorted, no duplicates); empty when none.
+    pub fn pods_for(&self, entity: &Entity, id_type: GpuIdType) -> Vec<PodRef> {
+        let gpu = &entity.gpu;
+        match (entity.kind, &entity.mig) {
+            (EntityKind::GpuInstance, Some(mig)) => {
+                let mut out: Vec<PodRef> = Vec::new();
+                let mut sources = 0;
+                let lists = [
+                    self.by_mig_uuid.get(&mig.uuid.to_ascii_lowercase()),
+                    self.by_instance.get(&(gpu.index, mig.gi_id)),
+                    self.by_instance_of_gpu.get(&(gpu.uuid.to_ascii_lowercase(), mig.gi_id)),
+                ];
+                for l in lists.into_iter().flatten() {
+                    out.extend(l.iter().cloned());
+                    sources += 1;
+                }
+                if sources > 1 {
+                    out.sort();
+                    out.dedup();
+                }
+                out
+            }
+            (EntityKind::GpuInstance, None) => Vec::new(),
+            (EntityKind::Gpu | EntityKind::NvLink, _) => {
+                let found = match id_type {
+                    GpuIdType::Uid => self.by_gpu_uuid.get(&gpu.uuid.to_ascii_lowercase()),
+                    GpuIdType::DeviceName => self.by_gpu_index.get(&gpu.index),
+                };
+                found.cloned().unwrap_or_default()
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::super::podresources::{ContainerDevices, ContainerResources, PodResources};
+    use super::*;
+    use crate::snapshot::{GpuIdentity, MigIdentity};
+
+    #[test]
+    fn device_id_forms() {
+        use DeviceKey::*;
+        let p = parse_device_id;
+        assert_eq!(p("GPU-AbC-1"), Some(GpuUuid("gpu-abc-1".into())));
+        assert_eq!(p("GPU-abc-1::3"), Some(GpuUuid("gpu-abc-1".into())));
+        assert_eq!(p("nvidia7"), Some(GpuIndex(7)));
+        assert_eq!(p("nvidia0/vgpu3"), Some(GpuIndex(0)));
+        assert_eq!(p("nvidia1/gi2"), Some(Instance { gpu: 1, gi: 2 }));
+        assert_eq!(p("nvidia1/gi2/vgpu0"), Some(Instance { gpu: 1, gi: 2 }));
+        assert_eq!(p("MIG-1234-ab"), Some(MigUuid("mig-1234-ab".into())));
+        assert_eq!(p("MIG-1234-ab::2"), Some(MigUuid("mig-1234-ab".into())));
+        assert_eq!(
+            p("MIG-GPU-5678/3/0"),
+            Some(InstanceOfGpu { gpu_uuid: "gpu-5678".into(), gi: 3 })
+        );
+        for bad in ["", "nvidia", "nvidiaX", "nvidia1/gi", "nvidia1/x2", "nvidia1/gi2/x", "MIG-", "abc", "0"] {
+            assert_eq!(p(bad), None, "{bad:?}");
+        }
+    }
+
+    fn gpu(index: u32) -> Arc<GpuIdentity> {
+        Arc::new(GpuIdentity {
+            index,
+            uuid: format!("GPU-{index}{index}"),
+            pci_bus_id: String::new(),
+            model: "m".into(),
+        })
+    }
+
+    fn pod(name: &str, resource: &str, ids: &[&str]) -> PodResources {
+        PodResources {
+            name: name.into(),
+            namespace: "ns".into(),
+            containers: vec![ContainerResources {
+                name: "c".into(),
+                devices: vec![ContainerDevices {
+                    resource_name: resource.into(),
+                    device_ids: ids.iter().map(|s| s.to_string()).collect(),
+                    topology: None,
+                }],
+            }],
+        }
+    }
+
+    fn names(pods: &[PodRef]) -> Vec<&str> {
+        pods.iter().map(|p| p.name.as_str()).collect()
+    }
+
+    #[test]
+    fn entities_get_their_pods() {
+        let reply = ListPodResourcesResponse {
+            pod_resources: vec![
+                pod("whole", "nvidia.com/gpu", &["GPU-00"]),
+                pod("shared-b", "nvidia.com/gpu", &["GPU-22::1"]),
+                pod("shared-a", "nvidia.com/gpu", &["GPU-22::0"]),
+                pod("mig", "nvidia.com/mig-1g.10gb", &["MIG-aa"]),
+                pod("gke-mig", "nvidia.com/gpu", &["nvidia1/gi5"]),
+                pod("other", "example.com/fpga", &["GPU-33"]),
+                pod("extra", "nvidia.com/a100", &["GPU-33"]),
+                pod("odd", "nvidia.com/gpu", &["weird"]),
+            ],
+        };
+        let rules = MatchRules { extra_resource_names: vec!["nvidia.com/a100".into()], id_type: GpuIdType::Uid };
+        let m = Mapping::build(&reply, &rules);
+        assert_eq!(m.pods, 6);
+        assert_eq!(m.unknown_ids, vec!["weird".to_string()]);
+        let uid = GpuIdType::Uid;
+        assert_eq!(names(&m.pods_for(&Entity::gpu(gpu(0)), uid)), ["whole"]);
+        assert_eq!(names(&m.pods_for(&Entity::nvlink(gpu(0), 0, 1), uid)), ["whole"]);
+        assert_eq!(names(&m.pods_for(&Entity::gpu(gpu(2)), uid)), ["shared-a", "shared-b"]);
+        assert_eq!(names(&m.pods_for(&Entity::gpu(gpu(3)), uid)), ["extra"]);
+        assert!(m.pods_for(&Entity::gpu(gpu(4)), uid).is_empty());
+        // device-name mode does not match GPU- ids
+        assert!(m.pods_for(&Entity::gpu(gpu(0)), GpuIdType::DeviceName).is_empty());
+        let mig = |gi: u32, uuid: &str| {
+            Arc::new(MigIdentity { entity_id: 8 + gi, gi_id: gi, profile: "1g.10gb".into(), uuid: uuid.into() })
+        };
+        assert_eq!(names(&m.pods_for(&Entity::instance(gpu(1), mig(7, "MIG-AA")), uid)), ["mig"]);
+        assert_eq!(names(&m.pods_for(&Entity::instance(gpu(1), mig(5, "MIG-bb")), uid)), ["gke-mig"]);
+        assert!(m.pods_for(&Entity::instance(gpu(1), mig(6, "MIG-cc")), uid).is_empty());
+        // a MIG GPU's whole-GPU series is not attributed to its instances' pods
+        assert!(m.pods_for(&Entity::gpu(gpu(1)), uid).is_empty());
+    }
+
+    #[test]
+    fn device_name_mode_matches_nvidia_n() {
+        let reply = ListPodResourcesResponse {
+            pod_resources: vec![pod("a", "nvidia.com/gpu", &["nvidia3"]), pod("b", "nvidia.com/gpu", &["nvidia3/vgpu1"])],
+        };
+        let rules = MatchRules { extra_resource_names: vec![], id_type: GpuIdType::DeviceName };
+        let m = Mapping::build(&reply, &rules);
+        assert_eq!(names(&m.pods_for(&Entity::gpu(gpu(3)), GpuIdType::DeviceName)), ["a", "b"]);
+        assert!(m.pods_for(&Entity::gpu(gpu(3)), GpuIdType::Uid).is_empty());
+    }
+}
