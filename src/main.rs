@@ -16,6 +16,7 @@ use dcgm_otel::export::SnapshotConsumer;
 use dcgm_otel::pipeline::{CollectorStatus, Pipeline, SnapshotStore};
 use dcgm_otel::server::{self, ServerState};
 use dcgm_otel::snapshot::HostInfo;
+use dcgm_otel::source::dcgm;
 use dcgm_otel::source::sim::{self, SimSource};
 use dcgm_otel::source::Source;
 
@@ -82,7 +83,12 @@ fn run(cli: Cli, collectors_explicit: bool, started: Instant) -> Result<(), Fata
     for (line, name) in &counter_set.unsupported_exporter_fields {
         tracing::warn!(origin = %counter_set.origin, line, field = %name, "DCGM_EXP_* metrics are not yet supported by dcgm-otel; row skipped");
     }
-    let hostname = (!cli.no_hostname).then(config::local_hostname);
+    // Remote host engine: the host part of -r, like dcgm-exporter 4.8.3 (loopback/unix → local name).
+    let remote_host = match (&cli.simulate, &cli.remote_hostengine_info) {
+        (None, Some(r)) => dcgm::remote_hostname(r),
+        _ => None,
+    };
+    let hostname = (!cli.no_hostname).then(|| remote_host.unwrap_or_else(config::local_hostname));
     let source: Box<dyn Source>;
     if let Some(scenario) = &scenario {
         let seed = cli.simulate_seed.unwrap_or(1);
@@ -97,9 +103,17 @@ fn run(cli: Cli, collectors_explicit: bool, started: Instant) -> Result<(), Fata
             SimSource::new(scenario, seed, counters_arc, &cli.devices, interval).map_err(usage)?,
         );
     } else {
-        return Err(failure(anyhow::anyhow!(
-            "no GPU source: reading real GPUs through libdcgm is not built yet; run with --simulate to use a simulated fleet"
-        )));
+        // Rows DCGM cannot serve (DCP without the profiling module) leave the counter set here, before
+        // any exporter is built. Missing libdcgm / host engine: exit 1; bad -r or -d: exit 2.
+        let opts = dcgm::DcgmOptions::from_cli(&cli);
+        let dcgm_source = dcgm::DcgmSource::connect(opts, &mut counter_set).map_err(|e| {
+            if e.is_bad_input() {
+                usage(e)
+            } else {
+                failure(e)
+            }
+        })?;
+        source = Box::new(dcgm_source);
     }
     counter_set.rows.shrink_to_fit();
     let counters = Arc::new(counter_set);

@@ -104,6 +104,10 @@ pub struct Cli {
           value_name = "ADDRESS", help_heading = "Source")]
     pub remote_hostengine_info: Option<String>,
 
+    /// libdcgm to load instead of searching for libdcgm.so.4, then libdcgm.so.3 (LD_LIBRARY_PATH works too).
+    #[arg(long = "dcgm-library", env = "DCGM_OTEL_LIBDCGM", value_name = "PATH", help_heading = "Source")]
+    pub dcgm_library: Option<PathBuf>,
+
     // ---------------------------------------------------------------- Server
     /// Listen address for /metrics: HOST:PORT, :PORT or [IPv6]:PORT.
     #[arg(short = 'a', long = "address", env = "DCGM_EXPORTER_LISTEN", value_name = "ADDRESS",

@@ -1,0 +1,715 @@
+//! A safe, typed client over the libdcgm symbol table ([`ffi::Symbols`]).
+//!
+//! What it adds to the raw 1:1 wrappers: loading by soname with the 3.x fallback, `dcgmReturn_t` codes
+//! turned into [`DcgmError`] (with `errorString` text), version words set on every struct, big structs
+//! on the heap, and RAII for the things a connection owns: a [`Group`] or [`FieldGroup`] is destroyed
+//! when dropped, and the connection itself (embedded host engine or remote link) is closed when the last
+//! [`Connection`] clone and the last group are gone. After the host engine is lost,
+//! [`Connection::mark_lost`] makes those drops silent (the ids mean nothing any more).
+//!
+//! No `unsafe` here: everything goes through `ffi`.
+
+use std::collections::BTreeSet;
+use std::ffi::{CString, OsStr};
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::ffi::{self, Pod};
+use super::remote::RemoteTarget;
+use super::values::Payload;
+
+/// Sonames tried, in order, when no explicit library path is given.
+pub const LIBRARY_NAMES: &[&str] = &["libdcgm.so.4", "libdcgm.so.3"];
+
+/// A failed DCGM call.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{call} failed: {message} ({code})")]
+pub struct DcgmError {
+    /// The C function that failed.
+    pub call: &'static str,
+    /// The `dcgmReturn_t` code (`DCGM_ST_*`).
+    pub code: i32,
+    /// `errorString(code)`, or the constant's name when the library does not know the code.
+    pub message: String,
+}
+
+impl DcgmError {
+    /// Whether the host engine (or the link to it) is gone: the caller must reconnect and rebuild.
+    pub fn connection_lost(&self) -> bool {
+        matches!(
+            self.code,
+            ffi::DCGM_ST_CONNECTION_NOT_VALID | ffi::DCGM_ST_UNINITIALIZED | ffi::DCGM_ST_TIMEOUT
+        )
+    }
+
+    /// A made-up error for an input this client refuses before calling the library.
+    fn local(call: &'static str, code: i32, message: impl Into<String>) -> Self {
+        DcgmError {
+            call,
+            code,
+            message: message.into(),
+        }
+    }
+}
+
+/// Name of a return code for messages when `errorString` has none.
+fn code_name(code: i32) -> &'static str {
+    match code {
+        ffi::DCGM_ST_OK => "DCGM_ST_OK",
+        ffi::DCGM_ST_BADPARAM => "DCGM_ST_BADPARAM",
+        ffi::DCGM_ST_NOT_SUPPORTED => "DCGM_ST_NOT_SUPPORTED",
+        ffi::DCGM_ST_CONNECTION_NOT_VALID => "DCGM_ST_CONNECTION_NOT_VALID",
+        ffi::DCGM_ST_VER_MISMATCH => "DCGM_ST_VER_MISMATCH",
+        ffi::DCGM_ST_MODULE_NOT_LOADED => "DCGM_ST_MODULE_NOT_LOADED",
+        ffi::DCGM_ST_FUNCTION_NOT_FOUND => "DCGM_ST_FUNCTION_NOT_FOUND",
+        _ => "unknown DCGM error",
+    }
+}
+
+/// Why the library could not be used at all.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    #[error("{0}")]
+    Ffi(#[from] ffi::LoadError),
+}
+
+/// A loaded libdcgm, initialised (`dcgmInit`) until [`Library::shutdown`].
+pub struct Library {
+    syms: Arc<ffi::Symbols>,
+    /// `dcgmInit` succeeded and `dcgmShutdown` has not run yet.
+    initialised: bool,
+    /// DCGM major version (3 or 4), from the soname or the build info.
+    major: u32,
+    version: Option<String>,
+}
+
+impl std::fmt::Debug for Library {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Library")
+            .field("path", &self.syms.path())
+            .field("version", &self.version)
+            .finish()
+    }
+}
+
+impl Library {
+    /// Load libdcgm: `explicit` when given, else [`LIBRARY_NAMES`] through the loader's search path
+    /// (`LD_LIBRARY_PATH`, ld.so.cache).
+    pub fn open(explicit: Option<&Path>) -> Result<Library, LoadError> {
+        let syms = match explicit {
+            Some(p) => ffi::Symbols::load(p.as_os_str())?,
+            None => {
+                let mut last = String::new();
+                let mut found = None;
+                for name in LIBRARY_NAMES {
+                    match ffi::Symbols::load(OsStr::new(name)) {
+                        Ok(s) => {
+                            found = Some(s);
+                            break;
+                        }
+                        Err(e @ ffi::LoadError::MissingSymbol { .. }) => return Err(e.into()),
+                        Err(ffi::LoadError::NotFound { last: l, .. }) => last = l,
+                    }
+                }
+                found.ok_or_else(|| ffi::LoadError::NotFound {
+                    tried: LIBRARY_NAMES.join(", "),
+                    last,
+                })?
+            }
+        };
+        let mut info = ffi::dcgmVersionInfo_v2::boxed_zeroed();
+        info.version = ffi::dcgmVersionInfo_version2;
+        let version = (syms.version_info(&mut info) == ffi::DCGM_ST_OK).then(|| {
+            let raw = ffi::chars_to_string(&info.rawBuildInfoString);
+            raw.split(';')
+                .find_map(|kv| kv.strip_prefix("version:").map(str::to_string))
+                .unwrap_or(raw)
+        });
+        let major = version
+            .as_deref()
+            .and_then(|v| v.split('.').next())
+            .and_then(|m| m.trim().parse().ok())
+            .unwrap_or(if syms.path().contains(".so.3") { 3 } else { 4 });
+        Ok(Library {
+            syms: Arc::new(syms),
+            initialised: false,
+            major,
+            version,
+        })
+    }
+
+    /// Where the library was loaded from (path or soname).
+    pub fn path(&self) -> &str {
+        self.syms.path()
+    }
+
+    /// The library's version from its build info, when it reports one.
+    pub fn version(&self) -> Option<&str> {
+        self.version.as_deref()
+    }
+
+    /// The most entities one group may hold on this DCGM major version.
+    pub fn group_max_entities(&self) -> usize {
+        if self.major >= 4 {
+            ffi::DCGM_GROUP_MAX_ENTITIES_V2
+        } else {
+            ffi::DCGM_GROUP_MAX_ENTITIES_V1
+        }
+    }
+
+    /// Whether `dcgmConnect_v3` (DCGM ≥ 4.5) is available.
+    pub fn has_connect_v3(&self) -> bool {
+        self.syms.has("dcgmConnect_v3")
+    }
+
+    fn check(&self, call: &'static str, code: i32) -> Result<(), DcgmError> {
+        check(&self.syms, call, code)
+    }
+
+    /// `dcgmInit()`.
+    pub fn init(&mut self) -> Result<(), DcgmError> {
+        self.check("dcgmInit", self.syms.init())?;
+        self.initialised = true;
+        Ok(())
+    }
+
+    /// `dcgmShutdown()` once, after every connection is closed (also done on drop). Errors are
+    /// irrelevant at that point and ignored.
+    pub fn shutdown(&mut self) {
+        if std::mem::take(&mut self.initialised) {
+            let _ = self.syms.shutdown();
+        }
+    }
+
+    /// Start a host engine inside this process (`dcgmStartEmbedded`, auto operation mode).
+    pub fn start_embedded(&self) -> Result<Connection, DcgmError> {
+        let mut handle: ffi::dcgmHandle_t = 0;
+        self.check(
+            "dcgmStartEmbedded",
+            self.syms
+                .start_embedded(ffi::DCGM_OPERATION_MODE_AUTO, &mut handle),
+        )?;
+        Ok(Connection::new(self.syms.clone(), handle, true))
+    }
+
+    /// Connect to a remote nv-hostengine. `timeout` bounds the connection attempt.
+    pub fn connect(
+        &self,
+        target: &RemoteTarget,
+        timeout: Duration,
+    ) -> Result<Connection, DcgmError> {
+        let timeout_ms = u32::try_from(timeout.as_millis())
+            .unwrap_or(u32::MAX)
+            .max(1);
+        let mut handle: ffi::dcgmHandle_t = 0;
+        let uri = match target {
+            RemoteTarget::Uri { uri, scheme, .. }
+                if self.has_connect_v3() || *scheme == "vsock" =>
+            {
+                Some(uri.as_str())
+            }
+            _ => None,
+        };
+        if let Some(uri) = uri {
+            if !self.has_connect_v3() {
+                return Err(DcgmError::local(
+                    "dcgmConnect_v3",
+                    ffi::DCGM_ST_FUNCTION_NOT_FOUND,
+                    format!("'{uri}' needs dcgmConnect_v3 (DCGM 4.5 or newer); this libdcgm does not have it"),
+                ));
+            }
+            let c = cstring("dcgmConnect_v3", uri)?;
+            let mut params = ffi::dcgmConnectV3Params_v1 {
+                version: ffi::dcgmConnectV3Params_version1,
+                persistAfterDisconnect: 0,
+                timeoutMs: timeout_ms,
+            };
+            self.check(
+                "dcgmConnect_v3",
+                self.syms.connect_v3(&c, &mut params, &mut handle),
+            )?;
+        } else {
+            let address = target.v2_address();
+            let c = cstring("dcgmConnect_v2", &address)?;
+            let mut params = ffi::dcgmConnectV2Params_v2 {
+                version: ffi::dcgmConnectV2Params_version2,
+                persistAfterDisconnect: 0,
+                timeoutMs: timeout_ms,
+                addressIsUnixSocket: u32::from(matches!(target, RemoteTarget::Unix { .. })),
+            };
+            self.check(
+                "dcgmConnect_v2",
+                self.syms.connect_v2(&c, &mut params, &mut handle),
+            )?;
+        }
+        Ok(Connection::new(self.syms.clone(), handle, false))
+    }
+}
+
+impl Drop for Library {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+fn check(syms: &ffi::Symbols, call: &'static str, code: i32) -> Result<(), DcgmError> {
+    if code == ffi::DCGM_ST_OK {
+        return Ok(());
+    }
+    let message = syms
+        .error_string(code)
+        .unwrap_or_else(|| code_name(code).to_string());
+    Err(DcgmError {
+        call,
+        code,
+        message,
+    })
+}
+
+fn cstring(call: &'static str, s: &str) -> Result<CString, DcgmError> {
+    CString::new(s)
+        .map_err(|_| DcgmError::local(call, ffi::DCGM_ST_BADPARAM, "string contains a NUL byte"))
+}
+
+/// The handle of one embedded host engine or remote connection.
+struct ConnInner {
+    syms: Arc<ffi::Symbols>,
+    handle: ffi::dcgmHandle_t,
+    embedded: bool,
+    lost: AtomicBool,
+}
+
+impl Drop for ConnInner {
+    fn drop(&mut self) {
+        // Closing a lost remote connection still frees the client side; errors are irrelevant here.
+        let _ = if self.embedded {
+            self.syms.stop_embedded(self.handle)
+        } else {
+            self.syms.disconnect(self.handle)
+        };
+    }
+}
+
+/// An open connection to a host engine. Cheap to clone; closed when the last clone (and the last
+/// [`Group`] / [`FieldGroup`] made from it) is dropped.
+#[derive(Clone)]
+pub struct Connection {
+    inner: Arc<ConnInner>,
+}
+
+/// An entity as DCGM names it: entity group (`DCGM_FE_*`) and id.
+pub type EntityPair = ffi::dcgmGroupEntityPair_t;
+
+/// Device attributes the exporter uses.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeviceAttributes {
+    pub uuid: String,
+    pub model: String,
+    pub pci_bus_id: String,
+    pub driver_version: String,
+}
+
+/// One MIG GPU instance from the hierarchy.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GpuInstanceInfo {
+    /// DCGM `DCGM_FE_GPU_I` entity id.
+    pub entity_id: u32,
+    /// DCGM GPU id of the parent.
+    pub parent_gpu: u32,
+    /// NVML GPU-instance id.
+    pub gi_id: u32,
+}
+
+/// A DCGM entity group of this connection; destroyed on drop.
+pub struct Group {
+    conn: Connection,
+    id: ffi::dcgmGpuGrp_t,
+}
+
+impl Drop for Group {
+    fn drop(&mut self) {
+        if !self.conn.is_lost() {
+            let _ = self.conn.syms().group_destroy(self.conn.handle(), self.id);
+        }
+    }
+}
+
+/// A DCGM field group of this connection; destroyed on drop.
+pub struct FieldGroup {
+    conn: Connection,
+    id: ffi::dcgmFieldGrp_t,
+    fields: Vec<u16>,
+}
+
+impl FieldGroup {
+    pub fn fields(&self) -> &[u16] {
+        &self.fields
+    }
+}
+
+impl Drop for FieldGroup {
+    fn drop(&mut self) {
+        if !self.conn.is_lost() {
+            let _ = self
+                .conn
+                .syms()
+                .field_group_destroy(self.conn.handle(), self.id);
+        }
+    }
+}
+
+/// Reusable output buffer of `dcgmEntitiesGetLatestValues` (4 KiB per value: allocated once, grown
+/// when a call needs more, reused every cycle).
+#[derive(Default)]
+pub struct ValueBuffer {
+    values: Vec<ffi::dcgmFieldValue_v2>,
+    len: usize,
+}
+
+impl ValueBuffer {
+    fn prepare(&mut self, n: usize) -> &mut [ffi::dcgmFieldValue_v2] {
+        if self.values.len() < n {
+            self.values.resize(n, ffi::dcgmFieldValue_v2::zeroed());
+        }
+        // Reset the headers only: an entry the library leaves untouched reads as "no value".
+        for v in &mut self.values[..n] {
+            v.version = 0;
+            v.status = ffi::DCGM_ST_NO_DATA;
+            v.fieldType = 0;
+            v.fieldId = 0;
+            v.entityGroupId = 0;
+            v.entityId = 0;
+        }
+        self.len = n;
+        &mut self.values[..n]
+    }
+
+    /// The values of the last call (entries the library filled in).
+    pub fn iter(&self) -> impl Iterator<Item = ValueRef<'_>> {
+        self.values[..self.len]
+            .iter()
+            .filter(|v| v.version != 0)
+            .map(|raw| ValueRef { raw })
+    }
+
+    /// Bytes held by the buffer.
+    pub fn capacity_bytes(&self) -> usize {
+        self.values.len() * std::mem::size_of::<ffi::dcgmFieldValue_v2>()
+    }
+}
+
+/// One value in a [`ValueBuffer`].
+pub struct ValueRef<'a> {
+    raw: &'a ffi::dcgmFieldValue_v2,
+}
+
+impl ValueRef<'_> {
+    pub fn entity_group(&self) -> u32 {
+        self.raw.entityGroupId
+    }
+    pub fn entity_id(&self) -> u32 {
+        self.raw.entityId
+    }
+    pub fn field_id(&self) -> u16 {
+        self.raw.fieldId
+    }
+    pub fn status(&self) -> i32 {
+        self.raw.status
+    }
+    /// The payload, read as the value's `fieldType` says.
+    pub fn payload(&self) -> Payload {
+        let t = self.raw.fieldType;
+        match u8::try_from(t) {
+            Ok(ffi::DCGM_FT_INT64) | Ok(ffi::DCGM_FT_TIMESTAMP) => {
+                Payload::Int(self.raw.value.as_i64())
+            }
+            Ok(ffi::DCGM_FT_DOUBLE) => Payload::Double(self.raw.value.as_f64()),
+            Ok(ffi::DCGM_FT_STRING) => Payload::Text(self.raw.value.as_string()),
+            Ok(ffi::DCGM_FT_BINARY) => Payload::Binary,
+            _ => Payload::Unknown(t),
+        }
+    }
+}
+
+impl Connection {
+    fn new(syms: Arc<ffi::Symbols>, handle: ffi::dcgmHandle_t, embedded: bool) -> Self {
+        Connection {
+            inner: Arc::new(ConnInner {
+                syms,
+                handle,
+                embedded,
+                lost: AtomicBool::new(false),
+            }),
+        }
+    }
+
+    fn syms(&self) -> &ffi::Symbols {
+        &self.inner.syms
+    }
+
+    fn handle(&self) -> ffi::dcgmHandle_t {
+        self.inner.handle
+    }
+
+    fn check(&self, call: &'static str, code: i32) -> Result<(), DcgmError> {
+        let r = check(self.syms(), call, code);
+        if let Err(e) = &r {
+            if e.connection_lost() {
+                self.mark_lost();
+            }
+        }
+        r
+    }
+
+    /// The host engine is gone: groups dropped from now on are not destroyed (nothing to destroy).
+    pub fn mark_lost(&self) {
+        self.inner.lost.store(true, Ordering::Release);
+    }
+
+    pub fn is_lost(&self) -> bool {
+        self.inner.lost.load(Ordering::Acquire)
+    }
+
+    /// Whether this is an embedded host engine (else a remote connection).
+    pub fn is_embedded(&self) -> bool {
+        self.inner.embedded
+    }
+
+    /// DCGM ids of the GPUs DCGM supports (`dcgmGetAllSupportedDevices`).
+    pub fn supported_gpus(&self) -> Result<Vec<u32>, DcgmError> {
+        let mut ids = [0u32; ffi::DCGM_MAX_NUM_DEVICES];
+        let mut count = 0i32;
+        self.check(
+            "dcgmGetAllSupportedDevices",
+            self.syms()
+                .get_all_supported_devices(self.handle(), &mut ids, &mut count),
+        )?;
+        let n = usize::try_from(count).unwrap_or(0).min(ids.len());
+        Ok(ids[..n].to_vec())
+    }
+
+    /// UUID, model, PCI bus id and driver version of one GPU (`dcgmGetDeviceAttributes`, v3).
+    pub fn device_attributes(&self, gpu: u32) -> Result<DeviceAttributes, DcgmError> {
+        let mut attr = ffi::dcgmDeviceAttributes_v3::boxed_zeroed();
+        attr.version = ffi::dcgmDeviceAttributes_version3;
+        self.check(
+            "dcgmGetDeviceAttributes",
+            self.syms()
+                .get_device_attributes(self.handle(), gpu, &mut attr),
+        )?;
+        let clean = |chars: &[std::ffi::c_char]| {
+            let s = ffi::chars_to_string(chars);
+            if s.starts_with("<<<") {
+                String::new()
+            } else {
+                s.trim().to_string()
+            }
+        };
+        let id = &attr.identifiers;
+        Ok(DeviceAttributes {
+            uuid: clean(&id.uuid),
+            model: clean(&id.deviceName),
+            pci_bus_id: clean(&id.pciBusId),
+            driver_version: clean(&id.driverVersion),
+        })
+    }
+
+    /// The MIG GPU instances (`dcgmGetGpuInstanceHierarchy`, v2), in hierarchy order.
+    pub fn gpu_instances(&self) -> Result<Vec<GpuInstanceInfo>, DcgmError> {
+        let mut hier = ffi::dcgmMigHierarchy_v2::boxed_zeroed();
+        hier.version = ffi::dcgmMigHierarchy_version2;
+        self.check(
+            "dcgmGetGpuInstanceHierarchy",
+            self.syms()
+                .get_gpu_instance_hierarchy(self.handle(), &mut hier),
+        )?;
+        let n = (hier.count as usize).min(hier.entityList.len());
+        Ok(hier.entityList[..n]
+            .iter()
+            .filter(|row| {
+                row.entity.entityGroupId == ffi::DCGM_FE_GPU_I
+                    && row.parent.entityGroupId == ffi::DCGM_FE_GPU
+            })
+            .map(|row| GpuInstanceInfo {
+                entity_id: row.entity.entityId,
+                parent_gpu: row.parent.entityId,
+                gi_id: row.info.nvmlInstanceId,
+            })
+            .collect())
+    }
+
+    /// NvLink states per GPU (`dcgmGetNvLinkLinkStatus`: v5, falling back to v4 on older 4.x).
+    /// `DCGM_ST_NOT_SUPPORTED` means no NvLinks (empty list).
+    pub fn nvlink_states(&self) -> Result<Vec<(u32, Vec<u32>)>, DcgmError> {
+        let mut v5 = ffi::dcgmNvLinkStatus_v5::boxed_zeroed();
+        v5.version = ffi::dcgmNvLinkStatus_version5;
+        let code = self.syms().get_nvlink_link_status(self.handle(), &mut *v5);
+        let collect =
+            |num: u32, gpus: Vec<(u32, Vec<u32>)>| gpus.into_iter().take(num as usize).collect();
+        match code {
+            ffi::DCGM_ST_OK => {
+                let all = v5
+                    .gpus
+                    .iter()
+                    .map(|g| (g.entityId, g.linkState.to_vec()))
+                    .collect();
+                Ok(collect(v5.numGpus, all))
+            }
+            ffi::DCGM_ST_NOT_SUPPORTED => Ok(Vec::new()),
+            ffi::DCGM_ST_VER_MISMATCH => {
+                let mut v4 = ffi::dcgmNvLinkStatus_v4::boxed_zeroed();
+                v4.version = ffi::dcgmNvLinkStatus_version4;
+                let code = self.syms().get_nvlink_link_status(self.handle(), &mut *v4);
+                if code == ffi::DCGM_ST_NOT_SUPPORTED {
+                    return Ok(Vec::new());
+                }
+                self.check("dcgmGetNvLinkLinkStatus", code)?;
+                let all = v4
+                    .gpus
+                    .iter()
+                    .map(|g| (g.entityId, g.linkState.to_vec()))
+                    .collect();
+                Ok(collect(v4.numGpus, all))
+            }
+            other => self
+                .check("dcgmGetNvLinkLinkStatus", other)
+                .map(|()| Vec::new()),
+        }
+    }
+
+    /// Field ids of every profiling metric group the GPU supports (`dcgmProfGetSupportedMetricGroups`).
+    pub fn profiling_fields(&self, gpu: u32) -> Result<BTreeSet<u16>, DcgmError> {
+        let mut groups = ffi::dcgmProfGetMetricGroups_v3::boxed_zeroed();
+        groups.version = ffi::dcgmProfGetMetricGroups_version3;
+        groups.gpuId = gpu;
+        self.check(
+            "dcgmProfGetSupportedMetricGroups",
+            self.syms()
+                .prof_get_supported_metric_groups(self.handle(), &mut groups),
+        )?;
+        let n = (groups.numMetricGroups as usize).min(groups.metricGroups.len());
+        Ok(groups.metricGroups[..n]
+            .iter()
+            .flat_map(|g| {
+                let k = (g.numFieldIds as usize).min(g.fieldIds.len());
+                g.fieldIds[..k].iter().copied()
+            })
+            .collect())
+    }
+
+    /// Create an empty group holding `entities` (`dcgmGroupCreate` + `dcgmGroupAddEntity` each).
+    pub fn create_group(&self, name: &str, entities: &[EntityPair]) -> Result<Group, DcgmError> {
+        let c = cstring("dcgmGroupCreate", name)?;
+        let mut id: ffi::dcgmGpuGrp_t = 0;
+        self.check(
+            "dcgmGroupCreate",
+            self.syms()
+                .group_create(self.handle(), ffi::DCGM_GROUP_EMPTY, &c, &mut id),
+        )?;
+        let group = Group {
+            conn: self.clone(),
+            id,
+        };
+        for e in entities {
+            self.check(
+                "dcgmGroupAddEntity",
+                self.syms()
+                    .group_add_entity(self.handle(), id, e.entityGroupId, e.entityId),
+            )?;
+        }
+        Ok(group)
+    }
+
+    /// Create a field group (`dcgmFieldGroupCreate`; 1..=127 ids, name unique per host engine).
+    pub fn create_field_group(&self, name: &str, fields: &[u16]) -> Result<FieldGroup, DcgmError> {
+        if fields.is_empty() || fields.len() >= ffi::DCGM_MAX_FIELD_IDS_PER_FIELD_GROUP {
+            return Err(DcgmError::local(
+                "dcgmFieldGroupCreate",
+                ffi::DCGM_ST_BADPARAM,
+                format!("a field group holds 1 to 127 fields, not {}", fields.len()),
+            ));
+        }
+        let c = cstring("dcgmFieldGroupCreate", name)?;
+        let mut id: ffi::dcgmFieldGrp_t = 0;
+        self.check(
+            "dcgmFieldGroupCreate",
+            self.syms()
+                .field_group_create(self.handle(), fields, &c, &mut id),
+        )?;
+        Ok(FieldGroup {
+            conn: self.clone(),
+            id,
+            fields: fields.to_vec(),
+        })
+    }
+
+    /// `dcgmWatchFields(group, fieldGroup, every, keepAge, keepSamples)`.
+    pub fn watch(
+        &self,
+        group: &Group,
+        fields: &FieldGroup,
+        every: Duration,
+        max_keep_age: Duration,
+        max_keep_samples: i32,
+    ) -> Result<(), DcgmError> {
+        let freq_us = i64::try_from(every.as_micros()).unwrap_or(i64::MAX);
+        self.check(
+            "dcgmWatchFields",
+            self.syms().watch_fields(
+                self.handle(),
+                group.id,
+                fields.id,
+                freq_us,
+                max_keep_age.as_secs_f64(),
+                max_keep_samples,
+            ),
+        )
+    }
+
+    /// `dcgmUpdateAllFields(h, 1)`: wait until every watched field has a fresh sample.
+    pub fn update_all_fields(&self) -> Result<(), DcgmError> {
+        self.check(
+            "dcgmUpdateAllFields",
+            self.syms().update_all_fields(self.handle(), true),
+        )
+    }
+
+    /// Latest value of every field in `fields` on every entity in `entities`, in one call
+    /// (`dcgmEntitiesGetLatestValues`; ≤ 1024 entities, ≤ 128 fields). `live` reads the driver now
+    /// instead of the cache (`DCGM_FV_FLAG_LIVE_DATA`). Results land in `buf`, in no particular order.
+    pub fn latest_values(
+        &self,
+        entities: &[EntityPair],
+        fields: &[u16],
+        live: bool,
+        buf: &mut ValueBuffer,
+    ) -> Result<(), DcgmError> {
+        if entities.len() > 1024 || fields.len() > ffi::DCGM_MAX_FIELD_IDS_PER_FIELD_GROUP {
+            return Err(DcgmError::local(
+                "dcgmEntitiesGetLatestValues",
+                ffi::DCGM_ST_BADPARAM,
+                "at most 1024 entities and 128 fields per call",
+            ));
+        }
+        let out = buf.prepare(entities.len() * fields.len());
+        let flags = if live { ffi::DCGM_FV_FLAG_LIVE_DATA } else { 0 };
+        let code =
+            self.syms()
+                .entities_get_latest_values(self.handle(), entities, fields, flags, out);
+        if code != ffi::DCGM_ST_OK {
+            buf.len = 0;
+        }
+        self.check("dcgmEntitiesGetLatestValues", code)
+    }
+}
+
+impl EntityPair {
+    pub fn new(group: u32, id: u32) -> Self {
+        ffi::dcgmGroupEntityPair_t {
+            entityGroupId: group,
+            entityId: id,
+        }
+    }
+}

@@ -1,0 +1,395 @@
+//! One connection's worth of DCGM state: the groups, field groups and watches created for the monitored
+//! entities, and the per-cycle read of their latest values.
+//!
+//! Watching: GPUs and MIG instances share one entity group (split at the group size limit), NvLinks get
+//! their own; fields go into field groups of at most 127 ids, with the profiling (DCP) fields in
+//! separate field groups so that a profiling failure cannot take the basic fields down (the host engine
+//! unwatches a whole field group when one of its fields fails). Watch frequency = collect interval,
+//! keep age 600 s and unlimited samples, as dcgm-exporter does.
+//!
+//! Reading: `dcgmEntitiesGetLatestValues` over all entities that ask for the same fields, so a cycle is
+//! normally one call (more only past 2048 values per call, or when some entities stopped asking for a
+//! field they do not support). Everything here lives and dies with the connection: after a reconnect a
+//! new session is built from a fresh discovery.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::client::{Connection, DcgmError, EntityPair, FieldGroup, Group, ValueBuffer};
+use super::discover::Inventory;
+use super::ffi;
+use super::values;
+use crate::config::counters::{Counter, MetricKind};
+use crate::config::devices::Selected;
+use crate::snapshot::{Absent, Attribution, Entity, EntityKind, EntityReading, FieldValue};
+
+/// dcgm-exporter's watch parameters: samples kept for 600 s, no sample-count limit.
+pub const MAX_KEEP_AGE: Duration = Duration::from_secs(600);
+pub const MAX_KEEP_SAMPLES: i32 = 0;
+/// Most field ids one field group may hold (the API rejects 128 and more).
+const FIELD_GROUP_MAX: usize = ffi::DCGM_MAX_FIELD_IDS_PER_FIELD_GROUP - 1;
+/// Most field ids one latest-values call accepts.
+const CALL_MAX_FIELDS: usize = ffi::DCGM_MAX_FIELD_IDS_PER_FIELD_GROUP;
+/// Most entities one latest-values call accepts.
+const CALL_MAX_ENTITIES: usize = 1024;
+/// Values per latest-values call (4 KiB each: bounds the reusable buffer to 8 MiB).
+pub const CALL_MAX_VALUES: usize = 2048;
+
+/// Whether a field needs DCGM's profiling module (DCP): ids 1000..1100 and the per-link NvLink bytes.
+pub fn needs_profiling(field: u16) -> bool {
+    (1000..1100).contains(&field) || (1532..=1533).contains(&field)
+}
+
+/// The counter rows as the source reads them, with the field → rows index.
+#[derive(Debug, Clone)]
+pub struct RowPlan {
+    pub kinds: Vec<MetricKind>,
+    pub fields: Vec<u16>,
+    pub on_gpus: Vec<bool>,
+    pub on_links: Vec<bool>,
+    by_field: HashMap<u16, Vec<usize>>,
+}
+
+impl RowPlan {
+    pub fn new(rows: &[Counter]) -> Self {
+        let mut by_field: HashMap<u16, Vec<usize>> = HashMap::new();
+        for (i, r) in rows.iter().enumerate() {
+            by_field.entry(r.field.id).or_default().push(i);
+        }
+        RowPlan {
+            kinds: rows.iter().map(|r| r.kind).collect(),
+            fields: rows.iter().map(|r| r.field.id).collect(),
+            on_gpus: rows
+                .iter()
+                .map(|r| r.field.level.applies_to_gpus())
+                .collect(),
+            on_links: rows
+                .iter()
+                .map(|r| r.field.level.applies_to_links())
+                .collect(),
+            by_field,
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.kinds.len()
+    }
+
+    fn applies(&self, row: usize, kind: EntityKind) -> bool {
+        match kind {
+            EntityKind::Gpu | EntityKind::GpuInstance => self.on_gpus[row],
+            EntityKind::NvLink => self.on_links[row],
+        }
+    }
+
+    /// Unique field ids that apply to an entity kind, in first-seen row order.
+    fn fields_for(&self, kind: EntityKind) -> Vec<u16> {
+        let mut seen = BTreeSet::new();
+        (0..self.len())
+            .filter(|&r| self.applies(r, kind))
+            .map(|r| self.fields[r])
+            .filter(|f| seen.insert(*f))
+            .collect()
+    }
+}
+
+/// Names and limits for the objects a session creates.
+#[derive(Debug, Clone)]
+pub struct WatchConfig {
+    /// Unique per process and connection, e.g. `dcgm-otel-1234-2`.
+    pub name_prefix: String,
+    pub interval: Duration,
+    pub group_max_entities: usize,
+}
+
+/// One latest-values call of the cycle.
+#[derive(Debug, Clone)]
+struct Call {
+    pairs: Vec<EntityPair>,
+    fields: Vec<u16>,
+}
+
+/// The result of one [`Session::read`].
+pub struct Read {
+    pub entities: Vec<EntityReading>,
+    /// DCGM said a GPU or instance is gone: rediscover before the next read.
+    pub topology_changed: bool,
+}
+
+/// A field that an entity reported as not supported for the first time.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unsupported {
+    pub entity: Arc<Entity>,
+    pub field: u16,
+}
+
+/// State of one connection.
+pub struct Session {
+    // Field order = drop order: watches' groups go before the connection handle they belong to.
+    _field_groups: Vec<FieldGroup>,
+    _groups: Vec<Group>,
+    conn: Connection,
+    entities: Vec<Arc<Entity>>,
+    pairs: Vec<EntityPair>,
+    index: HashMap<(u32, u32), usize>,
+    /// Per entity: fields it no longer asks for (DCGM said not supported).
+    unsupported: Vec<BTreeSet<u16>>,
+    /// Fields nobody asks for (their watch failed).
+    unwatched: BTreeSet<u16>,
+    calls: Vec<Call>,
+    dirty: bool,
+    buf: ValueBuffer,
+    driver_version: Option<String>,
+    attribution: Arc<Attribution>,
+    /// Calls made by the last [`Session::read`].
+    pub last_calls: usize,
+}
+
+fn entity_pair(e: &Entity) -> EntityPair {
+    let group = match e.kind {
+        EntityKind::Gpu => ffi::DCGM_FE_GPU,
+        EntityKind::GpuInstance => ffi::DCGM_FE_GPU_I,
+        EntityKind::NvLink => ffi::DCGM_FE_LINK,
+    };
+    EntityPair::new(group, e.entity_id)
+}
+
+/// What [`Session::establish`] set up.
+pub struct Established {
+    pub session: Session,
+    /// The profiling watch failed: DCP fields are not read on this connection.
+    pub profiling_watch_error: Option<DcgmError>,
+}
+
+impl Session {
+    /// Create groups, field groups and watches for the selected entities, then wait for a first sample.
+    pub fn establish(
+        conn: Connection,
+        inv: &Inventory,
+        selected: &Selected,
+        rows: &RowPlan,
+        cfg: &WatchConfig,
+    ) -> Result<Established, DcgmError> {
+        let link_fields = rows.fields_for(EntityKind::NvLink);
+        let entities = inv.entities(selected, !link_fields.is_empty());
+        let pairs: Vec<EntityPair> = entities.iter().map(|e| entity_pair(e)).collect();
+        let index = pairs
+            .iter()
+            .enumerate()
+            .map(|(i, p)| ((p.entityGroupId, p.entityId), i))
+            .collect();
+
+        let mut groups = Vec::new();
+        let mut field_groups = Vec::new();
+        let mut unwatched = BTreeSet::new();
+        let mut profiling_watch_error = None;
+        let kinds: [(&str, fn(&Entity) -> bool, Vec<u16>); 2] = [
+            (
+                "gpus",
+                |e| e.kind != EntityKind::NvLink,
+                rows.fields_for(EntityKind::Gpu),
+            ),
+            ("links", |e| e.kind == EntityKind::NvLink, link_fields),
+        ];
+        let mut fg_seq = 0usize;
+        for (label, is_kind, fields) in kinds {
+            let members: Vec<EntityPair> = entities
+                .iter()
+                .zip(&pairs)
+                .filter(|(e, _)| is_kind(e))
+                .map(|(_, p)| *p)
+                .collect();
+            if members.is_empty() || fields.is_empty() {
+                continue;
+            }
+            let (prof, basic): (Vec<u16>, Vec<u16>) =
+                fields.iter().partition(|f| needs_profiling(**f));
+            let mut kind_groups = Vec::new();
+            for (i, chunk) in members.chunks(cfg.group_max_entities.max(1)).enumerate() {
+                let name = format!("{}-{label}-{i}", cfg.name_prefix);
+                kind_groups.push(conn.create_group(&name, chunk)?);
+            }
+            for (is_prof, set) in [(false, basic), (true, prof)] {
+                for chunk in set.chunks(FIELD_GROUP_MAX) {
+                    fg_seq += 1;
+                    let name = format!(
+                        "{}-fields-{fg_seq}{}",
+                        cfg.name_prefix,
+                        if is_prof { "-dcp" } else { "" }
+                    );
+                    let fg = conn.create_field_group(&name, chunk)?;
+                    for g in &kind_groups {
+                        match conn.watch(g, &fg, cfg.interval, MAX_KEEP_AGE, MAX_KEEP_SAMPLES) {
+                            Ok(()) => {}
+                            Err(e) if is_prof && !e.connection_lost() => {
+                                unwatched.extend(chunk.iter().copied());
+                                profiling_watch_error.get_or_insert(e);
+                            }
+                            Err(e) => return Err(e),
+                        }
+                    }
+                    field_groups.push(fg);
+                }
+            }
+            groups.extend(kind_groups);
+        }
+        if !groups.is_empty() {
+            conn.update_all_fields()?;
+        }
+        let n = entities.len();
+        Ok(Established {
+            session: Session {
+                _field_groups: field_groups,
+                _groups: groups,
+                conn,
+                entities,
+                pairs,
+                index,
+                unsupported: vec![BTreeSet::new(); n],
+                unwatched,
+                calls: Vec::new(),
+                dirty: true,
+                buf: ValueBuffer::default(),
+                driver_version: inv.driver_version.clone(),
+                attribution: Arc::new(Attribution::default()),
+                last_calls: 0,
+            },
+            profiling_watch_error,
+        })
+    }
+
+    pub fn connection(&self) -> &Connection {
+        &self.conn
+    }
+
+    pub fn entities(&self) -> &[Arc<Entity>] {
+        &self.entities
+    }
+
+    pub fn driver_version(&self) -> Option<&str> {
+        self.driver_version.as_deref()
+    }
+
+    fn plan(&mut self, rows: &RowPlan) {
+        let gpu_fields = rows.fields_for(EntityKind::Gpu);
+        let link_fields = rows.fields_for(EntityKind::NvLink);
+        let mut buckets: BTreeMap<Vec<u16>, Vec<usize>> = BTreeMap::new();
+        for (i, e) in self.entities.iter().enumerate() {
+            let all = if e.kind == EntityKind::NvLink {
+                &link_fields
+            } else {
+                &gpu_fields
+            };
+            let asked: Vec<u16> = all
+                .iter()
+                .copied()
+                .filter(|f| !self.unwatched.contains(f) && !self.unsupported[i].contains(f))
+                .collect();
+            if !asked.is_empty() {
+                buckets.entry(asked).or_default().push(i);
+            }
+        }
+        self.calls.clear();
+        for (fields, ents) in buckets {
+            for fchunk in fields.chunks(CALL_MAX_FIELDS) {
+                let per_call = (CALL_MAX_VALUES / fchunk.len()).clamp(1, CALL_MAX_ENTITIES);
+                for echunk in ents.chunks(per_call) {
+                    self.calls.push(Call {
+                        pairs: echunk.iter().map(|&i| self.pairs[i]).collect(),
+                        fields: fchunk.to_vec(),
+                    });
+                }
+            }
+        }
+        self.dirty = false;
+    }
+
+    /// Read the latest value of every row on every entity. Fields an entity reports as not supported
+    /// are returned in `newly_unsupported` and not asked for again on this connection.
+    pub fn read(
+        &mut self,
+        rows: &RowPlan,
+        newly_unsupported: &mut Vec<Unsupported>,
+    ) -> Result<Read, DcgmError> {
+        if self.dirty {
+            self.plan(rows);
+        }
+        let mut values: Vec<Vec<FieldValue>> = self
+            .entities
+            .iter()
+            .enumerate()
+            .map(|(i, e)| {
+                (0..rows.len())
+                    .map(|r| {
+                        if !rows.applies(r, e.kind) {
+                            FieldValue::Absent(Absent::NotApplicable)
+                        } else if self.unsupported[i].contains(&rows.fields[r]) {
+                            FieldValue::Absent(Absent::NotSupported)
+                        } else if self.unwatched.contains(&rows.fields[r]) {
+                            FieldValue::Absent(Absent::Error)
+                        } else {
+                            // Replaced below when DCGM answers for this entity and field.
+                            FieldValue::Absent(Absent::NotFound)
+                        }
+                    })
+                    .collect()
+            })
+            .collect();
+        let mut calls = 0;
+        let mut topology_changed = false;
+        for call in &self.calls {
+            calls += 1;
+            self.conn
+                .latest_values(&call.pairs, &call.fields, false, &mut self.buf)?;
+            for v in self.buf.iter() {
+                let Some(&ent) = self.index.get(&(v.entity_group(), v.entity_id())) else {
+                    continue;
+                };
+                let field = v.field_id();
+                let Some(row_ids) = rows.by_field.get(&field) else {
+                    continue;
+                };
+                let status = v.status();
+                topology_changed |= matches!(
+                    status,
+                    ffi::DCGM_ST_GPU_IS_LOST
+                        | ffi::DCGM_ST_INSTANCE_NOT_FOUND
+                        | ffi::DCGM_ST_GPUS_DETACHED
+                );
+                let payload = v.payload();
+                let mut unsupported = false;
+                for &r in row_ids {
+                    if !rows.applies(r, self.entities[ent].kind) {
+                        continue;
+                    }
+                    let fv = values::convert(status, payload.clone(), rows.kinds[r]);
+                    unsupported |= fv == FieldValue::Absent(Absent::NotSupported);
+                    values[ent][r] = fv;
+                }
+                if unsupported && self.unsupported[ent].insert(field) {
+                    self.dirty = true;
+                    newly_unsupported.push(Unsupported {
+                        entity: self.entities[ent].clone(),
+                        field,
+                    });
+                }
+            }
+        }
+        self.last_calls = calls;
+        let entities = self
+            .entities
+            .iter()
+            .zip(values)
+            .map(|(e, v)| EntityReading {
+                entity: e.clone(),
+                values: v,
+                attribution: self.attribution.clone(),
+            })
+            .collect();
+        Ok(Read {
+            entities,
+            topology_changed,
+        })
+    }
+}
