@@ -9,13 +9,15 @@
 #      settings the stack relies on (tests/stack/stack_check.py otel-configs)
 #   4. Grafana dashboards: the 12239-equivalent keeps the original's panels/queries; every dashboard
 #      type-checks against @grafana/schema with tsc
-#   5. live: starts `dcgm-otel --simulate` and Debian's Prometheus 2.42 on 127.0.0.1 (free ports, temp dir),
-#      scraping with the pull-path job of prometheus/prometheus.yml every second, then runs every panel and
-#      variable query of every dashboard through /api/v1/query and requires data. The few panels that cannot
-#      have data here (Kubernetes, OTLP path) are listed with their reason in stack_check.py (SKIP).
+#   5. live: starts `dcgm-otel --simulate --otlp`, a collector stand-in (otlp_standin.py: OTLP/HTTP in,
+#      Prometheus text out, as collector.yaml's prometheus exporter) and Debian's Prometheus 2.42 on 127.0.0.1
+#      (free ports, temp dir) with the two jobs of prometheus/prometheus.yml (pull path and OTLP path) scraped
+#      every second, then runs every panel and variable query of every dashboard through /api/v1/query and
+#      requires data. The panels that cannot have data here are listed with their reason in stack_check.py (SKIP).
 #
-# Needs: prometheus + promtool, docker-compose (Debian packages), .venv with PyYAML and check-jsonschema,
-# tests/dashboards/node_modules (npm ci), target/debug/dcgm-otel. Everything it starts is stopped on exit.
+# Needs: prometheus + promtool, docker-compose (Debian packages), .venv with PyYAML, check-jsonschema and
+# opentelemetry-proto, tests/dashboards/node_modules (npm ci), target/debug/dcgm-otel.
+# Everything it starts is stopped on exit.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 root=$(pwd)
@@ -76,13 +78,21 @@ $CHECK tsc grafana/dashboards "$TSDIR"
 
 # --- 5. live: dcgm-otel --simulate -> Prometheus 2.42 -> dashboard queries ------------------------------------
 exporter_port=$($CHECK free-port)
+otlp_port=$($CHECK free-port)
 prom_port=$($CHECK free-port)
-step "starting dcgm-otel --simulate on 127.0.0.1:$exporter_port"
-"$BIN" --simulate -a "127.0.0.1:$exporter_port" -c 1000 >"$work/dcgm-otel.log" 2>&1 &
+# Collector stand-in (no otelcol is installable here): OTLP/HTTP in, Prometheus text out, translated as
+# otel-config/collector.yaml configures the prometheus exporter. See tests/stack/otlp_standin.py.
+step "starting the collector stand-in (OTLP/HTTP -> Prometheus text) on 127.0.0.1:$otlp_port"
+"$PY" tests/stack/otlp_standin.py "$otlp_port" >"$work/otlp-standin.log" 2>&1 &
+pids+=($!)
+$CHECK wait-http "http://127.0.0.1:$otlp_port/metrics" 10
+step "starting dcgm-otel --simulate --otlp on 127.0.0.1:$exporter_port"
+OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf OTEL_EXPORTER_OTLP_ENDPOINT="http://127.0.0.1:$otlp_port" \
+  "$BIN" --simulate --otlp -a "127.0.0.1:$exporter_port" -c 1000 >"$work/dcgm-otel.log" 2>&1 &
 pids+=($!)
 $CHECK wait-http "http://127.0.0.1:$exporter_port/health" 20
 
-$CHECK prom-config prometheus/prometheus.yml "$work/prometheus.yml" "127.0.0.1:$exporter_port"
+$CHECK prom-config prometheus/prometheus.yml "$work/prometheus.yml" "127.0.0.1:$exporter_port" "127.0.0.1:$otlp_port"
 promtool check config "$work/prometheus.yml" >/dev/null
 step "starting Prometheus $(prometheus --version 2>&1 | head -n 1 | awk '{print $3}') on 127.0.0.1:$prom_port"
 prometheus --config.file="$work/prometheus.yml" --storage.tsdb.path="$work/data" \
