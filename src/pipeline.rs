@@ -97,10 +97,14 @@ impl CollectorStatus {
         self.last_success_ms
             .store(self.started.elapsed().as_millis() as u64 + 1, Ordering::Release);
         self.source_up.store(true, Ordering::Release);
-        self.ever_succeeded.store(true, Ordering::Release);
         if let Ok(mut e) = self.last_error.lock() {
             *e = None;
         }
+    }
+
+    /// Called after a successful snapshot has been handed to every consumer (so /metrics has it).
+    fn mark_ready(&self) {
+        self.ever_succeeded.store(true, Ordering::Release);
     }
 
     fn record_failure(&self, err: &str) {
@@ -247,6 +251,9 @@ impl Pipeline {
             metrics.duration.set(started.elapsed().as_secs_f64());
             for c in &self.consumers {
                 c.on_snapshot(&snapshot);
+            }
+            if !was_down {
+                self.status.mark_ready();
             }
             next += self.interval;
             let now = Instant::now();

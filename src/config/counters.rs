@@ -251,6 +251,11 @@ pub fn parse(text: &str, origin: &str) -> Result<CounterSet, CsvError> {
                 ),
             ));
         }
+        // Column of a field's first non-space character, for messages.
+        let col = |i: usize| {
+            let (text, start) = &rec.fields[i];
+            start + (text.len() - text.trim_start_matches(' ').len())
+        };
         let name = rec.fields[0].0.trim_matches(' ');
         let kind_text = rec.fields[1].0.trim_matches(' ');
         let help = rec.fields[2].0.trim_matches(' ');
@@ -261,7 +266,7 @@ pub fn parse(text: &str, origin: &str) -> Result<CounterSet, CsvError> {
         let Some(field) = catalog().by_name(name) else {
             return Err(err(
                 rec.line,
-                rec.fields[0].1,
+                col(0),
                 format!("unknown DCGM field '{name}'"),
             ));
         };
@@ -272,14 +277,14 @@ pub fn parse(text: &str, origin: &str) -> Result<CounterSet, CsvError> {
             "histogram" | "summary" => {
                 return Err(err(
                     rec.line,
-                    rec.fields[1].1,
+                    col(1),
                     format!("type '{kind_text}' is not supported for a DCGM field (a DCGM field is one number: use gauge or counter)"),
                 ))
             }
             other => {
                 return Err(err(
                     rec.line,
-                    rec.fields[1].1,
+                    col(1),
                     format!("unknown metric type '{other}' (expected gauge, counter or label)"),
                 ))
             }
@@ -287,7 +292,7 @@ pub fn parse(text: &str, origin: &str) -> Result<CounterSet, CsvError> {
         if !field.value_type.is_numeric() && kind != MetricKind::Label {
             return Err(err(
                 rec.line,
-                rec.fields[1].1,
+                col(1),
                 format!(
                     "field '{name}' holds {}, not a number: use type label",
                     match field.value_type {
@@ -300,7 +305,7 @@ pub fn parse(text: &str, origin: &str) -> Result<CounterSet, CsvError> {
         if is_valid_metric_name(name).is_err() {
             return Err(err(
                 rec.line,
-                rec.fields[0].1,
+                col(0),
                 format!("'{name}' is not a valid Prometheus metric name"),
             ));
         }
@@ -358,7 +363,7 @@ mod tests {
         let e = parse("# c\nDCGM_FI_DEV_GPU_TEMP, gauge, ok\nDCGM_FI_NOPE, gauge, x\n", "f.csv").unwrap_err();
         assert_eq!(e.to_string(), "f.csv:3:1: unknown DCGM field 'DCGM_FI_NOPE'");
         let e = parse("DCGM_FI_DEV_GPU_TEMP, histogram, x\n", "f.csv").unwrap_err();
-        assert_eq!((e.line, e.column), (1, 22));
+        assert_eq!((e.line, e.column), (1, 23));
         let e = parse("DCGM_FI_DEV_GPU_TEMP, gauge\n", "f.csv").unwrap_err();
         assert!(e.to_string().starts_with("f.csv:1:22: expected 3 fields"), "{e}");
         let e = parse("DCGM_FI_DEV_GPU_TEMP, gauge, \"x\"\n", "f.csv").unwrap_err();

@@ -5,6 +5,8 @@
 pub mod cli;
 pub mod counters;
 pub mod devices;
+pub mod duration;
+pub mod web_config;
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -16,7 +18,7 @@ use counters::CounterSet;
 /// A start-up error in the configuration (exit code 2).
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
-    #[error("{0}")]
+    #[error(transparent)]
     Csv(#[from] counters::CsvError),
     #[error("invalid --address '{input}': {message}")]
     Address { input: String, message: String },
@@ -39,7 +41,7 @@ pub fn listen_addresses(input: &str) -> Result<Vec<SocketAddr>, ConfigError> {
         input: input.to_string(),
         message: message.to_string(),
     };
-    if let Some(port) = input.strip_prefix(':') {
+    if let Some(port) = input.strip_prefix(':').filter(|p| !p.contains(':')) {
         let port: u16 = port.parse().map_err(|_| bad("port is not a number in 0..65535"))?;
         // All interfaces: IPv6 any (dual stack on Linux), then IPv4 any as a fallback.
         return Ok(vec![

@@ -1,0 +1,292 @@
+//! End to end on the simulated fleet: the binary as a user runs it, scraped over loopback.
+//! Golden files: `UPDATE_GOLDEN=1 cargo nextest run --test simulated_e2e` rewrites tests/golden/*.prom.
+
+mod common;
+
+use std::io::Read as _;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use common::{get, get_with, run_to_exit, shared_dir, start};
+
+fn golden_path(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/golden").join(name)
+}
+
+fn check_golden(name: &str, actual: &str) {
+    let path = golden_path(name);
+    if std::env::var_os("UPDATE_GOLDEN").is_some() {
+        std::fs::write(&path, actual).unwrap();
+        return;
+    }
+    let expected = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("{}: {e} (run with UPDATE_GOLDEN=1 to create it)", path.display()));
+    if expected != actual {
+        let diff: Vec<String> = expected
+            .lines()
+            .zip(actual.lines())
+            .enumerate()
+            .filter(|(_, (a, b))| a != b)
+            .take(5)
+            .map(|(i, (a, b))| format!("line {}:\n  golden: {a}\n  actual: {b}", i + 1))
+            .collect();
+        panic!(
+            "/metrics differs from {} ({} vs {} lines):\n{}",
+            path.display(),
+            expected.lines().count(),
+            actual.lines().count(),
+            diff.join("\n")
+        );
+    }
+}
+
+fn scrape(port: u16) -> String {
+    let r = get(port, "/metrics").unwrap();
+    assert_eq!(r.status, 200);
+    r.text()
+}
+
+#[test]
+fn golden_default_scenario() {
+    let e = start(
+        &["--simulate", "--simulate-seed", "1", "-c", "60000", "--no-self-metrics"],
+        &[("NODE_NAME", "golden-host")],
+    );
+    check_golden("simulated-default.prom", &scrape(e.port));
+}
+
+#[test]
+fn golden_dgx_old_namespace_lowercase_host_label() {
+    let e = start(
+        &[
+            "--simulate=dgx-h100-mig",
+            "--simulate-seed",
+            "3",
+            "-c",
+            "60000",
+            "--no-self-metrics",
+            "-o",
+            "--hostname-label",
+            "hostname",
+            "-rbmn",
+        ],
+        &[("NODE_NAME", "golden-host")],
+    );
+    check_golden("simulated-dgx-h100-mig-old-namespace.prom", &scrape(e.port));
+}
+
+#[test]
+fn exact_lines_for_a_gpu_and_a_mig_instance_and_absent_values() {
+    let e = start(&["--simulate", "--simulate-seed", "1", "-c", "60000"], &[("NODE_NAME", "golden-host")]);
+    let body = scrape(e.port);
+    let gpu = "DCGM_FI_DEV_MEM_CLOCK{gpu=\"0\",UUID=\"GPU-08b4fda8-c892-b50e-71dc-d3d0944f065e\",pci_bus_id=\"00000000:18:00.0\",device=\"nvidia0\",modelName=\"NVIDIA H100 80GB HBM3\",Hostname=\"golden-host\",DCGM_FI_DRIVER_VERSION=\"550.144.03\"} 2619";
+    let mig = "DCGM_FI_DEV_MEM_CLOCK{gpu=\"1\",UUID=\"GPU-e9fd6049-d65a-f21e-f672-4c5ccb810ace\",pci_bus_id=\"00000000:2A:00.0\",device=\"nvidia1\",modelName=\"NVIDIA H100 80GB HBM3\",GPU_I_PROFILE=\"2g.20gb\",GPU_I_ID=\"3\",Hostname=\"golden-host\",DCGM_FI_DRIVER_VERSION=\"550.144.03\"} 2619";
+    assert!(body.lines().any(|l| l == gpu), "missing GPU line in:\n{body}");
+    assert!(body.lines().any(|l| l == mig), "missing MIG line");
+    // GPU utilization is not supported on MIG instances: present for GPU 0, absent on every instance.
+    let util: Vec<&str> = body.lines().filter(|l| l.starts_with("DCGM_FI_DEV_GPU_UTIL{")).collect();
+    assert_eq!(util.len(), 1, "{util:?}");
+    assert!(util[0].contains("gpu=\"0\""));
+    // vGPU licensing is not supported on bare metal: the whole family is absent, never a sentinel.
+    assert!(!body.contains("DCGM_FI_DEV_VGPU_LICENSE_STATUS{"));
+    assert!(!body.contains("# TYPE DCGM_FI_DEV_VGPU_LICENSE_STATUS"));
+    for sentinel in ["2147483632", "9223372036854775792", "140737488355328", "NaN", "Inf"] {
+        assert!(!body.contains(sentinel), "sentinel {sentinel} leaked");
+    }
+    // ...and it is counted.
+    assert!(body.contains("dcgm_otel_absent_values_total{field=\"DCGM_FI_DEV_VGPU_LICENSE_STATUS\",reason=\"not_supported\"} 4"), "{body}");
+    assert!(body.contains("dcgm_otel_source_up{source=\"simulated\"} 1"));
+}
+
+fn energy_of_gpu0(body: &str) -> i64 {
+    body.lines()
+        .find(|l| l.starts_with("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION{gpu=\"0\""))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+        .expect("energy series for GPU 0")
+}
+
+#[test]
+fn energy_counter_grows_between_scrapes() {
+    let e = start(&["--simulate", "-c", "150"], &[]);
+    let first = energy_of_gpu0(&scrape(e.port));
+    std::thread::sleep(Duration::from_millis(700));
+    let second = energy_of_gpu0(&scrape(e.port));
+    assert!(second > first, "energy did not grow: {first} then {second}");
+}
+
+#[test]
+fn promtool_accepts_the_exposition() {
+    let Ok(out) = std::process::Command::new("promtool").arg("--version").output() else {
+        assert!(std::env::var_os("CI").is_none(), "promtool is required in CI (apt-get install prometheus)");
+        eprintln!("promtool not installed; skipped outside CI");
+        return;
+    };
+    assert!(out.status.success());
+    for args in [
+        vec!["--simulate", "-c", "60000"],
+        vec!["--simulate=dgx-h100-mig", "-c", "60000", "-o"],
+        vec!["--simulate=large", "-c", "60000"],
+    ] {
+        let e = start(&args, &[]);
+        let body = scrape(e.port);
+        let mut child = std::process::Command::new("promtool")
+            .args(["check", "metrics"])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        use std::io::Write as _;
+        child.stdin.take().unwrap().write_all(body.as_bytes()).unwrap();
+        let out = child.wait_with_output().unwrap();
+        let code = out.status.code().unwrap_or(-1);
+        // 0 = clean; 3 = lint warnings only (dcgm-exporter's own names, e.g. counters without _total).
+        assert!(
+            code == 0 || code == 3,
+            "promtool check metrics exit {code} for {args:?}:\n{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+#[test]
+fn large_scenario_has_ten_thousand_series() {
+    let e = start(&["--simulate=large", "-c", "60000", "--no-self-metrics"], &[]);
+    let body = scrape(e.port);
+    let samples = body.lines().filter(|l| !l.starts_with('#')).count();
+    assert!(samples >= 10_000, "large scenario has {samples} series");
+}
+
+#[test]
+fn endpoints_health_ready_gzip_methods() {
+    let e = start(&["--simulate", "-c", "500"], &[]);
+    let h = get(e.port, "/health").unwrap();
+    assert_eq!((h.status, h.text().as_str()), (200, "OK\n"));
+    assert_eq!(get(e.port, "/ready").unwrap().status, 200);
+    let root = get(e.port, "/").unwrap();
+    assert!(root.text().contains("href=\"./metrics\""));
+    assert_eq!(get(e.port, "/nope").unwrap().status, 404);
+    let plain = get(e.port, "/metrics").unwrap();
+    assert_eq!(plain.header("content-type"), Some("text/plain; version=0.0.4; charset=utf-8"));
+    let gz = get_with(e.port, "/metrics", &[("Accept-Encoding", "gzip")]).unwrap();
+    assert_eq!(gz.header("content-encoding"), Some("gzip"));
+    let mut unzipped = String::new();
+    flate2::read::GzDecoder::new(&gz.body[..]).read_to_string(&mut unzipped).unwrap();
+    assert!(unzipped.starts_with("# HELP DCGM_FI_DEV_SM_CLOCK"));
+    // POST is not allowed.
+    use std::io::Write as _;
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", e.port)).unwrap();
+    s.write_all(b"POST /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\nConnection: close\r\n\r\n").unwrap();
+    let mut resp = String::new();
+    s.read_to_string(&mut resp).unwrap();
+    assert!(resp.starts_with("HTTP/1.1 405"), "{resp}");
+}
+
+#[test]
+fn every_dcgm_exporter_csv_loads_unchanged() {
+    let dir = shared_dir().join("dcgm-exporter-csv");
+    let mut files = Vec::new();
+    for sub in [dir.clone(), dir.join("4.5.3-4.8.2")] {
+        for entry in std::fs::read_dir(&sub).unwrap() {
+            let p = entry.unwrap().path();
+            if p.extension().is_some_and(|x| x == "csv") {
+                files.push(p);
+            }
+        }
+    }
+    assert_eq!(files.len(), 6, "{files:?}");
+    for f in files {
+        let path = f.to_str().unwrap();
+        let e = start(&["--simulate", "-c", "60000", "-f", path], &[]);
+        let body = scrape(e.port);
+        assert!(body.contains("DCGM_FI_DEV_SM_CLOCK{") || body.contains("dcgm_sm_clock{"), "{path}");
+    }
+}
+
+#[test]
+fn bad_csv_fails_naming_file_line_and_column() {
+    let dir = tempfile::tempdir().unwrap();
+    let csv = dir.path().join("bad.csv");
+    std::fs::write(&csv, "# ok\nDCGM_FI_DEV_GPU_TEMP, gauge, t\nDCGM_FI_DEV_SM_CLOCK, histogram, x\n").unwrap();
+    let (code, err) = run_to_exit(&["--simulate", "-f", csv.to_str().unwrap()], &[]);
+    assert_eq!(code, 2, "{err}");
+    let expected = format!("{}:3:23: type 'histogram' is not supported", csv.display());
+    assert!(err.contains(&expected), "{err}");
+    let (code, err) = run_to_exit(&["--simulate", "-f", "/nonexistent/counters.csv"], &[]);
+    assert_eq!(code, 2);
+    assert!(err.contains("/nonexistent/counters.csv") && err.contains("cannot read"), "{err}");
+}
+
+#[test]
+fn bad_flags_exit_2_with_one_clear_line() {
+    let (code, err) = run_to_exit(&["--bogus"], &[]);
+    assert_eq!(code, 2);
+    assert!(err.contains("--bogus"), "{err}");
+    let (code, err) = run_to_exit(&["--simulate", "-d", "g:0,x"], &[]);
+    assert_eq!(code, 2);
+    assert!(err.contains("invalid device selection 'g:0,x' at character 5"), "{err}");
+    let (code, err) = run_to_exit(&["--simulate", "-d", "g:7"], &[]);
+    assert_eq!(code, 2);
+    assert!(err.contains("GPU 7, which does not exist") || err.contains("GPU 7"), "{err}");
+    let (code, err) = run_to_exit(&["--simulate=nope"], &[]);
+    assert_eq!(code, 2);
+    assert!(err.contains("unknown simulation scenario 'nope'"), "{err}");
+    let (code, err) = run_to_exit(&["--simulate", "-a", "::1:9400"], &[]);
+    assert_eq!(code, 2);
+    assert!(err.contains("needs brackets"), "{err}");
+    let (code, err) = run_to_exit(&["--simulate"], &[("DCGM_EXPORTER_INTERVAL", "soon")]);
+    assert_eq!(code, 2);
+    assert!(err.contains("soon"), "{err}");
+}
+
+#[test]
+fn version_and_grouped_help() {
+    let (code, out) = run_to_exit(&["--version"], &[]);
+    assert_eq!(code, 0);
+    assert!(out.starts_with(&format!("dcgm-otel {} (commit ", env!("CARGO_PKG_VERSION"))), "{out}");
+    let (code, out) = run_to_exit(&["--help"], &[]);
+    assert_eq!(code, 0);
+    for heading in ["Metrics:", "Source:", "Server:", "Logging:"] {
+        assert!(out.contains(heading), "missing {heading} in help");
+    }
+}
+
+#[test]
+fn environment_is_used_when_the_flag_is_absent_and_the_flag_wins() {
+    // The exporter logs its resolved interval, then fails to bind a port that is taken: exits quickly.
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    let (code, err) = run_to_exit(
+        &["--simulate", "-a", &addr],
+        &[("DCGM_EXPORTER_INTERVAL", "1234")],
+    );
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("interval_ms=1234"), "{err}");
+    assert!(err.contains("cannot listen on"), "{err}");
+    let (_, err) = run_to_exit(
+        &["--simulate", "-a", &addr, "-c", "4321"],
+        &[("DCGM_EXPORTER_INTERVAL", "1234")],
+    );
+    assert!(err.contains("interval_ms=4321"), "{err}");
+    let (_, err) = run_to_exit(&["--simulate", "-a", &addr, "--log-format", "json"], &[]);
+    assert!(err.lines().any(|l| l.starts_with('{') && l.contains("\"interval_ms\":30000")), "{err}");
+}
+
+#[test]
+fn scenario_file_and_no_hostname() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("lab.yaml");
+    std::fs::write(&file, "description: lab\ngpus:\n  - model: A30\n    mig: [2g.12gb, 2g.12gb]\n  - model: L4\n    load: idle\n").unwrap();
+    let arg = format!("--simulate={}", file.display());
+    let e = start(&[&arg, "-c", "60000", "-n"], &[]);
+    let body = scrape(e.port);
+    assert!(body.contains("modelName=\"NVIDIA A30\",GPU_I_PROFILE=\"2g.12gb\",GPU_I_ID=\"1\",DCGM_FI_DRIVER_VERSION"), "{body}");
+    assert!(body.contains("modelName=\"NVIDIA L4\",DCGM_FI_DRIVER_VERSION"));
+    assert!(!body.contains("Hostname="));
+    std::fs::write(&file, "gpus:\n  - model: B300\n").unwrap();
+    let (code, err) = run_to_exit(&[&arg], &[]);
+    assert_eq!(code, 2);
+    assert!(err.contains("unknown GPU model 'B300'"), "{err}");
+}
