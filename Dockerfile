@@ -9,8 +9,10 @@
 #   planner  - reduces the source tree to what decides the dependency graph (manifests, lock file, stub targets)
 #   builder  - compiles the dependencies once (cached layer), then the real sources, with the same command CI
 #              uses for release builds: `cargo build --release --locked`
-#   runtime  - debian:bookworm-slim, non-root user, default counters CSV, /health HEALTHCHECK (default target)
 #   gpu      - the same binary and files on nvcr.io/nvidia/cloud-native/dcgm (libdcgm.so.4 and its modules)
+#   runtime  - debian:bookworm-slim, non-root user, default counters CSV, /health HEALTHCHECK (the default:
+#              last stage). BuildKit builds only the stages a target needs; the legacy builder would also
+#              build (and pull) the gpu stage.
 #
 # The builder is Debian bookworm (glibc 2.36). Every runtime base must have the same or a newer glibc: bookworm
 # itself, or the DCGM image's Ubuntu 24.04 variant (glibc 2.39). An Ubuntu 22.04 based DCGM image (glibc 2.35)
@@ -21,6 +23,7 @@ ARG DCGM_IMAGE=nvcr.io/nvidia/cloud-native/dcgm:4.6.1-1-ubuntu24.04
 
 # ---------------------------------------------------------------------------------------------------------------
 FROM rust:${RUST_VERSION}-bookworm AS planner
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 WORKDIR /src
 COPY . .
 # Keep every Cargo.toml and the lock file; replace each target root (main.rs, lib.rs, bin/, benches/, examples/,
@@ -71,6 +74,8 @@ ENTRYPOINT ["/usr/bin/dcgm-otel"]
 # `--simulate` it runs anywhere; for real GPUs add libdcgm (README, "On a GPU host") or build the `gpu` target.
 FROM debian:bookworm-slim AS runtime
 # ca-certificates: OTLP over TLS to a vendor endpoint. No curl/wget: the healthcheck uses bash only.
+# Unpinned on purpose: the package follows the base image's Debian release and its security updates.
+# hadolint ignore=DL3008
 RUN apt-get update \
  && apt-get install -y --no-install-recommends ca-certificates \
  && rm -rf /var/lib/apt/lists/* \

