@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 use clap::parser::ValueSource;
-use clap::{CommandFactory, FromArgMatches};
+use clap::FromArgMatches;
 
 use dcgm_otel::config::{self, counters, Cli, LabelStyle};
 use dcgm_otel::export::prometheus::Renderer;
@@ -37,7 +37,7 @@ fn failure(error: impl Into<anyhow::Error>) -> Fatal {
 fn main() -> ExitCode {
     let started = Instant::now();
     let args = config::cli::normalize_args(std::env::args_os());
-    let matches = match Cli::command().try_get_matches_from(args) {
+    let matches = match config::cli::command().try_get_matches_from(args) {
         Ok(m) => m,
         Err(e) => {
             let _ = e.print();
@@ -52,6 +52,9 @@ fn main() -> ExitCode {
         }
     };
     dcgm_otel::logging::init(cli.log_format, cli.debug);
+    for flag in config::cli::not_implemented_given(&matches) {
+        tracing::warn!(flag = %flag, "dcgm-exporter flag accepted for compatibility but not implemented by dcgm-otel yet; it has no effect");
+    }
     let collectors_explicit = matches
         .value_source("collectors")
         .is_some_and(|s| s != ValueSource::DefaultValue);
@@ -67,6 +70,12 @@ fn main() -> ExitCode {
 fn run(cli: Cli, collectors_explicit: bool, started: Instant) -> Result<(), Fatal> {
     let interval = config::collect_interval(&cli);
     let listen = config::listen_addresses(&cli.address).map_err(usage)?;
+    // Web config (TLS, basic auth): a bad file stops start-up here, with exit code 2.
+    let web_config_file = cli.web_config_file.clone().filter(|p| !p.as_os_str().is_empty());
+    let web_security = match &web_config_file {
+        Some(path) => server::web::WebSecurity::load(path).map_err(usage)?,
+        None => server::web::WebSecurity::plain(),
+    };
 
     // ---- counters and source ---------------------------------------------------------------------
     let scenario = match &cli.simulate {
@@ -143,10 +152,49 @@ fn run(cli: Cli, collectors_explicit: bool, started: Instant) -> Result<(), Fata
     let status = CollectorStatus::new(interval);
     let store = SnapshotStore::new();
 
+    // ---- enrichers: Kubernetes pods (-k), HPC jobs (--hpc-job-mapping-dir) -----------------------
+    let mut enrichers: Vec<Box<dyn dcgm_otel::enrich::Enricher>> = Vec::new();
+    if cli.kubernetes {
+        use dcgm_otel::enrich::kubernetes as k8s;
+        let k8s_config = k8s::KubernetesConfig {
+            socket: cli.pod_resources_kubelet_socket.clone(),
+            rules: k8s::MatchRules {
+                extra_resource_names: cli
+                    .nvidia_resource_names
+                    .iter()
+                    .map(|n| n.trim().to_string())
+                    .filter(|n| !n.is_empty())
+                    .collect(),
+                id_type: cli.kubernetes_gpu_id_type,
+            },
+            enable_pod_uid: cli.kubernetes_enable_pod_uid,
+            deadline: k8s::KubernetesConfig::deadline_for(interval),
+        };
+        let enricher = k8s::KubernetesEnricher::new(k8s_config, &self_metrics)
+            .context("cannot start the kubelet client runtime")
+            .map_err(failure)?;
+        enrichers.push(Box::new(enricher));
+    }
+    if let Some(dir) = cli.hpc_job_mapping_dir.as_ref().filter(|d| !d.as_os_str().is_empty()) {
+        enrichers.push(Box::new(dcgm_otel::enrich::hpc::HpcEnricher::new(dir.clone(), &self_metrics)));
+    }
+
+    // ---- OTLP push (issue 4): off unless --otlp or an endpoint is configured ----------------------
+    let otel = dcgm_otel::export::otel::start(dcgm_otel::export::otel::OtelInputs {
+        cli: &cli,
+        counters: &counters,
+        store: store.clone(),
+        self_metrics: self_metrics.clone(),
+        collect_interval: interval,
+        hostname: hostname.as_deref(),
+        node_name: std::env::var("NODE_NAME").ok().filter(|n| !n.is_empty()).as_deref(),
+    })
+    .map_err(|e| if e.is_bad_input() { usage(e) } else { failure(e) })?;
+
     // ---- collector thread --------------------------------------------------------------------------
     let pipeline = Pipeline {
         source,
-        enrichers: Vec::new(),
+        enrichers,
         consumers,
         counters,
         host: Arc::new(HostInfo {
@@ -177,6 +225,19 @@ fn run(cli: Cli, collectors_explicit: bool, started: Instant) -> Result<(), Fata
         body: renderer.body(),
         status: status.clone(),
     };
+    let web = Arc::new(arc_swap::ArcSwap::from_pointee(web_security));
+    let http_metrics = Arc::new(server::web::HttpMetrics::new(&self_metrics));
+    let serve_opts = server::ServeOptions {
+        limits: server::Limits {
+            read_timeout: cli.web_read_timeout,
+            write_timeout: cli.web_write_timeout,
+            max_connections: cli.web_max_connections as usize,
+            max_requests: cli.web_max_requests as usize,
+        },
+        web: web.clone(),
+        metrics: http_metrics.clone(),
+        health_auth: cli.web_health_auth,
+    };
     let result = runtime.block_on(async move {
         let listener = server::bind(&listen)
             .await
@@ -185,7 +246,10 @@ fn run(cli: Cli, collectors_explicit: bool, started: Instant) -> Result<(), Fata
         let local = listener.local_addr().map(|a| a.to_string()).unwrap_or_default();
         tracing::info!(address = %local, startup_ms = started.elapsed().as_millis() as u64, "serving /metrics");
         let (shutdown_tx, shutdown_rx) = tokio::sync::watch::channel(false);
-        let server = tokio::spawn(server::serve(listener, state, shutdown_rx));
+        if let Some(path) = web_config_file {
+            tokio::spawn(server::web::reload_on_sighup(path, web, http_metrics));
+        }
+        let server = tokio::spawn(server::serve_with(listener, state, serve_opts, shutdown_rx));
         wait_for_signal().await;
         tracing::info!("shutting down");
         let _ = shutdown_tx.send(true);
@@ -194,6 +258,9 @@ fn run(cli: Cli, collectors_explicit: bool, started: Instant) -> Result<(), Fata
     });
     drop(stop_tx);
     let _ = collector.join();
+    if let Some(otel) = otel {
+        otel.shutdown();
+    }
     runtime.shutdown_timeout(Duration::from_secs(1));
     result
 }

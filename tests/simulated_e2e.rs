@@ -290,3 +290,20 @@ fn scenario_file_and_no_hostname() {
     assert_eq!(code, 2);
     assert!(err.contains("unknown GPU model 'B300'"), "{err}");
 }
+
+#[test]
+fn unimplemented_dcgm_exporter_flags_are_accepted_with_a_warning() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    let (code, err) = run_to_exit(
+        &["--simulate", "-a", &addr, "-p", "f", "-kubernetes-enable-pod-labels"],
+        &[("DCGM_EXPORTER_XID_COUNT_WINDOW_SIZE", "60000")],
+    );
+    assert_eq!(code, 1, "{err}");
+    for flag in ["--cpu-devices", "--kubernetes-enable-pod-labels", "--xid-count-window-size"] {
+        assert!(
+            err.lines().any(|l| l.contains("not implemented") && l.contains(flag)),
+            "no warning for {flag}:\n{err}"
+        );
+    }
+}

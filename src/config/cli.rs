@@ -36,6 +36,20 @@ impl HostnameLabel {
     }
 }
 
+/// How OTLP resources are cut (see `export::otel`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum OtelResourceMode {
+    PerEntity,
+    Host,
+}
+
+/// Attribute names on OTLP resources and data points.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum OtelAttributeStyle {
+    Otel,
+    Dcgm,
+}
+
 pub const DEFAULT_COLLECTORS: &str = "/etc/dcgm-exporter/default-counters.csv";
 
 #[derive(Debug, Clone, Parser)]
@@ -114,6 +128,42 @@ pub struct Cli {
           default_value = ":9400", help_heading = "Server")]
     pub address: String,
 
+    /// Web config (Prometheus exporter-toolkit YAML): TLS, client certificates, basic auth, extra headers.
+    /// Re-read on SIGHUP. Empty: plain HTTP, no auth.
+    #[arg(long = "web-config-file", env = "DCGM_EXPORTER_WEB_CONFIG_FILE", value_name = "PATH",
+          help_heading = "Server")]
+    pub web_config_file: Option<PathBuf>,
+
+    /// Time to read a request's headers (also the keep-alive idle limit and the TLS handshake limit).
+    /// Go duration: 10s, 500ms, 1m; 0 = none.
+    #[arg(long = "web-read-timeout", env = "DCGM_EXPORTER_WEB_READ_TIMEOUT", value_name = "DURATION",
+          default_value = "10s", value_parser = parse_duration, help_heading = "Server")]
+    pub web_read_timeout: std::time::Duration,
+
+    /// Time to write one response to a client. Go duration; 0 = none.
+    #[arg(long = "web-write-timeout", env = "DCGM_EXPORTER_WEB_WRITE_TIMEOUT", value_name = "DURATION",
+          default_value = "30s", value_parser = parse_duration, help_heading = "Server")]
+    pub web_write_timeout: std::time::Duration,
+
+    /// Open connections at most; more are answered 503 at once (plain HTTP) or closed (TLS).
+    #[arg(long = "web-max-connections", env = "DCGM_OTEL_WEB_MAX_CONNECTIONS", value_name = "N",
+          default_value_t = 512, value_parser = clap::value_parser!(u32).range(1..=65536),
+          help_heading = "Server")]
+    pub web_max_connections: u32,
+
+    /// Requests handled at once at most; more are answered 503 at once.
+    #[arg(long = "web-max-requests", env = "DCGM_OTEL_WEB_MAX_REQUESTS", value_name = "N",
+          default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..=65536),
+          help_heading = "Server")]
+    pub web_max_requests: u32,
+
+    /// With basic auth on, also require it on /health and /ready (like dcgm-exporter). Kubernetes httpGet
+    /// probes cannot send credentials: set false, or use tcpSocket probes.
+    #[arg(long = "web-health-auth", env = "DCGM_OTEL_WEB_HEALTH_AUTH", value_name = "BOOL",
+          default_value = "true", num_args = 0..=1, default_missing_value = "true",
+          value_parser = clap::builder::BoolishValueParser::new(), help_heading = "Server")]
+    pub web_health_auth: bool,
+
     // ---------------------------------------------------------------- Logging
     /// Log format on stderr.
     #[arg(long = "log-format", env = "DCGM_EXPORTER_LOG_FORMAT", value_enum, default_value = "text",
@@ -123,6 +173,175 @@ pub struct Cli {
     /// Log at debug level.
     #[arg(long = "debug", env = "DCGM_EXPORTER_DEBUG", action = ArgAction::SetTrue, help_heading = "Logging")]
     pub debug: bool,
+
+    // ---- Kubernetes (src/enrich/kubernetes.rs, src/enrich/hpc.rs): pod and HPC job attribution
+    /// Attribute GPUs and MIG instances to the pods holding them (kubelet pod-resources API).
+    #[arg(short = 'k', long = "kubernetes", env = "DCGM_EXPORTER_KUBERNETES", action = ArgAction::SetTrue,
+          help_heading = "Kubernetes")]
+    pub kubernetes: bool,
+
+    /// How the device plugin names whole GPUs: uid (GPU-<uuid>) or device-name (nvidia<N>, GKE).
+    #[arg(long = "kubernetes-gpu-id-type", env = "DCGM_EXPORTER_KUBERNETES_GPU_ID_TYPE", value_enum,
+          default_value = "uid", help_heading = "Kubernetes")]
+    pub kubernetes_gpu_id_type: crate::enrich::kubernetes::GpuIdType,
+
+    /// Add the pod_uid label when the pod's UID is known (the pod-resources v1 API carries none).
+    #[arg(long = "kubernetes-enable-pod-uid", env = "DCGM_EXPORTER_KUBERNETES_ENABLE_POD_UID",
+          action = ArgAction::SetTrue, help_heading = "Kubernetes")]
+    pub kubernetes_enable_pod_uid: bool,
+
+    /// The kubelet's pod-resources socket.
+    #[arg(long = "pod-resources-kubelet-socket", env = "DCGM_POD_RESOURCES_KUBELET_SOCKET", value_name = "PATH",
+          default_value = crate::enrich::kubernetes::podresources::DEFAULT_SOCKET, help_heading = "Kubernetes")]
+    pub pod_resources_kubelet_socket: PathBuf,
+
+    /// Extra extended-resource names that are NVIDIA GPUs (comma list), besides nvidia.com/gpu and
+    /// nvidia.com/mig-*.
+    #[arg(long = "nvidia-resource-names", env = "NVIDIA_RESOURCE_NAMES", value_name = "NAMES",
+          value_delimiter = ',', help_heading = "Kubernetes")]
+    pub nvidia_resource_names: Vec<String>,
+
+    /// Directory of HPC job files named <gpu> or <gpu>.<GPU_I_ID>, one job id per line (hpc_job label).
+    #[arg(long = "hpc-job-mapping-dir", env = "DCGM_HPC_JOB_MAPPING_DIR", value_name = "DIR",
+          help_heading = "Kubernetes")]
+    pub hpc_job_mapping_dir: Option<PathBuf>,
+
+    // ---- OTLP (src/export/otel/): flags win over the standard OTEL_* variables named in each help line
+    /// Push metrics over OTLP; without an endpoint, to http://localhost:4317 (grpc) or :4318 (http/protobuf).
+    /// OTLP is also on whenever an endpoint is set.
+    #[arg(long = "otlp", env = "DCGM_OTEL_OTLP", action = ArgAction::SetTrue, help_heading = "OTLP")]
+    pub otlp: bool,
+
+    /// OTLP endpoint (http:// or https://); for http/protobuf, /v1/metrics is appended
+    /// [env: OTEL_EXPORTER_OTLP_METRICS_ENDPOINT (used verbatim), OTEL_EXPORTER_OTLP_ENDPOINT].
+    #[arg(long = "otlp-endpoint", value_name = "URL", help_heading = "OTLP")]
+    pub otlp_endpoint: Option<String>,
+
+    /// grpc or http/protobuf [default: grpc] [env: OTEL_EXPORTER_OTLP_(METRICS_)PROTOCOL].
+    #[arg(long = "otlp-protocol", value_name = "PROTOCOL", help_heading = "OTLP")]
+    pub otlp_protocol: Option<String>,
+
+    /// Extra request headers / gRPC metadata: k=v,k2=v2 (URL-encoded)
+    /// [env: OTEL_EXPORTER_OTLP_(METRICS_)HEADERS].
+    #[arg(long = "otlp-headers", value_name = "LIST", help_heading = "OTLP")]
+    pub otlp_headers: Option<String>,
+
+    /// Timeout of one export request in milliseconds [default: 10000] [env: OTEL_EXPORTER_OTLP_(METRICS_)TIMEOUT].
+    #[arg(long = "otlp-timeout", value_name = "MS", help_heading = "OTLP")]
+    pub otlp_timeout: Option<u64>,
+
+    /// gzip or none [default: none] [env: OTEL_EXPORTER_OTLP_(METRICS_)COMPRESSION].
+    #[arg(long = "otlp-compression", value_name = "ALGO", help_heading = "OTLP")]
+    pub otlp_compression: Option<String>,
+
+    /// PEM CA bundle trusted in addition to the system roots [env: OTEL_EXPORTER_OTLP_(METRICS_)CERTIFICATE].
+    #[arg(long = "otlp-certificate", value_name = "PATH", help_heading = "OTLP")]
+    pub otlp_certificate: Option<PathBuf>,
+
+    /// PEM client certificate for mTLS [env: OTEL_EXPORTER_OTLP_(METRICS_)CLIENT_CERTIFICATE].
+    #[arg(long = "otlp-client-certificate", value_name = "PATH", help_heading = "OTLP")]
+    pub otlp_client_certificate: Option<PathBuf>,
+
+    /// PEM private key of the client certificate [env: OTEL_EXPORTER_OTLP_(METRICS_)CLIENT_KEY].
+    #[arg(long = "otlp-client-key", value_name = "PATH", help_heading = "OTLP")]
+    pub otlp_client_key: Option<PathBuf>,
+
+    /// Export interval in milliseconds [default: the collect interval] [env: OTEL_METRIC_EXPORT_INTERVAL].
+    #[arg(long = "otlp-export-interval", value_name = "MS", help_heading = "OTLP")]
+    pub otlp_export_interval: Option<u64>,
+
+    /// cumulative, delta or lowmemory [default: cumulative]
+    /// [env: OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE].
+    #[arg(long = "otlp-temporality", value_name = "PREFERENCE", help_heading = "OTLP")]
+    pub otlp_temporality: Option<String>,
+
+    /// Export requests kept while the collector is unreachable; the oldest is dropped beyond this.
+    #[arg(long = "otlp-max-pending", env = "DCGM_OTEL_OTLP_MAX_PENDING", value_name = "N", default_value_t = 8,
+          value_parser = clap::value_parser!(u64).range(1..=1000), help_heading = "OTLP")]
+    pub otlp_max_pending: u64,
+
+    /// per-entity: one OTLP Resource per GPU / MIG instance (and pod); host: one host Resource, entity
+    /// identity as data-point attributes.
+    #[arg(long = "otel-resource-mode", env = "DCGM_OTEL_RESOURCE_MODE", value_enum, default_value = "per-entity",
+          help_heading = "OTLP")]
+    pub otel_resource_mode: OtelResourceMode,
+
+    /// otel: semantic-convention names (hw.id, k8s.pod.name, nvidia.*); dcgm: dcgm-exporter label names
+    /// (gpu, UUID, modelName, pod, ...).
+    #[arg(long = "otel-attribute-style", env = "DCGM_OTEL_ATTRIBUTE_STYLE", value_enum, default_value = "otel",
+          help_heading = "OTLP")]
+    pub otel_attribute_style: OtelAttributeStyle,
+
+    /// service.name of the pushed resources [default: dcgm-otel] [env: OTEL_SERVICE_NAME].
+    #[arg(long = "otel-service-name", value_name = "NAME", help_heading = "OTLP")]
+    pub otel_service_name: Option<String>,
+}
+
+/// dcgm-exporter flags that dcgm-otel accepts so existing command lines and manifests keep starting,
+/// but does not implement yet: (long name, short alias, env var, takes a value). Each one given is
+/// reported with a warning at start-up.
+pub const ACCEPTED_NOT_IMPLEMENTED: &[(&str, Option<char>, &str, bool)] = &[
+    ("cpu-devices", Some('p'), "DCGM_EXPORTER_CPU_DEVICES_STR", true),
+    ("switch-devices", Some('s'), "DCGM_EXPORTER_OTHER_DEVICES_STR", true),
+    ("configmap-data", Some('m'), "DCGM_EXPORTER_CONFIGMAP_DATA", true),
+    ("kubernetes-enable-pod-labels", None, "DCGM_EXPORTER_KUBERNETES_ENABLE_POD_LABELS", false),
+    ("kubernetes-pod-label-allowlist-regex", None, "DCGM_EXPORTER_KUBERNETES_POD_LABEL_ALLOWLIST_REGEX", true),
+    ("kubernetes-virtual-gpus", None, "KUBERNETES_VIRTUAL_GPUS", false),
+    ("kubernetes-enable-dra", None, "KUBERNETES_ENABLE_DRA", false),
+    ("fake-gpus", None, "DCGM_EXPORTER_USE_FAKE_GPUS", false),
+    ("xid-count-window-size", Some('x'), "DCGM_EXPORTER_XID_COUNT_WINDOW_SIZE", true),
+    ("clock-events-count-window-size", None, "DCGM_EXPORTER_CLOCK_EVENTS_COUNT_WINDOW_SIZE", true),
+    ("enable-dcgm-log", None, "DCGM_EXPORTER_ENABLE_DCGM_LOG", false),
+    ("dcgm-log-level", None, "DCGM_EXPORTER_DCGM_LOG_LEVEL", true),
+    ("dump-enabled", None, "DCGM_EXPORTER_DUMP_ENABLED", false),
+    ("dump-directory", None, "DCGM_EXPORTER_DUMP_DIRECTORY", true),
+    ("dump-retention", None, "DCGM_EXPORTER_DUMP_RETENTION", true),
+    ("dump-compression", None, "DCGM_EXPORTER_DUMP_COMPRESSION", false),
+    ("disable-startup-validate", None, "DISABLE_STARTUP_VALIDATE", false),
+    ("enable-gpu-bind-unbind-watch", None, "DCGM_EXPORTER_ENABLE_GPU_BIND_UNBIND_WATCH", false),
+    ("gpu-bind-unbind-poll-interval", None, "DCGM_EXPORTER_GPU_BIND_UNBIND_POLL_INTERVAL", true),
+    ("enable-pprof", None, "DCGM_EXPORTER_ENABLE_PPROF", false),
+    ("web-systemd-socket", None, "DCGM_EXPORTER_SYSTEMD_SOCKET", false),
+    ("config-file", None, "DCGM_EXPORTER_CONFIG_FILE", true),
+    ("container-labels", None, "DCGM_EXPORTER_CONTAINER_LABELS", false),
+    ("container-runtime-socket", None, "DCGM_CONTAINER_RUNTIME_SOCKET", true),
+];
+
+/// The full command: [`Cli`] plus the accepted-but-not-implemented dcgm-exporter flags (hidden in --help).
+pub fn command() -> clap::Command {
+    use clap::CommandFactory;
+    let mut cmd = Cli::command();
+    for (long, short, env, takes_value) in ACCEPTED_NOT_IMPLEMENTED {
+        let mut arg = clap::Arg::new(*long).long(*long).env(*env).hide(true);
+        if let Some(c) = short {
+            arg = arg.short(*c);
+        }
+        arg = if *takes_value {
+            arg.action(ArgAction::Set)
+        } else {
+            arg.action(ArgAction::SetTrue)
+        };
+        cmd = cmd.arg(arg);
+    }
+    cmd
+}
+
+/// The dcgm-exporter flags from [`ACCEPTED_NOT_IMPLEMENTED`] that were actually given (flag or env).
+pub fn not_implemented_given(matches: &clap::ArgMatches) -> Vec<String> {
+    ACCEPTED_NOT_IMPLEMENTED
+        .iter()
+        .filter(|(long, _, _, takes_value)| {
+            let explicit = matches
+                .value_source(long)
+                .is_some_and(|s| s != clap::parser::ValueSource::DefaultValue);
+            explicit && (*takes_value || matches.get_flag(long))
+        })
+        .map(|(long, _, _, _)| format!("--{long}"))
+        .collect()
+}
+
+fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
+    super::duration::parse_go_duration(s)
 }
 
 fn parse_devices(s: &str) -> Result<super::devices::DeviceSelection, String> {
@@ -132,8 +351,7 @@ fn parse_devices(s: &str) -> Result<super::devices::DeviceSelection, String> {
 /// Rewrite Go-style single-dash long flags (`-collectors x`, `-rbmn`) into clap's `--long` form.
 /// Only names that are real long flags (or `rbmn`) are rewritten; short flags are left alone.
 pub fn normalize_args<I: IntoIterator<Item = OsString>>(args: I) -> Vec<OsString> {
-    use clap::CommandFactory;
-    let cmd = Cli::command();
+    let cmd = command();
     let longs: Vec<String> = cmd
         .get_arguments()
         .filter_map(|a| a.get_long().map(str::to_string))
