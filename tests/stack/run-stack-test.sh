@@ -8,7 +8,8 @@
 #      counters CSV path, non-root final stage, EXPOSE 9400, /health HEALTHCHECK, .dockerignore)
 #   2. prometheus/prometheus.yml: promtool check config
 #   3. otel-config/*.yaml: every component a pipeline names is defined, every defined one is used, plus the
-#      settings the stack relies on (tests/stack/stack_check.py otel-configs)
+#      settings the stack relies on (tests/stack/stack_check.py otel-configs); and the stack's files agree
+#      with each other: mounts exist, scrape targets are services on listening ports, datasource uid, paths
 #   4. Grafana dashboards: the 12239-equivalent keeps the original's panels/queries; every dashboard
 #      type-checks against @grafana/schema with tsc
 #   5. live: starts `dcgm-otel --simulate --otlp`, a collector stand-in (otlp_standin.py: OTLP/HTTP in,
@@ -75,9 +76,11 @@ $CHECK dockerfile Dockerfile
 step "promtool check config prometheus/prometheus.yml"
 promtool check config prometheus/prometheus.yml >/dev/null
 
-# --- 3. collector configs ----------------------------------------------------------------------------------
+# --- 3. collector configs, and the files of the stack against each other -----------------------------------
 step "otel-config: pipelines reference defined components, every component is used"
 $CHECK otel-configs otel-config/*.yaml
+step "compose / prometheus.yml / collector.yaml / Grafana provisioning agree"
+$CHECK consistency
 
 # --- 4. dashboards -----------------------------------------------------------------------------------------
 step "dashboards: 12239 facts, @grafana/schema type check (tsc)"

@@ -5,6 +5,9 @@ Subcommands:
   dockerfile FILE               facts the image must keep (no Docker engine here to build it): CI's release
                                 build command, the counters CSV it copies exists, final stage non-root with
                                 EXPOSE 9400 and a /health HEALTHCHECK, .dockerignore keeps the build inputs
+  consistency                   the compose file, prometheus.yml, collector.yaml and Grafana provisioning agree
+                                (mounted files exist, scrape targets are compose services on ports they
+                                listen on, datasource name/uid, dashboard paths); run from the repo root
   otel-configs FILE...          every component a pipeline names is defined, every defined one is used, plus a
                                 few settings the stack depends on (listen addresses, prometheus translation, ...)
   dashboard-facts DIR           the 12239-equivalent dashboard keeps the original's title family, variables,
@@ -159,6 +162,114 @@ def cmd_dockerfile(path):
     installed = re.findall(r"install\s+(?:-m\s+\S+\s+|-\S+\s+)*(\S+)\s+/out/", runs)
     print(f"ok: {path}: stages {', '.join(stages)}; installs {', '.join(installed)}; "
           f"final stage '{last}' runs as {users[-1]}")
+
+
+# ------------------------------------------------------------------------------------------------------------
+# consistency between the stack's files
+def cmd_consistency():
+    errs = []
+    compose = load_yaml("docker-compose.yaml")
+    services = compose.get("services") or {}
+
+    def mounts(svc):
+        out = {}
+        for v in services.get(svc, {}).get("volumes") or []:
+            parts = v.split(":")
+            if parts[0].startswith("./"):
+                out[parts[1]] = parts[0]
+        return out
+
+    def container_ports(svc):
+        ports = set()
+        for p in services.get(svc, {}).get("ports") or []:
+            ports.add(str(p).split(":")[-1].split("/")[0])
+        for p in services.get(svc, {}).get("expose") or []:
+            ports.add(str(p))
+        return ports
+
+    for svc in services:
+        for target, src in mounts(svc).items():
+            if not os.path.exists(src):
+                errs.append(f"compose: {svc} mounts {src}, which does not exist")
+
+    # Prometheus scrape targets are compose services, on ports they publish or expose
+    prom_cfg_path = mounts("prometheus").get("/etc/prometheus/prometheus.yml")
+    if not prom_cfg_path:
+        errs.append("compose: prometheus does not mount a prometheus.yml at /etc/prometheus/prometheus.yml")
+    else:
+        prom = load_yaml(prom_cfg_path)
+        for job in prom.get("scrape_configs") or []:
+            for sc in job.get("static_configs") or []:
+                for t in sc.get("targets") or []:
+                    host, _, port = t.rpartition(":")
+                    if host in ("127.0.0.1", "localhost"):
+                        continue
+                    if host not in services:
+                        errs.append(f"prometheus job {job['job_name']}: target {t} is not a compose service")
+                    elif port not in container_ports(host):
+                        errs.append(f"prometheus job {job['job_name']}: {host} does not publish/expose {port}")
+
+    # the collector config mounted by compose listens where compose and prometheus expect
+    col_cmd = " ".join(services.get("otel-collector", {}).get("command") or [])
+    m = re.search(r"--config=(\S+)", col_cmd)
+    col_src = mounts("otel-collector").get(m.group(1)) if m else None
+    if not col_src:
+        errs.append("compose: otel-collector's --config file is not a mounted repository file")
+    else:
+        col = load_yaml(col_src)
+        listen = set()
+        for section in ("receivers", "exporters", "extensions"):
+            for c in (col.get(section) or {}).values():
+                c = c or {}
+                for ep in [c.get("endpoint")] + [(pc or {}).get("endpoint") for pc in (c.get("protocols") or {}).values()]:
+                    if ep:
+                        listen.add(str(ep).rsplit(":", 1)[-1])
+        for r in ((col.get("service") or {}).get("telemetry") or {}).get("metrics", {}).get("readers") or []:
+            port = (((r.get("pull") or {}).get("exporter") or {}).get("prometheus") or {}).get("port")
+            if port:
+                listen.add(str(port))
+        for port in container_ports("otel-collector"):
+            if port not in listen:
+                errs.append(f"compose publishes/exposes otel-collector:{port} but {col_src} listens on {sorted(listen)}")
+        env = services.get("dcgm-otel", {}).get("environment") or {}
+        ep = env.get("OTEL_EXPORTER_OTLP_ENDPOINT", "")
+        if not ep.startswith("http://otel-collector:") or ep.rsplit(":", 1)[-1] not in listen:
+            errs.append(f"dcgm-otel's OTEL_EXPORTER_OTLP_ENDPOINT {ep!r} is not a port the collector listens on")
+
+    # Grafana: datasource name/uid, dashboard provider path, home dashboard
+    gmounts = mounts("grafana")
+    prov = gmounts.get("/etc/grafana/provisioning")
+    dash_target = next((t for t, s_ in gmounts.items() if s_.rstrip("/") == "./grafana/dashboards"), None)
+    if not prov or not dash_target:
+        errs.append("compose: grafana must mount ./grafana/provisioning and ./grafana/dashboards")
+    else:
+        ds = [d for f in glob.glob(os.path.join(prov, "datasources", "*.yaml"))
+              for d in (load_yaml(f).get("datasources") or [])]
+        named = [d for d in ds if d.get("name") == "Prometheus"]
+        if len(named) != 1 or named[0].get("type") != "prometheus" or not named[0].get("isDefault"):
+            errs.append("grafana: exactly one default prometheus datasource named 'Prometheus' is required")
+        elif not str(named[0].get("url", "")).startswith("http://prometheus:9090"):
+            errs.append(f"grafana: datasource url {named[0].get('url')} is not the compose prometheus service")
+        else:
+            uid = named[0].get("uid")
+            for path, d in load_dashboards("grafana/dashboards"):
+                for v in (d.get("templating") or {}).get("list") or []:
+                    if v.get("type") == "datasource" and (v.get("current") or {}).get("value") != uid:
+                        errs.append(f"{path}: datasource variable default is not the provisioned uid {uid}")
+        paths = [(p.get("options") or {}).get("path") for f in glob.glob(os.path.join(prov, "dashboards", "*.yaml"))
+                 for p in (load_yaml(f).get("providers") or [])]
+        if dash_target not in paths:
+            errs.append(f"grafana: no dashboard provider reads {dash_target} (providers read {paths})")
+        home = (services["grafana"].get("environment") or {}).get("GF_DASHBOARDS_DEFAULT_HOME_DASHBOARD_PATH")
+        if home:
+            local = os.path.join("grafana/dashboards", os.path.relpath(home, dash_target))
+            if not home.startswith(dash_target + "/") or not os.path.exists(local):
+                errs.append(f"grafana: home dashboard {home} is not a provisioned dashboard file")
+    for e in errs:
+        print(f"FAIL: {e}", file=sys.stderr)
+    if errs:
+        sys.exit(1)
+    print("ok: compose, prometheus.yml, collector.yaml and Grafana provisioning agree")
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -568,7 +679,9 @@ def main(argv):
     if len(argv) < 2:
         fail(__doc__)
     cmd, args = argv[1], argv[2:]
-    if cmd == "dockerfile":
+    if cmd == "consistency":
+        cmd_consistency()
+    elif cmd == "dockerfile":
         cmd_dockerfile(*args)
     elif cmd == "otel-configs":
         cmd_otel_configs(args)
