@@ -2,6 +2,18 @@
 //! (200 when the last collection succeeded and is fresh, 503 with the reason otherwise), `/ready`
 //! (200 once the first collection is published) and a small `/` page. A request never triggers a
 //! collection: the handler copies bytes that the collector thread rendered.
+//!
+//! Around [`route`], [`serve_with`] enforces what `--web-config-file` and the `--web-*` flags ask for:
+//! TLS ([`tls`]), basic auth ([`auth`]; `/health` and `/ready` too unless `--web-health-auth=false`),
+//! extra response headers, caps on open connections and in-flight requests (the excess gets a quick 503,
+//! never a queue), header-read / keep-alive-idle and write timeouts ([`io`]), a 16 KiB request-head
+//! limit and no request bodies. [`web`] holds the live settings, their SIGHUP reload and the HTTP
+//! self-metrics.
+
+pub mod auth;
+pub mod io;
+pub mod tls;
+pub mod web;
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -14,8 +26,15 @@ use hyper::body::Incoming;
 use hyper::header::{self, HeaderValue};
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
+use std::time::Duration;
+
 use tokio::net::TcpListener;
-use tokio::sync::watch;
+use tokio::sync::{watch, Semaphore};
+
+use self::auth::Outcome;
+use self::io::TimedIo;
+use self::web::{HttpMetrics, WebSecurity};
+use crate::export::self_metrics::SelfMetrics;
 
 use crate::export::prometheus::RenderedBody;
 use crate::pipeline::CollectorStatus;
@@ -132,14 +151,103 @@ pub async fn bind(addrs: &[SocketAddr]) -> std::io::Result<TcpListener> {
     Err(last.unwrap_or_else(|| std::io::Error::other("no listen address")))
 }
 
-/// Serve until `shutdown` flips to true; then stop accepting and let open requests finish.
-pub async fn serve(listener: TcpListener, state: ServerState, mut shutdown: watch::Receiver<bool>) {
+/// Limits of the HTTP server (the `--web-*` flags). A zero timeout means none.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    /// Time to read a request head. hyper starts this clock whenever it waits for a request, so it also
+    /// closes idle keep-alive connections (Go's IdleTimeout falls back to ReadTimeout) and slow-header
+    /// clients; it also bounds a TLS handshake.
+    pub read_timeout: Duration,
+    /// Time to hand one response to the kernel.
+    pub write_timeout: Duration,
+    /// Open connections at most; more get a quick 503 (plain HTTP) or are closed (TLS).
+    pub max_connections: usize,
+    /// Requests being handled at once at most (basic auth makes a request cost a bcrypt); more get 503.
+    pub max_requests: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            read_timeout: Duration::from_secs(10),
+            write_timeout: Duration::from_secs(30),
+            max_connections: 512,
+            max_requests: 64,
+        }
+    }
+}
+
+/// Largest request head (request line and headers) read; hyper answers 431 above it.
+pub const MAX_REQUEST_HEAD: usize = 16 * 1024;
+/// How long open connections get to finish once shutdown begins (main waits 5 s in all).
+pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(3);
+
+/// Everything [`serve_with`] enforces around [`route`].
+pub struct ServeOptions {
+    pub limits: Limits,
+    /// The live web config (swapped by a SIGHUP reload).
+    pub web: Arc<ArcSwap<WebSecurity>>,
+    pub metrics: Arc<HttpMetrics>,
+    /// Whether `/health` and `/ready` need basic auth too (when users are configured).
+    pub health_auth: bool,
+}
+
+impl ServeOptions {
+    /// Plain HTTP, default limits, metrics counted in a registry nobody renders.
+    pub fn plain() -> ServeOptions {
+        ServeOptions {
+            limits: Limits::default(),
+            web: Arc::new(ArcSwap::from_pointee(WebSecurity::plain())),
+            metrics: Arc::new(HttpMetrics::new(&SelfMetrics::default())),
+            health_auth: true,
+        }
+    }
+}
+
+struct Shared {
+    state: ServerState,
+    web: Arc<ArcSwap<WebSecurity>>,
+    metrics: Arc<HttpMetrics>,
+    health_auth: bool,
+    requests: Semaphore,
+}
+
+/// Serve plain HTTP with default limits until `shutdown` flips to true.
+pub async fn serve(listener: TcpListener, state: ServerState, shutdown: watch::Receiver<bool>) {
+    serve_with(listener, state, ServeOptions::plain(), shutdown).await
+}
+
+/// Serve until `shutdown` flips to true; then stop accepting, give open connections
+/// [`SHUTDOWN_GRACE`] to finish their current request, and return.
+pub async fn serve_with(
+    listener: TcpListener,
+    state: ServerState,
+    opts: ServeOptions,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let limits = opts.limits;
     let mut builder = hyper::server::conn::http1::Builder::new();
     builder
         .timer(TokioTimer::new())
-        .header_read_timeout(std::time::Duration::from_secs(10))
-        .keep_alive(true);
+        .header_read_timeout((!limits.read_timeout.is_zero()).then_some(limits.read_timeout))
+        .keep_alive(true)
+        .max_buf_size(MAX_REQUEST_HEAD)
+        .max_headers(100);
     let builder = Arc::new(builder);
+    let handshake_timeout = if limits.read_timeout.is_zero() {
+        Duration::from_secs(10)
+    } else {
+        limits.read_timeout
+    };
+    let max_connections = limits.max_connections.clamp(1, u32::MAX as usize >> 3);
+    let connection_slots = Arc::new(Semaphore::new(max_connections));
+    let shared = Arc::new(Shared {
+        state,
+        web: opts.web,
+        metrics: opts.metrics,
+        health_auth: opts.health_auth,
+        requests: Semaphore::new(limits.max_requests.clamp(1, u32::MAX as usize >> 3)),
+    });
     loop {
         let accepted = tokio::select! {
             r = listener.accept() => r,
@@ -149,32 +257,142 @@ pub async fn serve(listener: TcpListener, state: ServerState, mut shutdown: watc
             Ok(s) => s,
             Err(e) => {
                 tracing::warn!(error = %e, "accept failed");
-                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                tokio::time::sleep(Duration::from_millis(50)).await;
                 continue;
             }
         };
+        let web = shared.web.load_full();
+        let Ok(slot) = connection_slots.clone().try_acquire_owned() else {
+            shared.metrics.rejected_max_connections.inc();
+            tokio::spawn(io::reject_busy(stream, web.tls.is_none()));
+            continue;
+        };
         let _ = stream.set_nodelay(true);
-        let state = state.clone();
+        let shared = shared.clone();
         let builder = builder.clone();
         let mut conn_shutdown = shutdown.clone();
         tokio::spawn(async move {
-            let svc = hyper::service::service_fn(move |req: Request<Incoming>| {
-                let resp = route(&state, &req);
-                async move { Ok::<_, Infallible>(resp) }
-            });
-            let conn = builder.serve_connection(TokioIo::new(stream), svc);
-            tokio::pin!(conn);
-            tokio::select! {
-                res = conn.as_mut() => {
-                    if let Err(e) = res {
-                        tracing::debug!(error = %e, "connection ended with an error");
+            let _slot = slot;
+            shared.metrics.open_connections.add(1.0);
+            let stream = TimedIo::new(stream, limits.write_timeout);
+            match &web.tls {
+                None => serve_connection(stream, &builder, shared.clone(), conn_shutdown).await,
+                Some(acceptor) => {
+                    let handshake = tokio::select! {
+                        r = tokio::time::timeout(handshake_timeout, acceptor.accept(stream)) => r,
+                        _ = conn_shutdown.changed() => {
+                            shared.metrics.open_connections.add(-1.0);
+                            return;
+                        }
+                    };
+                    match handshake {
+                        Ok(Ok(tls)) => serve_connection(tls, &builder, shared.clone(), conn_shutdown).await,
+                        Ok(Err(e)) => {
+                            shared.metrics.tls_handshake_failures.inc();
+                            tracing::debug!(error = %e, "TLS handshake failed");
+                        }
+                        Err(_) => {
+                            shared.metrics.tls_handshake_failures.inc();
+                            tracing::debug!("TLS handshake timed out");
+                        }
                     }
                 }
-                _ = conn_shutdown.changed() => {
-                    conn.as_mut().graceful_shutdown();
-                    let _ = conn.await;
-                }
             }
+            shared.metrics.open_connections.add(-1.0);
         });
     }
+    drop(listener);
+    // Every slot back = every connection closed; bounded so shutdown never hangs on a slow client.
+    let all = u32::try_from(max_connections).unwrap_or(u32::MAX);
+    let _ = tokio::time::timeout(
+        SHUTDOWN_GRACE + Duration::from_millis(500),
+        connection_slots.acquire_many(all),
+    )
+    .await;
+}
+
+async fn serve_connection<I>(
+    stream: I,
+    builder: &hyper::server::conn::http1::Builder,
+    shared: Arc<Shared>,
+    mut shutdown: watch::Receiver<bool>,
+) where
+    I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let svc = hyper::service::service_fn(move |req: Request<Incoming>| {
+        let shared = shared.clone();
+        async move { Ok::<_, Infallible>(handle(shared, req).await) }
+    });
+    let conn = builder.serve_connection(TokioIo::new(stream), svc);
+    tokio::pin!(conn);
+    tokio::select! {
+        res = conn.as_mut() => {
+            if let Err(e) = res {
+                tracing::debug!(error = %e, "connection ended with an error");
+            }
+        }
+        _ = shutdown.changed() => {
+            conn.as_mut().graceful_shutdown();
+            let _ = tokio::time::timeout(SHUTDOWN_GRACE, conn).await;
+        }
+    }
+}
+
+fn has_body(req: &Request<Incoming>) -> bool {
+    let h = req.headers();
+    h.contains_key(header::TRANSFER_ENCODING)
+        || h.get(header::CONTENT_LENGTH).is_some_and(|v| v.as_bytes() != b"0")
+}
+
+fn add_headers(web: &WebSecurity, resp: &mut Response<Full<Bytes>>) {
+    for (name, value) in &web.headers {
+        resp.headers_mut().insert(name.clone(), value.clone());
+    }
+}
+
+async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Full<Bytes>> {
+    let resp = respond(&shared, req).await;
+    shared.metrics.count_response(resp.status());
+    resp
+}
+
+async fn respond(shared: &Shared, req: Request<Incoming>) -> Response<Full<Bytes>> {
+    let Ok(_in_flight) = shared.requests.try_acquire() else {
+        shared.metrics.rejected_max_requests.inc();
+        let mut r = text(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "503 too many requests in flight, retry later\n",
+        );
+        r.headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+        return r;
+    };
+    if has_body(&req) {
+        let mut r = text(StatusCode::PAYLOAD_TOO_LARGE, "413 request bodies are not accepted\n");
+        r.headers_mut()
+            .insert(header::CONNECTION, HeaderValue::from_static("close"));
+        return r;
+    }
+    let web = shared.web.load_full();
+    if let Some(auth) = &web.auth {
+        let path = req.uri().path();
+        let exempt = !shared.health_auth && (path == "/health" || path == "/ready");
+        if !exempt {
+            let credentials = req.headers().get(header::AUTHORIZATION).cloned();
+            let outcome = auth.check(credentials.as_ref()).await;
+            if outcome != Outcome::Allowed {
+                shared.metrics.count_auth_failure(outcome);
+                let mut r = text(StatusCode::UNAUTHORIZED, "401 Unauthorized\n");
+                r.headers_mut().insert(
+                    header::WWW_AUTHENTICATE,
+                    HeaderValue::from_static("Basic realm=\"dcgm-otel\""),
+                );
+                add_headers(&web, &mut r);
+                return r;
+            }
+        }
+    }
+    let mut resp = route(&shared.state, &req);
+    add_headers(&web, &mut resp);
+    resp
 }
