@@ -94,8 +94,10 @@ impl CollectorStatus {
     }
 
     fn record_success(&self) {
-        self.last_success_ms
-            .store(self.started.elapsed().as_millis() as u64 + 1, Ordering::Release);
+        self.last_success_ms.store(
+            self.started.elapsed().as_millis() as u64 + 1,
+            Ordering::Release,
+        );
         self.source_up.store(true, Ordering::Release);
         if let Ok(mut e) = self.last_error.lock() {
             *e = None;
@@ -202,7 +204,10 @@ impl Pipeline {
                     }
                     self.count_absent(&reading, &mut metrics);
                     if was_down {
-                        tracing::info!(source = self.source.name(), "source is back; collection resumed");
+                        tracing::info!(
+                            source = self.source.name(),
+                            "source is back; collection resumed"
+                        );
                         was_down = false;
                     }
                     self.status.record_success();
@@ -228,8 +233,12 @@ impl Pipeline {
                     let msg = err.to_string();
                     if !was_down {
                         match &err {
-                            SourceError::Unavailable(_) => tracing::error!(source = self.source.name(), error = %msg, "source unavailable; its series are withdrawn until it is back"),
-                            SourceError::Failed(_) => tracing::error!(source = self.source.name(), error = %msg, "collection failed; series withdrawn"),
+                            SourceError::Unavailable(_) => {
+                                tracing::error!(source = self.source.name(), error = %msg, "source unavailable; its series are withdrawn until it is back")
+                            }
+                            SourceError::Failed(_) => {
+                                tracing::error!(source = self.source.name(), error = %msg, "collection failed; series withdrawn")
+                            }
                         }
                         was_down = true;
                     } else {

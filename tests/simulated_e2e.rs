@@ -10,7 +10,9 @@ use std::time::Duration;
 use common::{get, get_with, run_to_exit, shared_dir, start};
 
 fn golden_path(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/golden").join(name)
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/golden")
+        .join(name)
 }
 
 fn check_golden(name: &str, actual: &str) {
@@ -19,8 +21,12 @@ fn check_golden(name: &str, actual: &str) {
         std::fs::write(&path, actual).unwrap();
         return;
     }
-    let expected = std::fs::read_to_string(&path)
-        .unwrap_or_else(|e| panic!("{}: {e} (run with UPDATE_GOLDEN=1 to create it)", path.display()));
+    let expected = std::fs::read_to_string(&path).unwrap_or_else(|e| {
+        panic!(
+            "{}: {e} (run with UPDATE_GOLDEN=1 to create it)",
+            path.display()
+        )
+    });
     if expected != actual {
         let diff: Vec<String> = expected
             .lines()
@@ -49,7 +55,14 @@ fn scrape(port: u16) -> String {
 #[test]
 fn golden_default_scenario() {
     let e = start(
-        &["--simulate", "--simulate-seed", "1", "-c", "60000", "--no-self-metrics"],
+        &[
+            "--simulate",
+            "--simulate-seed",
+            "1",
+            "-c",
+            "60000",
+            "--no-self-metrics",
+        ],
         &[("NODE_NAME", "golden-host")],
     );
     check_golden("simulated-default.prom", &scrape(e.port));
@@ -77,20 +90,35 @@ fn golden_dgx_old_namespace_lowercase_host_label() {
 
 #[test]
 fn exact_lines_for_a_gpu_and_a_mig_instance_and_absent_values() {
-    let e = start(&["--simulate", "--simulate-seed", "1", "-c", "60000"], &[("NODE_NAME", "golden-host")]);
+    let e = start(
+        &["--simulate", "--simulate-seed", "1", "-c", "60000"],
+        &[("NODE_NAME", "golden-host")],
+    );
     let body = scrape(e.port);
     let gpu = "DCGM_FI_DEV_MEM_CLOCK{gpu=\"0\",UUID=\"GPU-08b4fda8-c892-b50e-71dc-d3d0944f065e\",pci_bus_id=\"00000000:18:00.0\",device=\"nvidia0\",modelName=\"NVIDIA H100 80GB HBM3\",Hostname=\"golden-host\",DCGM_FI_DRIVER_VERSION=\"550.144.03\"} 2619";
     let mig = "DCGM_FI_DEV_MEM_CLOCK{gpu=\"1\",UUID=\"GPU-e9fd6049-d65a-f21e-f672-4c5ccb810ace\",pci_bus_id=\"00000000:2A:00.0\",device=\"nvidia1\",modelName=\"NVIDIA H100 80GB HBM3\",GPU_I_PROFILE=\"2g.20gb\",GPU_I_ID=\"3\",Hostname=\"golden-host\",DCGM_FI_DRIVER_VERSION=\"550.144.03\"} 2619";
-    assert!(body.lines().any(|l| l == gpu), "missing GPU line in:\n{body}");
+    assert!(
+        body.lines().any(|l| l == gpu),
+        "missing GPU line in:\n{body}"
+    );
     assert!(body.lines().any(|l| l == mig), "missing MIG line");
     // GPU utilization is not supported on MIG instances: present for GPU 0, absent on every instance.
-    let util: Vec<&str> = body.lines().filter(|l| l.starts_with("DCGM_FI_DEV_GPU_UTIL{")).collect();
+    let util: Vec<&str> = body
+        .lines()
+        .filter(|l| l.starts_with("DCGM_FI_DEV_GPU_UTIL{"))
+        .collect();
     assert_eq!(util.len(), 1, "{util:?}");
     assert!(util[0].contains("gpu=\"0\""));
     // vGPU licensing is not supported on bare metal: the whole family is absent, never a sentinel.
     assert!(!body.contains("DCGM_FI_DEV_VGPU_LICENSE_STATUS{"));
     assert!(!body.contains("# TYPE DCGM_FI_DEV_VGPU_LICENSE_STATUS"));
-    for sentinel in ["2147483632", "9223372036854775792", "140737488355328", "NaN", "Inf"] {
+    for sentinel in [
+        "2147483632",
+        "9223372036854775792",
+        "140737488355328",
+        "NaN",
+        "Inf",
+    ] {
         assert!(!body.contains(sentinel), "sentinel {sentinel} leaked");
     }
     // ...and it is counted.
@@ -117,8 +145,14 @@ fn energy_counter_grows_between_scrapes() {
 
 #[test]
 fn promtool_accepts_the_exposition() {
-    let Ok(out) = std::process::Command::new("promtool").arg("--version").output() else {
-        assert!(std::env::var_os("CI").is_none(), "promtool is required in CI (apt-get install prometheus)");
+    let Ok(out) = std::process::Command::new("promtool")
+        .arg("--version")
+        .output()
+    else {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "promtool is required in CI (apt-get install prometheus)"
+        );
         eprintln!("promtool not installed; skipped outside CI");
         return;
     };
@@ -138,7 +172,12 @@ fn promtool_accepts_the_exposition() {
             .spawn()
             .unwrap();
         use std::io::Write as _;
-        child.stdin.take().unwrap().write_all(body.as_bytes()).unwrap();
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(body.as_bytes())
+            .unwrap();
         let out = child.wait_with_output().unwrap();
         let code = out.status.code().unwrap_or(-1);
         // 0 = clean; 3 = lint warnings only (dcgm-exporter's own names, e.g. counters without _total).
@@ -153,7 +192,10 @@ fn promtool_accepts_the_exposition() {
 
 #[test]
 fn large_scenario_has_ten_thousand_series() {
-    let e = start(&["--simulate=large", "-c", "60000", "--no-self-metrics"], &[]);
+    let e = start(
+        &["--simulate=large", "-c", "60000", "--no-self-metrics"],
+        &[],
+    );
     let body = scrape(e.port);
     let samples = body.lines().filter(|l| !l.starts_with('#')).count();
     assert!(samples >= 10_000, "large scenario has {samples} series");
@@ -169,16 +211,24 @@ fn endpoints_health_ready_gzip_methods() {
     assert!(root.text().contains("href=\"./metrics\""));
     assert_eq!(get(e.port, "/nope").unwrap().status, 404);
     let plain = get(e.port, "/metrics").unwrap();
-    assert_eq!(plain.header("content-type"), Some("text/plain; version=0.0.4; charset=utf-8"));
+    assert_eq!(
+        plain.header("content-type"),
+        Some("text/plain; version=0.0.4; charset=utf-8")
+    );
     let gz = get_with(e.port, "/metrics", &[("Accept-Encoding", "gzip")]).unwrap();
     assert_eq!(gz.header("content-encoding"), Some("gzip"));
     let mut unzipped = String::new();
-    flate2::read::GzDecoder::new(&gz.body[..]).read_to_string(&mut unzipped).unwrap();
+    flate2::read::GzDecoder::new(&gz.body[..])
+        .read_to_string(&mut unzipped)
+        .unwrap();
     assert!(unzipped.starts_with("# HELP DCGM_FI_DEV_SM_CLOCK"));
     // POST is not allowed.
     use std::io::Write as _;
     let mut s = std::net::TcpStream::connect(("127.0.0.1", e.port)).unwrap();
-    s.write_all(b"POST /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\nConnection: close\r\n\r\n").unwrap();
+    s.write_all(
+        b"POST /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+    )
+    .unwrap();
     let mut resp = String::new();
     s.read_to_string(&mut resp).unwrap();
     assert!(resp.starts_with("HTTP/1.1 405"), "{resp}");
@@ -201,7 +251,10 @@ fn every_dcgm_exporter_csv_loads_unchanged() {
         let path = f.to_str().unwrap();
         let e = start(&["--simulate", "-c", "60000", "-f", path], &[]);
         let body = scrape(e.port);
-        assert!(body.contains("DCGM_FI_DEV_SM_CLOCK{") || body.contains("dcgm_sm_clock{"), "{path}");
+        assert!(
+            body.contains("DCGM_FI_DEV_SM_CLOCK{") || body.contains("dcgm_sm_clock{"),
+            "{path}"
+        );
     }
 }
 
@@ -209,14 +262,21 @@ fn every_dcgm_exporter_csv_loads_unchanged() {
 fn bad_csv_fails_naming_file_line_and_column() {
     let dir = tempfile::tempdir().unwrap();
     let csv = dir.path().join("bad.csv");
-    std::fs::write(&csv, "# ok\nDCGM_FI_DEV_GPU_TEMP, gauge, t\nDCGM_FI_DEV_SM_CLOCK, histogram, x\n").unwrap();
+    std::fs::write(
+        &csv,
+        "# ok\nDCGM_FI_DEV_GPU_TEMP, gauge, t\nDCGM_FI_DEV_SM_CLOCK, histogram, x\n",
+    )
+    .unwrap();
     let (code, err) = run_to_exit(&["--simulate", "-f", csv.to_str().unwrap()], &[]);
     assert_eq!(code, 2, "{err}");
     let expected = format!("{}:3:23: type 'histogram' is not supported", csv.display());
     assert!(err.contains(&expected), "{err}");
     let (code, err) = run_to_exit(&["--simulate", "-f", "/nonexistent/counters.csv"], &[]);
     assert_eq!(code, 2);
-    assert!(err.contains("/nonexistent/counters.csv") && err.contains("cannot read"), "{err}");
+    assert!(
+        err.contains("/nonexistent/counters.csv") && err.contains("cannot read"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -226,10 +286,16 @@ fn bad_flags_exit_2_with_one_clear_line() {
     assert!(err.contains("--bogus"), "{err}");
     let (code, err) = run_to_exit(&["--simulate", "-d", "g:0,x"], &[]);
     assert_eq!(code, 2);
-    assert!(err.contains("invalid device selection 'g:0,x' at character 5"), "{err}");
+    assert!(
+        err.contains("invalid device selection 'g:0,x' at character 5"),
+        "{err}"
+    );
     let (code, err) = run_to_exit(&["--simulate", "-d", "g:7"], &[]);
     assert_eq!(code, 2);
-    assert!(err.contains("GPU 7, which does not exist") || err.contains("GPU 7"), "{err}");
+    assert!(
+        err.contains("GPU 7, which does not exist") || err.contains("GPU 7"),
+        "{err}"
+    );
     let (code, err) = run_to_exit(&["--simulate=nope"], &[]);
     assert_eq!(code, 2);
     assert!(err.contains("unknown simulation scenario 'nope'"), "{err}");
@@ -245,7 +311,10 @@ fn bad_flags_exit_2_with_one_clear_line() {
 fn version_and_grouped_help() {
     let (code, out) = run_to_exit(&["--version"], &[]);
     assert_eq!(code, 0);
-    assert!(out.starts_with(&format!("dcgm-otel {} (commit ", env!("CARGO_PKG_VERSION"))), "{out}");
+    assert!(
+        out.starts_with(&format!("dcgm-otel {} (commit ", env!("CARGO_PKG_VERSION"))),
+        "{out}"
+    );
     let (code, out) = run_to_exit(&["--help"], &[]);
     assert_eq!(code, 0);
     for heading in ["Metrics:", "Source:", "Server:", "Logging:"] {
@@ -271,7 +340,11 @@ fn environment_is_used_when_the_flag_is_absent_and_the_flag_wins() {
     );
     assert!(err.contains("interval_ms=4321"), "{err}");
     let (_, err) = run_to_exit(&["--simulate", "-a", &addr, "--log-format", "json"], &[]);
-    assert!(err.lines().any(|l| l.starts_with('{') && l.contains("\"interval_ms\":30000")), "{err}");
+    assert!(
+        err.lines()
+            .any(|l| l.starts_with('{') && l.contains("\"interval_ms\":30000")),
+        "{err}"
+    );
 }
 
 #[test]
@@ -296,13 +369,25 @@ fn unimplemented_dcgm_exporter_flags_are_accepted_with_a_warning() {
     let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = taken.local_addr().unwrap().to_string();
     let (code, err) = run_to_exit(
-        &["--simulate", "-a", &addr, "-p", "f", "-kubernetes-enable-pod-labels"],
+        &[
+            "--simulate",
+            "-a",
+            &addr,
+            "-p",
+            "f",
+            "-kubernetes-enable-pod-labels",
+        ],
         &[("DCGM_EXPORTER_XID_COUNT_WINDOW_SIZE", "60000")],
     );
     assert_eq!(code, 1, "{err}");
-    for flag in ["--cpu-devices", "--kubernetes-enable-pod-labels", "--xid-count-window-size"] {
+    for flag in [
+        "--cpu-devices",
+        "--kubernetes-enable-pod-labels",
+        "--xid-count-window-size",
+    ] {
         assert!(
-            err.lines().any(|l| l.contains("not implemented") && l.contains(flag)),
+            err.lines()
+                .any(|l| l.contains("not implemented") && l.contains(flag)),
             "no warning for {flag}:\n{err}"
         );
     }

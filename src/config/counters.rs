@@ -146,7 +146,11 @@ fn records(text: &str, origin: &str) -> Result<Vec<Record>, CsvError> {
                 loop {
                     match chars.next() {
                         None => {
-                            return Err(err(quote_line, column, "quoted field is never closed".into()))
+                            return Err(err(
+                                quote_line,
+                                column,
+                                "quoted field is never closed".into(),
+                            ))
                         }
                         Some((_, '"')) => match chars.peek().map(|(_, c)| *c) {
                             Some('"') => {
@@ -170,7 +174,11 @@ fn records(text: &str, origin: &str) -> Result<Vec<Record>, CsvError> {
                             Some(_) => {
                                 let idx = chars.peek().map(|(i, _)| *i).unwrap_or(text.len());
                                 let col = text[line_start..idx].chars().count() + 1;
-                                return Err(err(line, col, "extraneous character after closing quote".into()));
+                                return Err(err(
+                                    line,
+                                    col,
+                                    "extraneous character after closing quote".into(),
+                                ));
                             }
                         },
                         Some((i, '\n')) => {
@@ -197,7 +205,11 @@ fn records(text: &str, origin: &str) -> Result<Vec<Record>, CsvError> {
                             end_of_record = true;
                             break;
                         }
-                        Some((_, '\r')) if text[..].get(chars.peek().map(|(i, _)| *i + 1).unwrap_or(0)..).is_some_and(|s| s.starts_with('\n')) => {
+                        Some((_, '\r'))
+                            if text[..]
+                                .get(chars.peek().map(|(i, _)| *i + 1).unwrap_or(0)..)
+                                .is_some_and(|s| s.starts_with('\n')) =>
+                        {
                             chars.next();
                         }
                         Some((i, '"')) => {
@@ -260,7 +272,8 @@ pub fn parse(text: &str, origin: &str) -> Result<CounterSet, CsvError> {
         let kind_text = rec.fields[1].0.trim_matches(' ');
         let help = rec.fields[2].0.trim_matches(' ');
         if name.starts_with("DCGM_EXP_") {
-            set.unsupported_exporter_fields.push((rec.line, name.to_string()));
+            set.unsupported_exporter_fields
+                .push((rec.line, name.to_string()));
             continue;
         }
         let Some(field) = catalog().by_name(name) else {
@@ -341,40 +354,69 @@ mod tests {
     fn parses_default() {
         let set = parse(DEFAULT_COUNTERS_CSV, "default").unwrap();
         assert!(set.rows.iter().any(|c| c.name == "DCGM_FI_DEV_GPU_TEMP"));
-        let drv = set.rows.iter().find(|c| c.name == "DCGM_FI_DRIVER_VERSION").unwrap();
+        let drv = set
+            .rows
+            .iter()
+            .find(|c| c.name == "DCGM_FI_DRIVER_VERSION")
+            .unwrap();
         assert_eq!(drv.kind, MetricKind::Label);
     }
 
     #[test]
     fn trims_spaces_and_keeps_help() {
-        let set = parse("DCGM_FI_DEV_DEC_UTIL ,     gauge, Decoder utilization (in %).\n", "t").unwrap();
+        let set = parse(
+            "DCGM_FI_DEV_DEC_UTIL ,     gauge, Decoder utilization (in %).\n",
+            "t",
+        )
+        .unwrap();
         assert_eq!(set.rows[0].name, "DCGM_FI_DEV_DEC_UTIL");
         assert_eq!(set.rows[0].help, "Decoder utilization (in %).");
     }
 
     #[test]
     fn quoted_help_with_commas() {
-        let set = parse("DCGM_FI_DEV_GPU_TEMP,gauge,\"Temp, in C, \"\"core\"\"\"\n", "t").unwrap();
+        let set = parse(
+            "DCGM_FI_DEV_GPU_TEMP,gauge,\"Temp, in C, \"\"core\"\"\"\n",
+            "t",
+        )
+        .unwrap();
         assert_eq!(set.rows[0].help, "Temp, in C, \"core\"");
     }
 
     #[test]
     fn errors_name_line_and_column() {
-        let e = parse("# c\nDCGM_FI_DEV_GPU_TEMP, gauge, ok\nDCGM_FI_NOPE, gauge, x\n", "f.csv").unwrap_err();
-        assert_eq!(e.to_string(), "f.csv:3:1: unknown DCGM field 'DCGM_FI_NOPE'");
+        let e = parse(
+            "# c\nDCGM_FI_DEV_GPU_TEMP, gauge, ok\nDCGM_FI_NOPE, gauge, x\n",
+            "f.csv",
+        )
+        .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "f.csv:3:1: unknown DCGM field 'DCGM_FI_NOPE'"
+        );
         let e = parse("DCGM_FI_DEV_GPU_TEMP, histogram, x\n", "f.csv").unwrap_err();
         assert_eq!((e.line, e.column), (1, 23));
         let e = parse("DCGM_FI_DEV_GPU_TEMP, gauge\n", "f.csv").unwrap_err();
-        assert!(e.to_string().starts_with("f.csv:1:22: expected 3 fields"), "{e}");
+        assert!(
+            e.to_string().starts_with("f.csv:1:22: expected 3 fields"),
+            "{e}"
+        );
         let e = parse("DCGM_FI_DEV_GPU_TEMP, gauge, \"x\"\n", "f.csv").unwrap_err();
         assert_eq!((e.line, e.column), (1, 30));
     }
 
     #[test]
     fn exporter_fields_are_set_aside() {
-        let set = parse("DCGM_EXP_XID_ERRORS_COUNT, gauge, x\nDCGM_FI_DEV_GPU_TEMP, gauge, t\n", "t").unwrap();
+        let set = parse(
+            "DCGM_EXP_XID_ERRORS_COUNT, gauge, x\nDCGM_FI_DEV_GPU_TEMP, gauge, t\n",
+            "t",
+        )
+        .unwrap();
         assert_eq!(set.rows.len(), 1);
-        assert_eq!(set.unsupported_exporter_fields, vec![(1, "DCGM_EXP_XID_ERRORS_COUNT".to_string())]);
+        assert_eq!(
+            set.unsupported_exporter_fields,
+            vec![(1, "DCGM_EXP_XID_ERRORS_COUNT".to_string())]
+        );
     }
 
     #[test]

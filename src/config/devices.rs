@@ -28,16 +28,14 @@ impl IdSet {
 }
 
 /// A parsed `-d` value.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub enum DeviceSelection {
+    #[default]
     Flex,
-    Explicit { gpus: IdSet, instances: IdSet },
-}
-
-impl Default for DeviceSelection {
-    fn default() -> Self {
-        DeviceSelection::Flex
-    }
+    Explicit {
+        gpus: IdSet,
+        instances: IdSet,
+    },
 }
 
 /// Upper bound of ids one range may expand to (dcgm-exporter caps at DCGM's max core count).
@@ -116,7 +114,12 @@ pub fn parse(input: &str) -> Result<DeviceSelection, DeviceError> {
         let slot = match kind {
             "g" => &mut gpus,
             "i" => &mut instances,
-            "f" => return Err(syntax(pos, "'f' (flex) cannot take ids or be combined with g/i")),
+            "f" => {
+                return Err(syntax(
+                    pos,
+                    "'f' (flex) cannot take ids or be combined with g/i",
+                ))
+            }
             "" => return Err(syntax(pos, "missing g or i before ':'")),
             _ => return Err(syntax(pos, "expected f, g or i")),
         };
@@ -146,8 +149,7 @@ fn parse_ids(
             if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) {
                 return Err(syntax(at, "expected a number or a range n-m"));
             }
-            s.parse::<u32>()
-                .map_err(|_| syntax(at, "number too large"))
+            s.parse::<u32>().map_err(|_| syntax(at, "number too large"))
         };
         match token.split_once('-') {
             None => {
@@ -216,7 +218,11 @@ impl DeviceSelection {
                                 present: if present.is_empty() {
                                     "none".into()
                                 } else {
-                                    present.iter().map(u32::to_string).collect::<Vec<_>>().join(",")
+                                    present
+                                        .iter()
+                                        .map(u32::to_string)
+                                        .collect::<Vec<_>>()
+                                        .join(",")
                                 },
                             });
                         }
@@ -249,15 +255,24 @@ mod tests {
         assert_eq!(parse("f").unwrap(), DeviceSelection::Flex);
         assert_eq!(
             parse("g").unwrap(),
-            DeviceSelection::Explicit { gpus: IdSet::All, instances: IdSet::None }
+            DeviceSelection::Explicit {
+                gpus: IdSet::All,
+                instances: IdSet::None
+            }
         );
         assert_eq!(
             parse("i:0,2-4").unwrap(),
-            DeviceSelection::Explicit { gpus: IdSet::None, instances: ids(&[0, 2, 3, 4]) }
+            DeviceSelection::Explicit {
+                gpus: IdSet::None,
+                instances: ids(&[0, 2, 3, 4])
+            }
         );
         assert_eq!(
             parse("g:0,1+i:3").unwrap(),
-            DeviceSelection::Explicit { gpus: ids(&[0, 1]), instances: ids(&[3]) }
+            DeviceSelection::Explicit {
+                gpus: ids(&[0, 1]),
+                instances: ids(&[3])
+            }
         );
         assert_eq!(parse("g:0,1+i:3").unwrap().to_string(), "g:0,1+i:3");
     }
@@ -265,9 +280,18 @@ mod tests {
     #[test]
     fn errors_have_positions() {
         let e = parse("g:0,x").unwrap_err();
-        assert_eq!(e.to_string(), "invalid device selection 'g:0,x' at character 5: expected a number or a range n-m");
-        assert!(matches!(parse("f:0"), Err(DeviceError::Syntax { position: 1, .. })));
-        assert!(matches!(parse("g+g"), Err(DeviceError::Syntax { position: 3, .. })));
+        assert_eq!(
+            e.to_string(),
+            "invalid device selection 'g:0,x' at character 5: expected a number or a range n-m"
+        );
+        assert!(matches!(
+            parse("f:0"),
+            Err(DeviceError::Syntax { position: 1, .. })
+        ));
+        assert!(matches!(
+            parse("g+g"),
+            Err(DeviceError::Syntax { position: 3, .. })
+        ));
         assert!(matches!(parse("g:3-1"), Err(DeviceError::Syntax { .. })));
         assert!(matches!(parse("x"), Err(DeviceError::Syntax { .. })));
         assert!(matches!(parse(""), Err(DeviceError::Syntax { .. })));
@@ -277,8 +301,14 @@ mod tests {
     #[test]
     fn flex_prefers_instances() {
         let inv = vec![
-            GpuSlots { gpu: 0, instances: vec![] },
-            GpuSlots { gpu: 1, instances: vec![7, 8] },
+            GpuSlots {
+                gpu: 0,
+                instances: vec![],
+            },
+            GpuSlots {
+                gpu: 1,
+                instances: vec![7, 8],
+            },
         ];
         let s = DeviceSelection::Flex.select(&inv).unwrap();
         assert_eq!(s.gpus, [0].into());
@@ -287,7 +317,10 @@ mod tests {
         assert_eq!(s.gpus, [0, 1].into());
         assert!(s.instances.is_empty());
         let e = parse("i:9").unwrap().select(&inv).unwrap_err();
-        assert!(e.to_string().contains("GPU instance (DCGM entity id) 9"), "{e}");
+        assert!(
+            e.to_string().contains("GPU instance (DCGM entity id) 9"),
+            "{e}"
+        );
     }
 
     proptest::proptest! {

@@ -29,7 +29,10 @@ impl Metric {
         let mut cur = self.0.load(Ordering::Relaxed);
         loop {
             let next = (f64::from_bits(cur) + v).to_bits();
-            match self.0.compare_exchange_weak(cur, next, Ordering::Relaxed, Ordering::Relaxed) {
+            match self
+                .0
+                .compare_exchange_weak(cur, next, Ordering::Relaxed, Ordering::Relaxed)
+            {
                 Ok(_) => return,
                 Err(actual) => cur = actual,
             }
@@ -70,7 +73,13 @@ impl SelfMetrics {
     }
 
     /// Get or create the series `name{labels}`. Registering the same series twice returns the same handle.
-    pub fn register(&self, name: &str, help: &str, kind: Kind, labels: &[(&str, &str)]) -> Arc<Metric> {
+    pub fn register(
+        &self,
+        name: &str,
+        help: &str,
+        kind: Kind,
+        labels: &[(&str, &str)],
+    ) -> Arc<Metric> {
         let mut label_text = String::new();
         for (i, (k, v)) in labels.iter().enumerate() {
             if i > 0 {
@@ -154,7 +163,8 @@ mod tests {
     #[test]
     fn renders_sorted_families() {
         let r = SelfMetrics::default();
-        r.counter("dcgm_otel_b_total", "B.", &[("field", "X\"y")]).add(2.0);
+        r.counter("dcgm_otel_b_total", "B.", &[("field", "X\"y")])
+            .add(2.0);
         r.gauge("dcgm_otel_a", "A.", &[]).set(1.5);
         let again = r.counter("dcgm_otel_b_total", "B.", &[("field", "X\"y")]);
         again.inc();

@@ -126,7 +126,10 @@ pub fn catalog() -> &'static Catalog {
 }
 
 fn note_value<'a>(notes: &'a str, key: &str) -> Option<&'a str> {
-    notes.split("; ").find_map(|part| part.strip_prefix(key)).map(str::trim)
+    notes
+        .split("; ")
+        .find_map(|part| part.strip_prefix(key))
+        .map(str::trim)
 }
 
 impl Catalog {
@@ -195,10 +198,7 @@ impl Catalog {
 
     /// Look a field up by any of its names: canonical, deprecated alias, or dcgm-exporter 1.x name.
     pub fn by_name(&self, name: &str) -> Option<&FieldInfo> {
-        let id = self
-            .by_name
-            .get(name)
-            .or_else(|| self.legacy.get(name))?;
+        let id = self.by_name.get(name).or_else(|| self.legacy.get(name))?;
         self.by_id.get(id)
     }
 
@@ -239,7 +239,9 @@ mod tests {
             if cols[2] == "-" {
                 continue;
             }
-            let info = cat.by_name(cols[0]).unwrap_or_else(|| panic!("{} missing", cols[0]));
+            let info = cat
+                .by_name(cols[0])
+                .unwrap_or_else(|| panic!("{} missing", cols[0]));
             assert_eq!(info.id.to_string(), cols[1], "{}", cols[0]);
             checked += 1;
         }
@@ -252,8 +254,14 @@ mod tests {
         let alias = cat.by_name("DCGM_FI_DEV_XID_ERRORS").unwrap();
         assert_eq!(alias.id, 230);
         assert_eq!(alias.name, "DCGM_FI_DEV_XID_ERROR");
-        assert_eq!(cat.by_name("DCGM_FI_DRIVER_VERSION").unwrap().value_type, ValueType::String);
-        assert_eq!(cat.by_name("DCGM_FI_DEV_POWER_USAGE").unwrap().unit, Some("W"));
+        assert_eq!(
+            cat.by_name("DCGM_FI_DRIVER_VERSION").unwrap().value_type,
+            ValueType::String
+        );
+        assert_eq!(
+            cat.by_name("DCGM_FI_DEV_POWER_USAGE").unwrap().unit,
+            Some("W")
+        );
     }
 
     #[test]
@@ -261,16 +269,24 @@ mod tests {
         let cat = catalog();
         assert_eq!(cat.by_name("dcgm_sm_clock").unwrap().id, 100);
         assert_eq!(cat.by_name("dcgm_gpu_temp").unwrap().id, 150);
-        assert_eq!(cat.by_name("dcgm_fi_prof_gr_engine_active").unwrap().id, 1001);
+        assert_eq!(
+            cat.by_name("dcgm_fi_prof_gr_engine_active").unwrap().id,
+            1001
+        );
         assert!(cat.by_name("dcgm_no_such_thing").is_none());
     }
 
     #[test]
     fn levels_and_profiling() {
         let cat = catalog();
-        assert!(cat.by_name("DCGM_FI_PROF_DRAM_ACTIVE").unwrap().is_profiling());
+        assert!(cat
+            .by_name("DCGM_FI_PROF_DRAM_ACTIVE")
+            .unwrap()
+            .is_profiling());
         assert_eq!(
-            cat.by_name("DCGM_FI_DEV_NVLINK_PPCNT_PLR_SYNC_EVENTS").unwrap().level,
+            cat.by_name("DCGM_FI_DEV_NVLINK_PPCNT_PLR_SYNC_EVENTS")
+                .unwrap()
+                .level,
             EntityLevel::Link
         );
     }

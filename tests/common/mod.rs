@@ -88,7 +88,11 @@ pub fn get_with(port: u16, path: &str, headers: &[(&str, &str)]) -> std::io::Res
     {
         body = dechunk(&body);
     }
-    Ok(Response { status, headers, body })
+    Ok(Response {
+        status,
+        headers,
+        body,
+    })
 }
 
 pub fn get(port: u16, path: &str) -> std::io::Result<Response> {
@@ -98,7 +102,9 @@ pub fn get(port: u16, path: &str) -> std::io::Result<Response> {
 fn dechunk(mut b: &[u8]) -> Vec<u8> {
     let mut out = Vec::new();
     loop {
-        let Some(i) = b.windows(2).position(|w| w == b"\r\n") else { break };
+        let Some(i) = b.windows(2).position(|w| w == b"\r\n") else {
+            break;
+        };
         let size = usize::from_str_radix(String::from_utf8_lossy(&b[..i]).trim(), 16).unwrap_or(0);
         if size == 0 {
             break;
@@ -141,7 +147,10 @@ pub fn wait_ready(e: &Exporter, limit: Duration) {
         }
         std::thread::sleep(Duration::from_millis(20));
     }
-    panic!("dcgm-otel did not become ready on port {} within {:?}", e.port, limit);
+    panic!(
+        "dcgm-otel did not become ready on port {} within {:?}",
+        e.port, limit
+    );
 }
 
 /// Run the binary to completion with `args`; returns (exit code, stderr).

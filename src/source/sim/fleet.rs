@@ -42,25 +42,90 @@ pub struct MigProfile {
 }
 
 const H100_PROFILES: &[MigProfile] = &[
-    MigProfile { name: "1g.10gb", slices: 1, mem_mib: 9856, gi_ids: &[7, 8, 9, 10, 11, 12, 13] },
-    MigProfile { name: "1g.20gb", slices: 1, mem_mib: 19968, gi_ids: &[9, 10, 11, 12] },
-    MigProfile { name: "2g.20gb", slices: 2, mem_mib: 19968, gi_ids: &[3, 4, 5] },
-    MigProfile { name: "3g.40gb", slices: 3, mem_mib: 40192, gi_ids: &[1, 2] },
-    MigProfile { name: "4g.40gb", slices: 4, mem_mib: 40192, gi_ids: &[1] },
-    MigProfile { name: "7g.80gb", slices: 7, mem_mib: 80384, gi_ids: &[0] },
+    MigProfile {
+        name: "1g.10gb",
+        slices: 1,
+        mem_mib: 9856,
+        gi_ids: &[7, 8, 9, 10, 11, 12, 13],
+    },
+    MigProfile {
+        name: "1g.20gb",
+        slices: 1,
+        mem_mib: 19968,
+        gi_ids: &[9, 10, 11, 12],
+    },
+    MigProfile {
+        name: "2g.20gb",
+        slices: 2,
+        mem_mib: 19968,
+        gi_ids: &[3, 4, 5],
+    },
+    MigProfile {
+        name: "3g.40gb",
+        slices: 3,
+        mem_mib: 40192,
+        gi_ids: &[1, 2],
+    },
+    MigProfile {
+        name: "4g.40gb",
+        slices: 4,
+        mem_mib: 40192,
+        gi_ids: &[1],
+    },
+    MigProfile {
+        name: "7g.80gb",
+        slices: 7,
+        mem_mib: 80384,
+        gi_ids: &[0],
+    },
 ];
 
 const A100_PROFILES: &[MigProfile] = &[
-    MigProfile { name: "1g.10gb", slices: 1, mem_mib: 9728, gi_ids: &[7, 8, 9, 10, 11, 12, 13] },
-    MigProfile { name: "2g.20gb", slices: 2, mem_mib: 19968, gi_ids: &[3, 4, 5] },
-    MigProfile { name: "3g.40gb", slices: 3, mem_mib: 40192, gi_ids: &[1, 2] },
-    MigProfile { name: "7g.80gb", slices: 7, mem_mib: 80384, gi_ids: &[0] },
+    MigProfile {
+        name: "1g.10gb",
+        slices: 1,
+        mem_mib: 9728,
+        gi_ids: &[7, 8, 9, 10, 11, 12, 13],
+    },
+    MigProfile {
+        name: "2g.20gb",
+        slices: 2,
+        mem_mib: 19968,
+        gi_ids: &[3, 4, 5],
+    },
+    MigProfile {
+        name: "3g.40gb",
+        slices: 3,
+        mem_mib: 40192,
+        gi_ids: &[1, 2],
+    },
+    MigProfile {
+        name: "7g.80gb",
+        slices: 7,
+        mem_mib: 80384,
+        gi_ids: &[0],
+    },
 ];
 
 const A30_PROFILES: &[MigProfile] = &[
-    MigProfile { name: "1g.6gb", slices: 1, mem_mib: 5836, gi_ids: &[3, 4, 5, 6] },
-    MigProfile { name: "2g.12gb", slices: 2, mem_mib: 11968, gi_ids: &[1, 2] },
-    MigProfile { name: "4g.24gb", slices: 4, mem_mib: 24064, gi_ids: &[0] },
+    MigProfile {
+        name: "1g.6gb",
+        slices: 1,
+        mem_mib: 5836,
+        gi_ids: &[3, 4, 5, 6],
+    },
+    MigProfile {
+        name: "2g.12gb",
+        slices: 2,
+        mem_mib: 11968,
+        gi_ids: &[1, 2],
+    },
+    MigProfile {
+        name: "4g.24gb",
+        slices: 4,
+        mem_mib: 24064,
+        gi_ids: &[0],
+    },
 ];
 
 static MODELS: &[GpuModel] = &[
@@ -234,7 +299,9 @@ impl Fleet {
                 let mut mig = Vec::new();
                 let mut used_gi = HashSet::new();
                 for (n, pname) in group.mig.iter().enumerate() {
-                    let Some(p) = mig_profile(model, pname) else { continue };
+                    let Some(p) = mig_profile(model, pname) else {
+                        continue;
+                    };
                     let gi_id = p
                         .gi_ids
                         .iter()
@@ -371,7 +438,11 @@ impl Fleet {
             g.energy_mj += (g.power_w + power) * 0.5 * dt * 1000.0;
             g.power_w = power.max(m.idle_w * 0.8);
             let target_temp = 29.0 + 45.0 * u;
-            let alpha = if dt > 0.0 { 1.0 - (-dt / 45.0).exp() } else { 1.0 };
+            let alpha = if dt > 0.0 {
+                1.0 - (-dt / 45.0).exp()
+            } else {
+                1.0
+            };
             g.temp_c += (target_temp - g.temp_c) * alpha;
             if g.util > 50.0 && unit(seed ^ mix(step ^ (salt << 8) ^ 99)) < 0.01 {
                 g.pcie_replays += 1;
@@ -416,7 +487,9 @@ impl Fleet {
                 let gpu = entity_id / 32;
                 let link = (entity_id % 32) as usize;
                 match self.gpu(gpu) {
-                    Some(g) if link < g.link_bytes.len() => self.link_value(g, link, field, info.value_type),
+                    Some(g) if link < g.link_bytes.len() => {
+                        self.link_value(g, link, field, info.value_type)
+                    }
                     _ => FieldValue::Absent(Absent::NotFound),
                 }
             }
@@ -433,7 +506,13 @@ impl Fleet {
         }
     }
 
-    fn gpu_value(&self, g: &SimGpu, mig: Option<&SimInstance>, field: FieldId, ty: ValueType) -> FieldValue {
+    fn gpu_value(
+        &self,
+        g: &SimGpu,
+        mig: Option<&SimInstance>,
+        field: FieldId,
+        ty: ValueType,
+    ) -> FieldValue {
         let m = g.model;
         let (util, fb_total) = match mig {
             Some(i) => (i.util, i.mem_mib),
@@ -442,12 +521,23 @@ impl Fleet {
         let u = util / 100.0;
         let busy = util > 1.0;
         let fb_used = if busy {
-            (fb_total as f64 * (0.35 + 0.5 * unit(self.seed ^ u64::from(g.identity.index) ^ 77))) as i64
+            (fb_total as f64 * (0.35 + 0.5 * unit(self.seed ^ u64::from(g.identity.index) ^ 77)))
+                as i64
         } else {
             (fb_total as f64 * 0.005) as i64
         };
-        let not_on_mig = |v: FieldValue| if mig.is_some() { FieldValue::Absent(Absent::NotSupported) } else { v };
-        let sm_clock = if busy { m.sm_max_mhz - ((1.0 - u) * 150.0) as i64 } else { m.sm_idle_mhz };
+        let not_on_mig = |v: FieldValue| {
+            if mig.is_some() {
+                FieldValue::Absent(Absent::NotSupported)
+            } else {
+                v
+            }
+        };
+        let sm_clock = if busy {
+            m.sm_max_mhz - ((1.0 - u) * 150.0) as i64
+        } else {
+            m.sm_idle_mhz
+        };
         match field {
             1 => FieldValue::Text(self.driver_version.clone().into()),
             2 => FieldValue::Text(format!("12.{}", self.driver_version).into()),
@@ -526,7 +616,10 @@ mod tests {
             a.advance(30.0);
             b.advance(30.0);
         }
-        assert_eq!(a.value(EntityKind::Gpu, 0, 155), b.value(EntityKind::Gpu, 0, 155));
+        assert_eq!(
+            a.value(EntityKind::Gpu, 0, 155),
+            b.value(EntityKind::Gpu, 0, 155)
+        );
         assert_eq!(a.gpus()[0].identity, b.gpus()[0].identity);
     }
 
@@ -536,7 +629,9 @@ mod tests {
         let mut last = 0;
         for _ in 0..20 {
             f.advance(30.0);
-            let FieldValue::Int(e) = f.value(EntityKind::Gpu, 0, 156) else { panic!() };
+            let FieldValue::Int(e) = f.value(EntityKind::Gpu, 0, 156) else {
+                panic!()
+            };
             assert!(e > last);
             last = e;
             let (FieldValue::Int(used), FieldValue::Int(free), FieldValue::Int(total)) = (
@@ -557,7 +652,13 @@ mod tests {
         assert_eq!(gpu1.instances.len(), 3);
         assert!(gpu1.instances[0].uuid.starts_with("MIG-"));
         let id = gpu1.instances[0].entity_id;
-        assert_eq!(f.value(EntityKind::GpuInstance, id, 203), FieldValue::Absent(Absent::NotSupported));
-        assert!(matches!(f.value(EntityKind::GpuInstance, id, 1001), FieldValue::Double(_)));
+        assert_eq!(
+            f.value(EntityKind::GpuInstance, id, 203),
+            FieldValue::Absent(Absent::NotSupported)
+        );
+        assert!(matches!(
+            f.value(EntityKind::GpuInstance, id, 1001),
+            FieldValue::Double(_)
+        ));
     }
 }

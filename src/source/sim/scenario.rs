@@ -102,7 +102,9 @@ impl Scenario {
             return Scenario::parse(text, &format!("built-in scenario '{name}'"));
         }
         let path = Path::new(name_or_path);
-        if !(name_or_path.ends_with(".yaml") || name_or_path.ends_with(".yml")) && !path.exists() {
+        let looks_like_file =
+            name_or_path.ends_with(".yaml") || name_or_path.ends_with(".yml") || path.exists();
+        if !looks_like_file {
             return Err(ScenarioError::Unknown(name_or_path.to_string()));
         }
         let text = std::fs::read_to_string(path).map_err(|source| ScenarioError::Read {
@@ -141,7 +143,10 @@ impl Scenario {
                 ))
             })?;
             if g.mig.len() > 7 {
-                return Err(invalid(format!("{} MIG instances on one GPU; at most 7", g.mig.len())));
+                return Err(invalid(format!(
+                    "{} MIG instances on one GPU; at most 7",
+                    g.mig.len()
+                )));
             }
             let mut slices = 0;
             for p in &g.mig {
@@ -157,7 +162,11 @@ impl Scenario {
                 )));
             }
         }
-        for name in scenario.blank_fields.iter().chain(&scenario.unsupported_fields) {
+        for name in scenario
+            .blank_fields
+            .iter()
+            .chain(&scenario.unsupported_fields)
+        {
             if crate::fields::catalog().by_name(name).is_none() {
                 return Err(invalid(format!("unknown DCGM field '{name}'")));
             }
@@ -175,14 +184,25 @@ mod tests {
         for (name, _) in BUILTIN {
             Scenario::load(name).unwrap();
         }
-        assert!(matches!(Scenario::load("nope"), Err(ScenarioError::Unknown(_))));
+        assert!(matches!(
+            Scenario::load("nope"),
+            Err(ScenarioError::Unknown(_))
+        ));
     }
 
     #[test]
     fn errors_name_the_position() {
-        let e = Scenario::parse("gpus:\n  - model: H100-SXM5-80GB\n    colour: red\n", "s.yaml").unwrap_err();
+        let e = Scenario::parse(
+            "gpus:\n  - model: H100-SXM5-80GB\n    colour: red\n",
+            "s.yaml",
+        )
+        .unwrap_err();
         assert!(e.to_string().starts_with("s.yaml: line 3 column 5"), "{e}");
-        let e = Scenario::parse("gpus:\n  - model: H100-SXM5-80GB\n    mig: [7g.80gb, 1g.10gb]\n", "s.yaml").unwrap_err();
+        let e = Scenario::parse(
+            "gpus:\n  - model: H100-SXM5-80GB\n    mig: [7g.80gb, 1g.10gb]\n",
+            "s.yaml",
+        )
+        .unwrap_err();
         assert!(e.to_string().contains("compute slices"), "{e}");
     }
 }
