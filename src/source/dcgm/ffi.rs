@@ -660,9 +660,21 @@ pub unsafe trait Pod: Copy + Sized {
 
     /// An all-zero value on the heap, never touching the stack (for the 72 KiB MIG hierarchy etc.).
     fn boxed_zeroed() -> Box<Self> {
-        // SAFETY: `new_zeroed` allocates `size_of::<Self>()` zeroed bytes with Self's alignment; all-zero
-        // bytes are a valid `Self` by the trait contract, so `assume_init` is sound.
-        unsafe { Box::<Self>::new_zeroed().assume_init() }
+        let layout = std::alloc::Layout::new::<Self>();
+        if layout.size() == 0 {
+            return Box::new(Self::zeroed());
+        }
+        // SAFETY: `layout` has a non-zero size; `alloc_zeroed` returns NULL or memory with Self's size
+        // and alignment, all bytes zero, which is a valid `Self` by the trait contract. `Box::from_raw`
+        // takes ownership of memory from the global allocator allocated with `Layout::new::<Self>()`,
+        // which is exactly what Box deallocates with.
+        unsafe {
+            let p = std::alloc::alloc_zeroed(layout).cast::<Self>();
+            if p.is_null() {
+                std::alloc::handle_alloc_error(layout);
+            }
+            Box::from_raw(p)
+        }
     }
 }
 
