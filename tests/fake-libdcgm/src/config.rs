@@ -1,0 +1,174 @@
+//! The fake's environment interface (see README.md): which scenario it serves, whether the profiling
+//! module is "loaded", and which faults to inject. Read once per `dcgmInit`.
+
+use std::time::Duration;
+
+/// Everything the environment configures.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Config {
+    /// `FAKE_DCGM_SCENARIO`: built-in name or YAML path.
+    pub scenario: String,
+    /// `FAKE_DCGM_SEED`.
+    pub seed: u64,
+    /// `FAKE_DCGM_PROFILING=on|off`.
+    pub profiling: bool,
+    /// `FAKE_DCGM_FAULTS`.
+    pub faults: Faults,
+}
+
+/// `FAKE_DCGM_FAULTS`: a comma-separated list of `key=value`.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Faults {
+    /// `disconnect_after_polls=N`: after the N-th successful latest-values call the host engine goes
+    /// away (once).
+    pub disconnect_after_polls: Option<u64>,
+    /// `down_ms=M`: how long connect / start attempts fail after that disconnect.
+    pub down: Duration,
+    /// `refuse_connect=N`: the first N connect / start attempts fail.
+    pub refuse_connect: u32,
+    /// `slow_ms=N`: every latest-values call sleeps this long.
+    pub slow: Duration,
+    /// `vanish_gpu=IDX@N` (repeatable): GPU IDX disappears after the N-th latest-values call.
+    pub vanish: Vec<(u32, u64)>,
+    /// `blank_field=ID` (repeatable): the field is always blank.
+    pub blank_fields: Vec<u16>,
+}
+
+/// A bad environment value: one line naming the variable, the item and why.
+#[derive(Debug, PartialEq)]
+pub struct ConfigError(pub String);
+
+impl std::fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl Config {
+    /// Read the `FAKE_DCGM_*` variables.
+    pub fn from_env() -> Result<Config, ConfigError> {
+        let var = |k: &str| std::env::var(k).ok().filter(|v| !v.trim().is_empty());
+        Config::from_values(
+            var("FAKE_DCGM_SCENARIO").as_deref(),
+            var("FAKE_DCGM_SEED").as_deref(),
+            var("FAKE_DCGM_PROFILING").as_deref(),
+            var("FAKE_DCGM_FAULTS").as_deref(),
+        )
+    }
+
+    pub fn from_values(
+        scenario: Option<&str>,
+        seed: Option<&str>,
+        profiling: Option<&str>,
+        faults: Option<&str>,
+    ) -> Result<Config, ConfigError> {
+        let seed = match seed {
+            None => 1,
+            Some(s) => s.trim().parse().map_err(|_| {
+                ConfigError(format!(
+                    "FAKE_DCGM_SEED={s:?}: not an unsigned integer"
+                ))
+            })?,
+        };
+        let profiling = match profiling.map(str::trim) {
+            None | Some("on") => true,
+            Some("off") => false,
+            Some(other) => {
+                return Err(ConfigError(format!(
+                    "FAKE_DCGM_PROFILING={other:?}: expected on or off"
+                )))
+            }
+        };
+        Ok(Config {
+            scenario: scenario.unwrap_or("default").trim().to_string(),
+            seed,
+            profiling,
+            faults: Faults::parse(faults.unwrap_or(""))?,
+        })
+    }
+}
+
+impl Faults {
+    pub fn parse(list: &str) -> Result<Faults, ConfigError> {
+        let mut f = Faults::default();
+        for (pos, item) in list.split(',').enumerate() {
+            let item = item.trim();
+            if item.is_empty() {
+                continue;
+            }
+            let bad = |why: &str| {
+                ConfigError(format!(
+                    "FAKE_DCGM_FAULTS item {} {item:?}: {why}",
+                    pos + 1
+                ))
+            };
+            let (key, value) = item
+                .split_once('=')
+                .ok_or_else(|| bad("expected key=value"))?;
+            let num = |v: &str| v.trim().parse::<u64>().map_err(|_| bad("not an unsigned integer"));
+            match key.trim() {
+                "disconnect_after_polls" => f.disconnect_after_polls = Some(num(value)?),
+                "down_ms" => f.down = Duration::from_millis(num(value)?),
+                "refuse_connect" => {
+                    f.refuse_connect = u32::try_from(num(value)?).map_err(|_| bad("too large"))?
+                }
+                "slow_ms" => f.slow = Duration::from_millis(num(value)?),
+                "vanish_gpu" => {
+                    let (idx, after) = value
+                        .split_once('@')
+                        .ok_or_else(|| bad("expected IDX@N"))?;
+                    let idx = u32::try_from(num(idx)?).map_err(|_| bad("GPU index too large"))?;
+                    f.vanish.push((idx, num(after)?));
+                }
+                "blank_field" => {
+                    let id = u16::try_from(num(value)?).map_err(|_| bad("field id too large"))?;
+                    f.blank_fields.push(id);
+                }
+                _ => {
+                    return Err(bad(
+                        "unknown fault (known: disconnect_after_polls, down_ms, refuse_connect, \
+                         slow_ms, vanish_gpu, blank_field)",
+                    ))
+                }
+            }
+        }
+        Ok(f)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults() {
+        let c = Config::from_values(None, None, None, None).unwrap();
+        assert_eq!(c.scenario, "default");
+        assert_eq!(c.seed, 1);
+        assert!(c.profiling);
+        assert_eq!(c.faults, Faults::default());
+    }
+
+    #[test]
+    fn every_fault() {
+        let f = Faults::parse(
+            "disconnect_after_polls=3, down_ms=500,refuse_connect=2,slow_ms=10,vanish_gpu=1@4,\
+             vanish_gpu=0@9,blank_field=150,blank_field=155",
+        )
+        .unwrap();
+        assert_eq!(f.disconnect_after_polls, Some(3));
+        assert_eq!(f.down, Duration::from_millis(500));
+        assert_eq!(f.refuse_connect, 2);
+        assert_eq!(f.slow, Duration::from_millis(10));
+        assert_eq!(f.vanish, vec![(1, 4), (0, 9)]);
+        assert_eq!(f.blank_fields, vec![150, 155]);
+    }
+
+    #[test]
+    fn bad_values_name_the_item() {
+        let e = Faults::parse("slow_ms=5,vanish_gpu=1").unwrap_err();
+        assert_eq!(e.0, "FAKE_DCGM_FAULTS item 2 \"vanish_gpu=1\": expected IDX@N");
+        let e = Config::from_values(None, None, Some("maybe"), None).unwrap_err();
+        assert!(e.0.starts_with("FAKE_DCGM_PROFILING=\"maybe\""));
+    }
+}

@@ -1,0 +1,1023 @@
+//! The fake host engine: connections, groups, field groups, watches and values, in safe Rust.
+//!
+//! The exported C functions (`lib.rs`) only marshal pointers; every decision is made here. Behaviour
+//! follows `../shared/reference/dcgm-abi.md` (§2 per-function notes, §3.4 MIG hierarchy order, §6.2
+//! host-engine loss, §6.3 pitfalls); where the real engine is vaguer than a test needs, the fake is
+//! stricter (see README.md "Deliberate strictness").
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, LazyLock, Mutex, MutexGuard};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use dcgm_otel::fields::{catalog, EntityLevel, FieldInfo, ValueType};
+use dcgm_otel::snapshot::{Absent, EntityKind, FieldValue, GpuIdentity, MigIdentity};
+use dcgm_otel::source::dcgm::ffi::{self, *};
+use dcgm_otel::source::sim::fleet::link_entity_id;
+use dcgm_otel::source::sim::{Fleet, Scenario};
+
+use crate::config::Config;
+
+/// The one engine of this process.
+static ENGINE: LazyLock<Mutex<Engine>> = LazyLock::new(|| Mutex::new(Engine::default()));
+
+/// Lock the engine (a panic while holding it must not wedge later calls).
+pub fn engine() -> MutexGuard<'static, Engine> {
+    ENGINE.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Field-group ids 1..=3 belong to the engine's internal field groups (dcgm-abi.md §6.3).
+const FIRST_FIELD_GROUP: usize = 4;
+/// Group ids 0 and 1 are the built-in default groups.
+const FIRST_GROUP: usize = 2;
+/// 64 field groups minus the 3 internal ones.
+const MAX_USER_FIELD_GROUPS: usize = ffi::DCGM_MAX_NUM_FIELD_GROUPS - 3;
+/// 64 groups minus the 2 built-in ones.
+const MAX_USER_GROUPS: usize = ffi::DCGM_MAX_NUM_GROUPS - 2;
+
+/// A (entity group, entity id) pair.
+pub type EntityKey = (u32, u32);
+
+/// What a connection is.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ConnKind {
+    Embedded,
+    Remote(String),
+}
+
+#[derive(Debug)]
+struct Group {
+    entities: Vec<EntityKey>,
+}
+
+#[derive(Debug)]
+struct FieldGroup {
+    name: String,
+    fields: Vec<u16>,
+}
+
+#[derive(Debug)]
+struct Watch {
+    group: usize,
+    field_group: usize,
+    entities: HashSet<EntityKey>,
+    fields: HashSet<u16>,
+    freq: Duration,
+    created: Instant,
+    primed: bool,
+}
+
+/// The value one (entity, field) read produces.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Sample {
+    pub status: i32,
+    /// `DCGM_FT_*` char code.
+    pub field_type: u8,
+    pub ts_us: i64,
+    pub value: Payload,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Payload {
+    Int(i64),
+    Double(f64),
+    Text(String),
+}
+
+/// The whole fake engine state.
+#[derive(Default)]
+pub struct Engine {
+    pub cfg: Config,
+    initialized: bool,
+    fleet: Option<Fleet>,
+    epoch_us: i64,
+    /// Live handles (a lost host engine clears them).
+    handles: HashMap<usize, ConnKind>,
+    next_handle: usize,
+    groups: HashMap<usize, Group>,
+    next_group: usize,
+    field_groups: HashMap<usize, FieldGroup>,
+    next_field_group: usize,
+    watches: Vec<Watch>,
+    connect_attempts: u32,
+    down_until: Option<Instant>,
+    disconnected_once: bool,
+    polls: u64,
+    read_since_advance: HashSet<EntityKey>,
+    vanished: HashSet<u32>,
+}
+
+fn now_us() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_micros()).unwrap_or(i64::MAX))
+        .unwrap_or(0)
+}
+
+pub fn type_char(t: ValueType) -> u8 {
+    match t {
+        ValueType::Int64 => ffi::DCGM_FT_INT64,
+        ValueType::Double => ffi::DCGM_FT_DOUBLE,
+        ValueType::String => ffi::DCGM_FT_STRING,
+        ValueType::Binary => ffi::DCGM_FT_BINARY,
+    }
+}
+
+/// The sentinel DCGM stores for an absent value of type `ft`.
+fn sentinel(ft: u8, why: Absent) -> Payload {
+    let k = match why {
+        Absent::NotFound => 1,
+        Absent::NotSupported | Absent::NotApplicable => 2,
+        Absent::NotPermissioned => 3,
+        _ => 0,
+    };
+    match ft {
+        ffi::DCGM_FT_DOUBLE => Payload::Double(ffi::DCGM_FP64_BLANK + k as f64),
+        ffi::DCGM_FT_STRING => Payload::Text(
+            [
+                ffi::DCGM_STR_BLANK,
+                ffi::DCGM_STR_NOT_FOUND,
+                ffi::DCGM_STR_NOT_SUPPORTED,
+                ffi::DCGM_STR_NOT_PERMISSIONED,
+            ][k]
+                .to_string(),
+        ),
+        // A blank blob is one zero byte.
+        ffi::DCGM_FT_BINARY => Payload::Text(String::new()),
+        _ => Payload::Int(ffi::DCGM_INT64_BLANK + k as i64),
+    }
+}
+
+/// `dcgm_field_entity_group_t` of a catalog entity level.
+pub fn level_group(level: EntityLevel) -> u32 {
+    match level {
+        EntityLevel::Global => ffi::DCGM_FE_NONE,
+        EntityLevel::Gpu => ffi::DCGM_FE_GPU,
+        EntityLevel::GpuInstance => ffi::DCGM_FE_GPU_I,
+        EntityLevel::ComputeInstance => ffi::DCGM_FE_GPU_CI,
+        EntityLevel::Vgpu => ffi::DCGM_FE_VGPU,
+        EntityLevel::Switch => ffi::DCGM_FE_SWITCH,
+        EntityLevel::Link => ffi::DCGM_FE_LINK,
+        EntityLevel::Cpu => ffi::DCGM_FE_CPU,
+        EntityLevel::CpuCore => ffi::DCGM_FE_CPU_CORE,
+        EntityLevel::ConnectX => ffi::DCGM_FE_CONNECTX,
+    }
+}
+
+/// NVML GPU-instance profile id of a profile name (`1g.10gb` → slices 1 → NVML profile 0, …).
+fn nvml_profile(slices: u32, name: &str) -> u32 {
+    let base = match slices {
+        1 => 0,
+        2 => 1,
+        3 => 2,
+        4 => 3,
+        7 => 4,
+        8 => 5,
+        6 => 6,
+        _ => 0,
+    };
+    // "1g.20gb" is the REV1 (double memory) variant of the 1-slice profile on H100.
+    if name == "1g.20gb" {
+        7
+    } else {
+        base
+    }
+}
+
+fn slices_of(profile: &str) -> u32 {
+    profile
+        .split('g')
+        .next()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1)
+}
+
+/// One MIG row source: the GPU and the instance.
+struct MigRef {
+    gpu: Arc<GpuIdentity>,
+    mig: Arc<MigIdentity>,
+}
+
+impl Engine {
+    // ---------------------------------------------------------------- lifecycle
+
+    /// `dcgmInit`: read the environment, build the fleet. Idempotent.
+    pub fn init(&mut self) -> Result<(), (i32, String)> {
+        if self.initialized {
+            return Ok(());
+        }
+        let cfg = Config::from_env().map_err(|e| (ffi::DCGM_ST_INIT_ERROR, e.0))?;
+        let scenario = Scenario::load(&cfg.scenario).map_err(|e| {
+            (
+                ffi::DCGM_ST_INIT_ERROR,
+                format!("FAKE_DCGM_SCENARIO={:?}: {e}", cfg.scenario),
+            )
+        })?;
+        let fleet = Fleet::new(&scenario, cfg.seed);
+        *self = Engine {
+            cfg,
+            initialized: true,
+            fleet: Some(fleet),
+            epoch_us: now_us(),
+            next_handle: 1,
+            next_group: FIRST_GROUP,
+            next_field_group: FIRST_FIELD_GROUP,
+            ..Engine::default()
+        };
+        Ok(())
+    }
+
+    /// `dcgmShutdown`: forget everything (OK when not initialised).
+    pub fn shutdown(&mut self) {
+        *self = Engine::default();
+    }
+
+    pub fn initialized(&self) -> bool {
+        self.initialized
+    }
+
+    /// Can a new connection / embedded engine be started now? Counts the attempt.
+    fn admit_connection(&mut self) -> Result<(), i32> {
+        if !self.initialized {
+            return Err(ffi::DCGM_ST_UNINITIALIZED);
+        }
+        self.connect_attempts += 1;
+        if self.connect_attempts <= self.cfg.faults.refuse_connect {
+            return Err(ffi::DCGM_ST_CONNECTION_NOT_VALID);
+        }
+        if let Some(until) = self.down_until {
+            if Instant::now() < until {
+                return Err(ffi::DCGM_ST_CONNECTION_NOT_VALID);
+            }
+            self.down_until = None;
+        }
+        Ok(())
+    }
+
+    /// `dcgmStartEmbedded*`: the handle is always `DCGM_EMBEDDED_HANDLE`, as in the real library.
+    pub fn start_embedded(&mut self, mode: u32) -> Result<usize, i32> {
+        if !self.initialized {
+            return Err(ffi::DCGM_ST_UNINITIALIZED);
+        }
+        if mode != ffi::DCGM_OPERATION_MODE_AUTO && mode != ffi::DCGM_OPERATION_MODE_MANUAL {
+            return Err(ffi::DCGM_ST_BADPARAM);
+        }
+        self.admit_connection()?;
+        self.handles
+            .insert(ffi::DCGM_EMBEDDED_HANDLE, ConnKind::Embedded);
+        Ok(ffi::DCGM_EMBEDDED_HANDLE)
+    }
+
+    /// `dcgmConnect_v2/_v3`.
+    pub fn connect(&mut self, address: &str) -> Result<usize, i32> {
+        self.admit_connection()?;
+        let h = self.next_handle;
+        self.next_handle += 1;
+        self.handles.insert(h, ConnKind::Remote(address.to_string()));
+        Ok(h)
+    }
+
+    /// `dcgmDisconnect` / `dcgmStopEmbedded`: the handle goes away either way; a handle of a lost
+    /// engine answers CONNECTION_NOT_VALID.
+    pub fn close(&mut self, h: usize, embedded: bool) -> i32 {
+        if !self.initialized {
+            return ffi::DCGM_ST_UNINITIALIZED;
+        }
+        match self.handles.get(&h) {
+            None => ffi::DCGM_ST_CONNECTION_NOT_VALID,
+            Some(ConnKind::Embedded) if !embedded => ffi::DCGM_ST_BADPARAM,
+            Some(ConnKind::Remote(_)) if embedded => ffi::DCGM_ST_BADPARAM,
+            Some(_) => {
+                self.handles.remove(&h);
+                // persistAfterDisconnect=0: what the connection created goes with it. The fake has one
+                // namespace for all connections, so this only happens when no connection is left.
+                if self.handles.is_empty() {
+                    self.clear_objects();
+                }
+                ffi::DCGM_ST_OK
+            }
+        }
+    }
+
+    fn clear_objects(&mut self) {
+        self.groups.clear();
+        self.field_groups.clear();
+        self.watches.clear();
+        self.read_since_advance.clear();
+    }
+
+    /// Every call that takes a handle starts here.
+    pub fn check(&self, h: usize) -> Result<(), i32> {
+        if !self.initialized {
+            return Err(ffi::DCGM_ST_UNINITIALIZED);
+        }
+        if self.handles.contains_key(&h) {
+            Ok(())
+        } else {
+            Err(ffi::DCGM_ST_CONNECTION_NOT_VALID)
+        }
+    }
+
+    /// The host engine goes away: every handle dies, every object is gone, reconnects fail for
+    /// `down_ms`.
+    fn lose_host_engine(&mut self) {
+        self.handles.clear();
+        self.clear_objects();
+        self.down_until = Some(Instant::now() + self.cfg.faults.down);
+        self.disconnected_once = true;
+    }
+
+    // ---------------------------------------------------------------- inventory
+
+    fn fleet(&self) -> Option<&Fleet> {
+        self.fleet.as_ref()
+    }
+
+    /// Visible GPUs (at most DCGM_MAX_NUM_DEVICES, vanished ones removed).
+    pub fn gpus(&self) -> Vec<Arc<GpuIdentity>> {
+        self.fleet()
+            .map(|f| {
+                f.gpus()
+                    .iter()
+                    .filter(|g| !self.vanished.contains(&g.identity.index))
+                    .take(ffi::DCGM_MAX_NUM_DEVICES)
+                    .map(|g| g.identity.clone())
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    fn gpu(&self, index: u32) -> Option<(Arc<GpuIdentity>, u32, usize)> {
+        let f = self.fleet()?;
+        f.gpus()
+            .iter()
+            .filter(|g| !self.vanished.contains(&g.identity.index))
+            .take(ffi::DCGM_MAX_NUM_DEVICES)
+            .find(|g| g.identity.index == index)
+            .map(|g| (g.identity.clone(), g.nvlinks, g.instances.len()))
+    }
+
+    fn migs(&self) -> Vec<MigRef> {
+        let visible: HashSet<u32> = self.gpus().iter().map(|g| g.index).collect();
+        let Some(f) = self.fleet() else {
+            return Vec::new();
+        };
+        f.gpus()
+            .iter()
+            .filter(|g| visible.contains(&g.identity.index))
+            .flat_map(|g| {
+                g.instances.iter().map(|m| MigRef {
+                    gpu: g.identity.clone(),
+                    mig: m.clone(),
+                })
+            })
+            .collect()
+    }
+
+    fn mig(&self, entity_id: u32) -> Option<MigRef> {
+        self.migs().into_iter().find(|m| m.mig.entity_id == entity_id)
+    }
+
+    /// Every entity of one group (for default groups, `dcgmGetEntityGroupEntities` and special ids).
+    fn entities_of(&self, group: u32) -> Vec<EntityKey> {
+        match group {
+            ffi::DCGM_FE_GPU => self.gpus().iter().map(|g| (group, g.index)).collect(),
+            // One compute instance per GPU instance, with the same entity id (see mig_hierarchy).
+            ffi::DCGM_FE_GPU_I | ffi::DCGM_FE_GPU_CI => self
+                .migs()
+                .iter()
+                .map(|m| (group, m.mig.entity_id))
+                .collect(),
+            _ => Vec::new(),
+        }
+    }
+
+    /// Does the entity exist right now?
+    fn entity_exists(&self, (group, id): EntityKey) -> bool {
+        match group {
+            ffi::DCGM_FE_GPU => self.gpu(id).is_some(),
+            ffi::DCGM_FE_GPU_I | ffi::DCGM_FE_GPU_CI => self.mig(id).is_some(),
+            ffi::DCGM_FE_LINK => self.link(id).is_some(),
+            _ => false,
+        }
+    }
+
+    /// Unpack a `dcgm_link_t.raw` of a GPU link: (gpu, port).
+    fn link(&self, raw: u32) -> Option<(u32, u32)> {
+        let parent = raw & 0xff;
+        let port = (raw >> 8) & 0xffff;
+        let gpu = raw >> 24;
+        if parent != ffi::DCGM_FE_GPU {
+            return None;
+        }
+        let (_, nvlinks, _) = self.gpu(gpu)?;
+        (port < nvlinks).then_some((gpu, port))
+    }
+
+    pub fn device_attributes(&self, gpu: u32) -> Result<Box<dcgmDeviceAttributes_v3>, i32> {
+        let (id, _, n_mig) = self.gpu(gpu).ok_or(ffi::DCGM_ST_BADPARAM)?;
+        let int = |field: u16| match self.read_raw((ffi::DCGM_FE_GPU, gpu), field) {
+            Payload::Int(v) if v < i64::from(u32::MAX) && v >= 0 => v as u32,
+            _ => ffi::DCGM_INT32_BLANK as u32,
+        };
+        let text = |field: u16| match self.read_raw((ffi::DCGM_FE_GPU, gpu), field) {
+            Payload::Text(s) => s,
+            _ => ffi::DCGM_STR_BLANK.to_string(),
+        };
+        let mut a = dcgmDeviceAttributes_v3::boxed_zeroed();
+        a.version = ffi::dcgmDeviceAttributes_version3;
+        a.clockSets.version = ffi::dcgmDeviceSupportedClockSets_version1;
+        a.thermalSettings = dcgmDeviceThermals_v1 {
+            version: ffi::dcgmDeviceThermals_version1,
+            slowdownTemp: ffi::DCGM_INT32_BLANK as u32,
+            shutdownTemp: ffi::DCGM_INT32_BLANK as u32,
+        };
+        let blank = ffi::DCGM_INT32_BLANK as u32;
+        a.powerLimits = dcgmDevicePowerLimits_v1 {
+            version: ffi::dcgmDevicePowerLimits_version1,
+            curPowerLimit: blank,
+            defaultPowerLimit: blank,
+            enforcedPowerLimit: blank,
+            minPowerLimit: blank,
+            maxPowerLimit: blank,
+        };
+        let ids = &mut a.identifiers;
+        ids.version = ffi::dcgmDeviceIdentifiers_version1;
+        write_chars(&mut ids.brandName, &text(51));
+        write_chars(&mut ids.deviceName, &id.model);
+        write_chars(&mut ids.pciBusId, &id.pci_bus_id);
+        write_chars(&mut ids.serial, &text(53));
+        write_chars(&mut ids.uuid, &id.uuid);
+        write_chars(&mut ids.vbios, &text(85));
+        write_chars(&mut ids.inforomImageVersion, "G520.0200.00.05");
+        ids.pciDeviceId = 0x2330_10de;
+        ids.pciSubSystemId = 0x16c1_10de;
+        write_chars(
+            &mut ids.driverVersion,
+            self.fleet().map_or("", |f| f.driver_version()),
+        );
+        ids.virtualizationMode = 0;
+        a.memoryUsage = dcgmDeviceMemoryUsage_v1 {
+            version: ffi::dcgmDeviceMemoryUsage_version1,
+            bar1Total: blank,
+            fbTotal: int(250),
+            fbUsed: int(252),
+            fbFree: int(251),
+        };
+        a.settings = dcgmDeviceSettings_v2 {
+            version: ffi::dcgmDeviceSettings_version2,
+            persistenceModeEnabled: 1,
+            migModeEnabled: u32::from(n_mig > 0),
+            confidentialComputeMode: 0,
+        };
+        Ok(a)
+    }
+
+    /// `dcgmGetGpuInstanceHierarchy`: per MIG GPU, one GI row followed by its CI row(s) (§3.4). The
+    /// fake gives every GPU instance exactly one compute instance, whose entity id equals the GI's.
+    pub fn mig_hierarchy(&self) -> Result<Box<dcgmMigHierarchy_v2>, i32> {
+        let mut h = dcgmMigHierarchy_v2::boxed_zeroed();
+        h.version = ffi::dcgmMigHierarchy_version2;
+        let mut n = 0usize;
+        for m in self.migs() {
+            if n + 2 > ffi::DCGM_MAX_HIERARCHY_INFO {
+                return Err(ffi::DCGM_ST_INSUFFICIENT_SIZE);
+            }
+            let slices = slices_of(&m.mig.profile);
+            let mut info = dcgmMigEntityInfo_t {
+                gpuUuid: [0; 128],
+                nvmlGpuIndex: m.gpu.index,
+                nvmlInstanceId: m.mig.gi_id,
+                nvmlComputeInstanceId: u32::MAX,
+                nvmlMigProfileId: nvml_profile(slices, &m.mig.profile),
+                nvmlProfileSlices: slices,
+            };
+            write_chars(&mut info.gpuUuid, &m.gpu.uuid);
+            h.entityList[n] = dcgmMigHierarchyInfo_v2 {
+                entity: dcgmGroupEntityPair_t {
+                    entityGroupId: ffi::DCGM_FE_GPU_I,
+                    entityId: m.mig.entity_id,
+                },
+                parent: dcgmGroupEntityPair_t {
+                    entityGroupId: ffi::DCGM_FE_GPU,
+                    entityId: m.gpu.index,
+                },
+                info,
+            };
+            info.nvmlComputeInstanceId = 0;
+            h.entityList[n + 1] = dcgmMigHierarchyInfo_v2 {
+                entity: dcgmGroupEntityPair_t {
+                    entityGroupId: ffi::DCGM_FE_GPU_CI,
+                    entityId: m.mig.entity_id,
+                },
+                parent: dcgmGroupEntityPair_t {
+                    entityGroupId: ffi::DCGM_FE_GPU_I,
+                    entityId: m.mig.entity_id,
+                },
+                info,
+            };
+            n += 2;
+        }
+        h.count = n as u32;
+        Ok(h)
+    }
+
+    /// Per visible GPU: (gpu id, link states), `max_links` slots (18 for v4, 36 for v5).
+    pub fn nvlink_states(&self, max_links: usize) -> Vec<(u32, Vec<u32>)> {
+        self.gpus()
+            .iter()
+            .map(|g| {
+                let n = self.gpu(g.index).map_or(0, |x| x.1) as usize;
+                let states = (0..max_links)
+                    .map(|i| {
+                        if i < n {
+                            ffi::DcgmNvLinkLinkStateUp
+                        } else {
+                            ffi::DcgmNvLinkLinkStateNotSupported
+                        }
+                    })
+                    .collect();
+                (g.index, states)
+            })
+            .collect()
+    }
+
+    /// `dcgmGetEntityGroupEntities`.
+    pub fn group_entities(&self, group: u32) -> Result<Vec<u32>, i32> {
+        match group {
+            ffi::DCGM_FE_GPU | ffi::DCGM_FE_GPU_I | ffi::DCGM_FE_GPU_CI => {
+                Ok(self.entities_of(group).into_iter().map(|e| e.1).collect())
+            }
+            ffi::DCGM_FE_SWITCH | ffi::DCGM_FE_CPU | ffi::DCGM_FE_CPU_CORE
+            | ffi::DCGM_FE_CONNECTX | ffi::DCGM_FE_VGPU => Ok(Vec::new()),
+            ffi::DCGM_FE_LINK | ffi::DCGM_FE_NONE => Err(ffi::DCGM_ST_NOT_SUPPORTED),
+            _ => Err(ffi::DCGM_ST_BADPARAM),
+        }
+    }
+
+    /// `dcgmProfGetSupportedMetricGroups` for one GPU.
+    pub fn metric_groups(&self, gpu: u32) -> Result<Box<dcgmProfGetMetricGroups_v3>, i32> {
+        if !self.cfg.profiling {
+            return Err(ffi::DCGM_ST_MODULE_NOT_LOADED);
+        }
+        if self.gpu(gpu).is_none() {
+            return Err(ffi::DCGM_ST_BADPARAM);
+        }
+        let mut ids: Vec<u16> = (1000..1100)
+            .filter(|id| catalog().by_id(*id).is_some())
+            .collect();
+        ids.sort_unstable();
+        let mut g = dcgmProfGetMetricGroups_v3::boxed_zeroed();
+        g.version = ffi::dcgmProfGetMetricGroups_version3;
+        g.gpuId = gpu;
+        let chunks = ids.chunks(ffi::DCGM_PROF_MAX_FIELD_IDS_PER_GROUP_V2);
+        for (i, chunk) in chunks.take(ffi::DCGM_PROF_MAX_NUM_GROUPS_V2).enumerate() {
+            let mg = &mut g.metricGroups[i];
+            mg.majorId = i as u16;
+            mg.minorId = 0;
+            mg.numFieldIds = chunk.len() as u32;
+            mg.fieldIds[..chunk.len()].copy_from_slice(chunk);
+            g.numMetricGroups = i as u32 + 1;
+        }
+        Ok(g)
+    }
+
+    // ---------------------------------------------------------------- groups and watches
+
+    pub fn group_create(&mut self, group_type: u32, name: &str) -> Result<usize, i32> {
+        if name.is_empty() {
+            return Err(ffi::DCGM_ST_BADPARAM);
+        }
+        if self.groups.len() >= MAX_USER_GROUPS {
+            return Err(ffi::DCGM_ST_MAX_LIMIT);
+        }
+        let entities = match group_type {
+            ffi::DCGM_GROUP_EMPTY => Vec::new(),
+            ffi::DCGM_GROUP_DEFAULT => self.entities_of(ffi::DCGM_FE_GPU),
+            ffi::DCGM_GROUP_DEFAULT_NVSWITCHES => Vec::new(),
+            ffi::DCGM_GROUP_DEFAULT_INSTANCES => self.entities_of(ffi::DCGM_FE_GPU_I),
+            ffi::DCGM_GROUP_DEFAULT_COMPUTE_INSTANCES => self.entities_of(ffi::DCGM_FE_GPU_CI),
+            ffi::DCGM_GROUP_DEFAULT_EVERYTHING => {
+                let mut v = self.entities_of(ffi::DCGM_FE_GPU);
+                v.extend(self.entities_of(ffi::DCGM_FE_GPU_I));
+                v.extend(self.entities_of(ffi::DCGM_FE_GPU_CI));
+                v
+            }
+            _ => return Err(ffi::DCGM_ST_BADPARAM),
+        };
+        let id = self.next_group;
+        self.next_group += 1;
+        self.groups.insert(id, Group { entities });
+        Ok(id)
+    }
+
+    pub fn group_add_entity(&mut self, group: usize, key: EntityKey) -> Result<(), i32> {
+        if !self.entity_exists(key) {
+            return Err(ffi::DCGM_ST_BADPARAM);
+        }
+        let g = self
+            .groups
+            .get_mut(&group)
+            .ok_or(ffi::DCGM_ST_NOT_CONFIGURED)?;
+        if !g.entities.contains(&key) {
+            g.entities.push(key);
+        }
+        Ok(())
+    }
+
+    pub fn group_destroy(&mut self, group: usize) -> Result<(), i32> {
+        self.groups
+            .remove(&group)
+            .map(|_| ())
+            .ok_or(ffi::DCGM_ST_NOT_CONFIGURED)
+    }
+
+    pub fn field_group_create(&mut self, fields: &[u16], name: &str) -> Result<usize, i32> {
+        if fields.is_empty()
+            || fields.len() >= ffi::DCGM_MAX_FIELD_IDS_PER_FIELD_GROUP
+            || name.is_empty()
+            || name.len() >= ffi::DCGM_MAX_STR_LENGTH
+        {
+            return Err(ffi::DCGM_ST_BADPARAM);
+        }
+        if fields.iter().any(|f| catalog().by_id(*f).is_none()) {
+            return Err(ffi::DCGM_ST_BADPARAM);
+        }
+        if self.field_groups.values().any(|fg| fg.name == name) {
+            return Err(ffi::DCGM_ST_DUPLICATE_KEY);
+        }
+        if self.field_groups.len() >= MAX_USER_FIELD_GROUPS {
+            return Err(ffi::DCGM_ST_MAX_LIMIT);
+        }
+        let id = self.next_field_group;
+        self.next_field_group += 1;
+        self.field_groups.insert(
+            id,
+            FieldGroup {
+                name: name.to_string(),
+                fields: fields.to_vec(),
+            },
+        );
+        Ok(id)
+    }
+
+    pub fn field_group_destroy(&mut self, id: usize) -> Result<(), i32> {
+        // Destroying a field group does not unwatch (dcgm-abi.md §6.3).
+        self.field_groups
+            .remove(&id)
+            .map(|_| ())
+            .ok_or(ffi::DCGM_ST_NO_DATA)
+    }
+
+    fn group_members(&self, group: usize) -> Result<Vec<EntityKey>, i32> {
+        let all = |groups: &[u32]| {
+            groups
+                .iter()
+                .flat_map(|g| self.entities_of(*g))
+                .collect::<Vec<_>>()
+        };
+        match group {
+            ffi::DCGM_GROUP_ALL_GPUS => Ok(all(&[ffi::DCGM_FE_GPU])),
+            ffi::DCGM_GROUP_ALL_INSTANCES => Ok(all(&[ffi::DCGM_FE_GPU_I])),
+            ffi::DCGM_GROUP_ALL_COMPUTE_INSTANCES => Ok(all(&[ffi::DCGM_FE_GPU_CI])),
+            ffi::DCGM_GROUP_ALL_NVSWITCHES => Ok(Vec::new()),
+            ffi::DCGM_GROUP_ALL_ENTITIES => Ok(all(&[
+                ffi::DCGM_FE_GPU,
+                ffi::DCGM_FE_GPU_I,
+                ffi::DCGM_FE_GPU_CI,
+            ])),
+            _ => self
+                .groups
+                .get(&group)
+                .map(|g| g.entities.clone())
+                .ok_or(ffi::DCGM_ST_NOT_CONFIGURED),
+        }
+    }
+
+    pub fn watch(
+        &mut self,
+        group: usize,
+        field_group: usize,
+        freq_us: i64,
+    ) -> Result<(), i32> {
+        if group == 0 || freq_us <= 0 {
+            return Err(ffi::DCGM_ST_BADPARAM);
+        }
+        let entities = self.group_members(group)?;
+        let fg = self
+            .field_groups
+            .get(&field_group)
+            .ok_or(ffi::DCGM_ST_NOT_CONFIGURED)?;
+        if !self.cfg.profiling
+            && fg
+                .fields
+                .iter()
+                .any(|f| catalog().by_id(*f).is_some_and(FieldInfo::is_profiling))
+        {
+            // The whole field group stays unwatched (§6.3).
+            return Err(ffi::DCGM_ST_MODULE_NOT_LOADED);
+        }
+        let fields = fg.fields.iter().copied().collect();
+        self.watches
+            .retain(|w| !(w.group == group && w.field_group == field_group));
+        self.watches.push(Watch {
+            group,
+            field_group,
+            entities: entities.into_iter().collect(),
+            fields,
+            freq: Duration::from_micros(freq_us.unsigned_abs()),
+            created: Instant::now(),
+            primed: false,
+        });
+        Ok(())
+    }
+
+    pub fn unwatch(&mut self, group: usize, field_group: usize) -> Result<(), i32> {
+        if group == 0 {
+            return Err(ffi::DCGM_ST_BADPARAM);
+        }
+        self.watches
+            .retain(|w| !(w.group == group && w.field_group == field_group));
+        Ok(())
+    }
+
+    /// `dcgmUpdateAllFields`: every watch has a sample from now on.
+    pub fn update_all(&mut self) {
+        for w in &mut self.watches {
+            w.primed = true;
+        }
+    }
+
+    // ---------------------------------------------------------------- values
+
+    pub fn slow(&self) -> Duration {
+        self.cfg.faults.slow
+    }
+
+    /// Before a latest-values call: start a new simulated cycle (advance the fleet by the watch
+    /// interval) when an entity is read again.
+    pub fn begin_read(&mut self, entities: &[EntityKey]) {
+        if entities
+            .iter()
+            .any(|e| self.read_since_advance.contains(e))
+        {
+            let step = self
+                .watches
+                .iter()
+                .map(|w| w.freq)
+                .min()
+                .unwrap_or(Duration::from_secs(1));
+            if let Some(f) = self.fleet.as_mut() {
+                f.advance(step.as_secs_f64());
+            }
+            self.read_since_advance.clear();
+        }
+        self.read_since_advance.extend(entities.iter().copied());
+    }
+
+    /// After a successful latest-values call: count it and fire the faults due.
+    pub fn end_read(&mut self) {
+        self.polls += 1;
+        let polls = self.polls;
+        let due: Vec<u32> = self
+            .cfg
+            .faults
+            .vanish
+            .iter()
+            .filter(|(_, after)| *after == polls)
+            .map(|(idx, _)| *idx)
+            .collect();
+        for idx in due {
+            self.vanished.insert(idx);
+            if let Some(f) = self.fleet.as_mut() {
+                f.remove_gpu(idx);
+            }
+        }
+        if !self.disconnected_once && self.cfg.faults.disconnect_after_polls == Some(polls) {
+            self.lose_host_engine();
+        }
+    }
+
+    /// The wire value of one field on one entity (`live` = DCGM_FV_FLAG_LIVE_DATA: no watch needed).
+    pub fn read(&self, key: EntityKey, field: u16, live: bool) -> Sample {
+        let ts_us = self.epoch_us
+            + self
+                .fleet()
+                .map_or(0, |f| (f.time() * 1e6) as i64);
+        let Some(info) = catalog().by_id(field) else {
+            return Sample {
+                status: ffi::DCGM_ST_UNKNOWN_FIELD,
+                field_type: ffi::DCGM_FT_INT64,
+                ts_us,
+                value: sentinel(ffi::DCGM_FT_INT64, Absent::Blank),
+            };
+        };
+        let ft = type_char(info.value_type);
+        let sample = |status, value| Sample {
+            status,
+            field_type: ft,
+            ts_us,
+            value,
+        };
+        if !self.entity_exists(key) {
+            return sample(ffi::DCGM_ST_OK, sentinel(ft, Absent::NotFound));
+        }
+        if !self.cfg.profiling && info.is_profiling() {
+            return sample(
+                ffi::DCGM_ST_NOT_SUPPORTED,
+                sentinel(ft, Absent::NotSupported),
+            );
+        }
+        if self.cfg.faults.blank_fields.contains(&field) {
+            return sample(ffi::DCGM_ST_OK, sentinel(ft, Absent::Blank));
+        }
+        if !live {
+            let mut watched = self
+                .watches
+                .iter()
+                .filter(|w| w.entities.contains(&key) && w.fields.contains(&field));
+            match watched.clone().next() {
+                None => {
+                    return sample(ffi::DCGM_ST_NOT_WATCHED, sentinel(ft, Absent::Blank));
+                }
+                Some(_) => {
+                    if !watched.any(|w| w.primed || w.created.elapsed() >= w.freq) {
+                        return sample(ffi::DCGM_ST_NO_DATA, sentinel(ft, Absent::Blank));
+                    }
+                }
+            }
+        }
+        sample(ffi::DCGM_ST_OK, self.coerce(ft, self.read_raw(key, field)))
+    }
+
+    /// Make a payload match the field's DCGM type (as the real cache stores it).
+    fn coerce(&self, ft: u8, p: Payload) -> Payload {
+        match (ft, p) {
+            (ffi::DCGM_FT_INT64, Payload::Double(d)) if d.is_finite() => Payload::Int(d.round() as i64),
+            (ffi::DCGM_FT_DOUBLE, Payload::Int(i)) => Payload::Double(i as f64),
+            (ffi::DCGM_FT_STRING | ffi::DCGM_FT_BINARY, p @ Payload::Text(_)) => p,
+            (ffi::DCGM_FT_INT64, p @ Payload::Int(_)) | (ffi::DCGM_FT_DOUBLE, p @ Payload::Double(_)) => p,
+            (ft, _) => sentinel(ft, Absent::Blank),
+        }
+    }
+
+    /// The fleet's value (plus identity strings the fleet does not model), uncoerced.
+    fn read_raw(&self, key: EntityKey, field: u16) -> Payload {
+        let ft = catalog()
+            .by_id(field)
+            .map_or(ffi::DCGM_FT_INT64, |i| type_char(i.value_type));
+        let (group, id) = key;
+        // Identity fields, answered from the inventory.
+        match (group, field) {
+            (ffi::DCGM_FE_GPU, 50) => {
+                if let Some((g, ..)) = self.gpu(id) {
+                    return Payload::Text(g.model.clone());
+                }
+            }
+            (ffi::DCGM_FE_GPU, 52) => return Payload::Int(i64::from(id)),
+            (ffi::DCGM_FE_GPU, 54) => {
+                if let Some((g, ..)) = self.gpu(id) {
+                    return Payload::Text(g.uuid.clone());
+                }
+            }
+            (ffi::DCGM_FE_GPU, 57) => {
+                if let Some((g, ..)) = self.gpu(id) {
+                    return Payload::Text(g.pci_bus_id.clone());
+                }
+            }
+            (ffi::DCGM_FE_GPU_I | ffi::DCGM_FE_GPU_CI, 50) => {
+                if let Some(m) = self.mig(id) {
+                    return Payload::Text(m.mig.profile.clone());
+                }
+            }
+            (ffi::DCGM_FE_GPU_I | ffi::DCGM_FE_GPU_CI, 54) => {
+                if let Some(m) = self.mig(id) {
+                    return Payload::Text(m.mig.uuid.clone());
+                }
+            }
+            _ => {}
+        }
+        let (kind, sim_id) = match group {
+            ffi::DCGM_FE_GPU => (EntityKind::Gpu, id),
+            ffi::DCGM_FE_GPU_I | ffi::DCGM_FE_GPU_CI => (EntityKind::GpuInstance, id),
+            ffi::DCGM_FE_LINK => match self.link(id) {
+                Some((gpu, port)) => (EntityKind::NvLink, link_entity_id(gpu, port)),
+                None => return sentinel(ft, Absent::NotFound),
+            },
+            _ => return sentinel(ft, Absent::NotFound),
+        };
+        let Some(fleet) = self.fleet() else {
+            return sentinel(ft, Absent::NotFound);
+        };
+        match fleet.value(kind, sim_id, field) {
+            FieldValue::Int(i) => Payload::Int(i),
+            FieldValue::Double(d) => Payload::Double(d),
+            FieldValue::Text(s) => Payload::Text(s.to_string()),
+            FieldValue::Absent(why) => sentinel(ft, why),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn engine_with(faults: &str, profiling: bool) -> Engine {
+        let cfg = Config::from_values(None, None, Some(if profiling { "on" } else { "off" }), Some(faults))
+            .unwrap();
+        let fleet = Fleet::new(&Scenario::load("default").unwrap(), 1);
+        Engine {
+            cfg,
+            initialized: true,
+            fleet: Some(fleet),
+            next_handle: 1,
+            next_group: FIRST_GROUP,
+            next_field_group: FIRST_FIELD_GROUP,
+            ..Engine::default()
+        }
+    }
+
+    #[test]
+    fn watched_values_flow_and_counters_grow() {
+        let mut e = engine_with("", true);
+        let h = e.connect("127.0.0.1:5555").unwrap();
+        e.check(h).unwrap();
+        let g = e.group_create(ffi::DCGM_GROUP_EMPTY, "g").unwrap();
+        assert_eq!(g, 2);
+        e.group_add_entity(g, (ffi::DCGM_FE_GPU, 0)).unwrap();
+        let fg = e.field_group_create(&[150, 156], "f").unwrap();
+        assert_eq!(fg, 4);
+        assert_eq!(e.read((ffi::DCGM_FE_GPU, 0), 150, false).status, ffi::DCGM_ST_NOT_WATCHED);
+        e.watch(g, fg, 1_000_000).unwrap();
+        assert_eq!(e.read((ffi::DCGM_FE_GPU, 0), 150, false).status, ffi::DCGM_ST_NO_DATA);
+        e.update_all();
+        let key = (ffi::DCGM_FE_GPU, 0);
+        e.begin_read(&[key]);
+        let first = e.read(key, 156, false);
+        e.end_read();
+        e.begin_read(&[key]);
+        let second = e.read(key, 156, false);
+        e.end_read();
+        match (first.value, second.value) {
+            (Payload::Int(a), Payload::Int(b)) => assert!(b > a, "energy {a} -> {b}"),
+            other => panic!("{other:?}"),
+        }
+        assert!(second.ts_us > first.ts_us);
+    }
+
+    #[test]
+    fn disconnect_fault_kills_handles_and_objects() {
+        let mut e = engine_with("disconnect_after_polls=1,down_ms=60000", true);
+        let h = e.connect("x").unwrap();
+        let g = e.group_create(ffi::DCGM_GROUP_DEFAULT, "g").unwrap();
+        e.begin_read(&[]);
+        e.end_read();
+        assert_eq!(e.check(h), Err(ffi::DCGM_ST_CONNECTION_NOT_VALID));
+        assert_eq!(e.connect("x"), Err(ffi::DCGM_ST_CONNECTION_NOT_VALID));
+        assert!(e.groups.get(&g).is_none());
+    }
+
+    #[test]
+    fn profiling_off() {
+        let mut e = engine_with("", false);
+        assert_eq!(e.metric_groups(0).unwrap_err(), ffi::DCGM_ST_MODULE_NOT_LOADED);
+        let g = e.group_create(ffi::DCGM_GROUP_DEFAULT, "g").unwrap();
+        let fg = e.field_group_create(&[1001, 1002], "dcp").unwrap();
+        assert_eq!(e.watch(g, fg, 1000), Err(ffi::DCGM_ST_MODULE_NOT_LOADED));
+        let s = e.read((ffi::DCGM_FE_GPU, 0), 1001, true);
+        assert_eq!(s.status, ffi::DCGM_ST_NOT_SUPPORTED);
+    }
+
+    #[test]
+    fn mig_rows_and_names() {
+        let e = engine_with("", true);
+        let h = e.mig_hierarchy().unwrap();
+        assert_eq!(h.count, 6, "3 GPU instances + 3 compute instances on GPU 1");
+        assert_eq!(h.entityList[0].entity.entityGroupId, ffi::DCGM_FE_GPU_I);
+        assert_eq!(h.entityList[0].parent.entityId, 1);
+        assert_eq!(h.entityList[1].entity.entityGroupId, ffi::DCGM_FE_GPU_CI);
+        let gi = h.entityList[0].entity.entityId;
+        let name = e.read((ffi::DCGM_FE_GPU_I, gi), 50, true);
+        assert_eq!(name.value, Payload::Text("3g.40gb".into()));
+    }
+
+    #[test]
+    fn vanish_and_blank_faults() {
+        let mut e = engine_with("vanish_gpu=0@1,blank_field=150", true);
+        let s = e.read((ffi::DCGM_FE_GPU, 1), 150, true);
+        assert_eq!(s.value, Payload::Int(ffi::DCGM_INT64_BLANK));
+        e.begin_read(&[]);
+        e.end_read();
+        assert_eq!(e.gpus().len(), 1);
+        let s = e.read((ffi::DCGM_FE_GPU, 0), 155, true);
+        assert_eq!(s.value, Payload::Double(ffi::DCGM_FP64_NOT_FOUND));
+    }
+
+    #[test]
+    fn links_unpack_dcgm_link_t() {
+        let e = engine_with("", true);
+        // H100 default: 18 links; port 3 of GPU 1.
+        let raw = ffi::DCGM_FE_GPU | (3 << 8) | (1 << 24);
+        assert!(e.entity_exists((ffi::DCGM_FE_LINK, raw)));
+        assert!(!e.entity_exists((ffi::DCGM_FE_LINK, ffi::DCGM_FE_GPU | (40 << 8))));
+    }
+}
