@@ -79,18 +79,33 @@ fn exporter_call_sequence_against_the_fake() {
     // Discovery.
     let mut ids = [0u32; DCGM_MAX_NUM_DEVICES];
     let mut n = 0;
-    assert_eq!(syms.get_all_supported_devices(h, &mut ids, &mut n), DCGM_ST_OK);
+    assert_eq!(
+        syms.get_all_supported_devices(h, &mut ids, &mut n),
+        DCGM_ST_OK
+    );
     assert_eq!(&ids[..n as usize], &[0, 1]);
 
     let mut attr = dcgmDeviceAttributes_v3::boxed_zeroed();
-    assert_eq!(syms.get_device_attributes(h, 0, &mut attr), DCGM_ST_VER_MISMATCH);
+    assert_eq!(
+        syms.get_device_attributes(h, 0, &mut attr),
+        DCGM_ST_VER_MISMATCH
+    );
     attr.version = dcgmDeviceAttributes_version3;
     assert_eq!(syms.get_device_attributes(h, 0, &mut attr), DCGM_ST_OK);
     let uuid = chars_to_string(&attr.identifiers.uuid);
     assert!(uuid.starts_with("GPU-"), "{uuid}");
-    assert_eq!(chars_to_string(&attr.identifiers.deviceName), "NVIDIA H100 80GB HBM3");
-    assert_eq!(chars_to_string(&attr.identifiers.pciBusId), "00000000:18:00.0");
-    assert_eq!(syms.get_device_attributes(h, 7, &mut attr), DCGM_ST_BADPARAM);
+    assert_eq!(
+        chars_to_string(&attr.identifiers.deviceName),
+        "NVIDIA H100 80GB HBM3"
+    );
+    assert_eq!(
+        chars_to_string(&attr.identifiers.pciBusId),
+        "00000000:18:00.0"
+    );
+    assert_eq!(
+        syms.get_device_attributes(h, 7, &mut attr),
+        DCGM_ST_BADPARAM
+    );
 
     let mut hier = dcgmMigHierarchy_v2::boxed_zeroed();
     hier.version = dcgmMigHierarchy_version2;
@@ -105,12 +120,19 @@ fn exporter_call_sequence_against_the_fake() {
     assert!(rows
         .iter()
         .filter(|r| r.entity.entityGroupId == DCGM_FE_GPU_I)
-        .all(|r| r.parent == dcgmGroupEntityPair_t { entityGroupId: DCGM_FE_GPU, entityId: 1 }));
+        .all(|r| r.parent
+            == dcgmGroupEntityPair_t {
+                entityGroupId: DCGM_FE_GPU,
+                entityId: 1
+            }));
 
     // MIG profile names with LIVE_DATA (no watch needed), answers matched by ids.
     let pairs: Vec<dcgmGroupEntityPair_t> = gis
         .iter()
-        .map(|&id| dcgmGroupEntityPair_t { entityGroupId: DCGM_FE_GPU_I, entityId: id })
+        .map(|&id| dcgmGroupEntityPair_t {
+            entityGroupId: DCGM_FE_GPU_I,
+            entityId: id,
+        })
         .collect();
     let mut out = vec![dcgmFieldValue_v2::zeroed(); pairs.len()];
     assert_eq!(
@@ -120,7 +142,9 @@ fn exporter_call_sequence_against_the_fake() {
     let mut names: Vec<String> = out.iter().map(|v| v.value.as_string()).collect();
     names.sort();
     assert_eq!(names, ["1g.10gb", "2g.20gb", "3g.40gb"]);
-    assert!(out.iter().all(|v| v.version == dcgmFieldValue_version2 && v.status == DCGM_ST_OK));
+    assert!(out
+        .iter()
+        .all(|v| v.version == dcgmFieldValue_version2 && v.status == DCGM_ST_OK));
 
     let mut links = dcgmNvLinkStatus_v5::boxed_zeroed();
     links.version = dcgmNvLinkStatus_version5;
@@ -133,10 +157,15 @@ fn exporter_call_sequence_against_the_fake() {
 
     let mut prof = dcgmProfGetMetricGroups_v3::boxed_zeroed();
     prof.version = dcgmProfGetMetricGroups_version3;
-    assert_eq!(syms.prof_get_supported_metric_groups(h, &mut prof), DCGM_ST_OK);
+    assert_eq!(
+        syms.prof_get_supported_metric_groups(h, &mut prof),
+        DCGM_ST_OK
+    );
     assert!(prof.numMetricGroups >= 1);
 
-    let meta = syms.field_get_by_id(155).expect("metadata of DCGM_FI_DEV_POWER_USAGE");
+    let meta = syms
+        .field_get_by_id(155)
+        .expect("metadata of DCGM_FI_DEV_POWER_USAGE");
     assert_eq!(meta.fieldType as u8, DCGM_FT_DOUBLE);
     assert_eq!(meta.entityLevel, DCGM_FE_GPU);
     assert!(syms.field_get_by_id(0).is_none());
@@ -148,16 +177,25 @@ fn exporter_call_sequence_against_the_fake() {
 
     // Groups, field group, watch, first sample.
     let mut g = 0;
-    assert_eq!(syms.group_create(h, DCGM_GROUP_EMPTY, &cs("gpus"), &mut g), DCGM_ST_OK);
+    assert_eq!(
+        syms.group_create(h, DCGM_GROUP_EMPTY, &cs("gpus"), &mut g),
+        DCGM_ST_OK
+    );
     assert_eq!(g, 2);
     for gpu in [0, 1] {
         assert_eq!(syms.group_add_entity(h, g, DCGM_FE_GPU, gpu), DCGM_ST_OK);
     }
     let link_raw = DCGM_FE_GPU | (2 << 8) | (1 << 24);
-    assert_eq!(syms.group_add_entity(h, g, DCGM_FE_LINK, link_raw), DCGM_ST_OK);
+    assert_eq!(
+        syms.group_add_entity(h, g, DCGM_FE_LINK, link_raw),
+        DCGM_ST_OK
+    );
     let mut fg = 0;
     let fields = [150u16, 155, 156, 54];
-    assert_eq!(syms.field_group_create(h, &fields, &cs("basic"), &mut fg), DCGM_ST_OK);
+    assert_eq!(
+        syms.field_group_create(h, &fields, &cs("basic"), &mut fg),
+        DCGM_ST_OK
+    );
     assert_eq!(
         syms.field_group_create(h, &fields, &cs("basic"), &mut fg),
         DCGM_ST_DUPLICATE_KEY
@@ -169,7 +207,10 @@ fn exporter_call_sequence_against_the_fake() {
     );
     assert_eq!(out1[0].status, DCGM_ST_NOT_WATCHED);
     assert_eq!(out1[0].value.as_i64(), DCGM_INT64_BLANK);
-    assert_eq!(syms.watch_fields(h, 0, fg, 1_000_000, 600.0, 0), DCGM_ST_BADPARAM);
+    assert_eq!(
+        syms.watch_fields(h, 0, fg, 1_000_000, 600.0, 0),
+        DCGM_ST_BADPARAM
+    );
     assert_eq!(syms.watch_fields(h, g, fg, 1_000_000, 600.0, 0), DCGM_ST_OK);
     assert_eq!(syms.update_all_fields(h, true), DCGM_ST_OK);
 
@@ -191,8 +232,14 @@ fn exporter_call_sequence_against_the_fake() {
     assert!(energy[1] > energy[0], "energy counter grows: {energy:?}");
 
     let ents = [
-        dcgmGroupEntityPair_t { entityGroupId: DCGM_FE_GPU, entityId: 0 },
-        dcgmGroupEntityPair_t { entityGroupId: DCGM_FE_GPU, entityId: 1 },
+        dcgmGroupEntityPair_t {
+            entityGroupId: DCGM_FE_GPU,
+            entityId: 0,
+        },
+        dcgmGroupEntityPair_t {
+            entityGroupId: DCGM_FE_GPU,
+            entityId: 1,
+        },
     ];
     let mut out2 = vec![dcgmFieldValue_v2::zeroed(); 4];
     assert_eq!(
@@ -229,16 +276,34 @@ fn exporter_call_sequence_against_the_fake() {
     };
     let mut h = 0;
     let addr = cs("127.0.0.1:5555");
-    assert_eq!(syms.connect_v2(&addr, &mut params, &mut h), DCGM_ST_CONNECTION_NOT_VALID);
+    assert_eq!(
+        syms.connect_v2(&addr, &mut params, &mut h),
+        DCGM_ST_CONNECTION_NOT_VALID
+    );
     assert_eq!(syms.connect_v2(&addr, &mut params, &mut h), DCGM_ST_OK);
-    assert_eq!(syms.prof_get_supported_metric_groups(h, &mut prof), DCGM_ST_MODULE_NOT_LOADED);
+    assert_eq!(
+        syms.prof_get_supported_metric_groups(h, &mut prof),
+        DCGM_ST_MODULE_NOT_LOADED
+    );
     let mut g = 0;
-    assert_eq!(syms.group_create(h, DCGM_GROUP_DEFAULT, &cs("all"), &mut g), DCGM_ST_OK);
+    assert_eq!(
+        syms.group_create(h, DCGM_GROUP_DEFAULT, &cs("all"), &mut g),
+        DCGM_ST_OK
+    );
     let mut dcp = 0;
-    assert_eq!(syms.field_group_create(h, &[1002], &cs("dcp"), &mut dcp), DCGM_ST_OK);
-    assert_eq!(syms.watch_fields(h, g, dcp, 1_000_000, 600.0, 0), DCGM_ST_MODULE_NOT_LOADED);
+    assert_eq!(
+        syms.field_group_create(h, &[1002], &cs("dcp"), &mut dcp),
+        DCGM_ST_OK
+    );
+    assert_eq!(
+        syms.watch_fields(h, g, dcp, 1_000_000, 600.0, 0),
+        DCGM_ST_MODULE_NOT_LOADED
+    );
     let mut fg = 0;
-    assert_eq!(syms.field_group_create(h, &[150, 155], &cs("b"), &mut fg), DCGM_ST_OK);
+    assert_eq!(
+        syms.field_group_create(h, &[150, 155], &cs("b"), &mut fg),
+        DCGM_ST_OK
+    );
     assert_eq!(syms.watch_fields(h, g, fg, 1_000_000, 600.0, 0), DCGM_ST_OK);
     assert_eq!(syms.update_all_fields(h, true), DCGM_ST_OK);
     let mut out1 = vec![dcgmFieldValue_v1::zeroed(); 3];
@@ -269,7 +334,10 @@ fn exporter_call_sequence_against_the_fake() {
     assert_eq!(syms.shutdown(), DCGM_ST_OK);
 
     let log = read_log(&log_path);
-    assert_eq!(log.first().map(String::as_str), Some("dcgmStartEmbedded mode=1 handle=0 rc=-10"));
+    assert_eq!(
+        log.first().map(String::as_str),
+        Some("dcgmStartEmbedded mode=1 handle=0 rc=-10")
+    );
     assert!(log
         .iter()
         .any(|l| l == "dcgmWatchFields group=2 fieldGroup=4 freq=1000000 maxKeepAge=600 maxKeepSamples=0 handle=2147483647 rc=0"),

@@ -65,9 +65,7 @@ impl Config {
         let seed = match seed {
             None => 1,
             Some(s) => s.trim().parse().map_err(|_| {
-                ConfigError(format!(
-                    "FAKE_DCGM_SEED={s:?}: not an unsigned integer"
-                ))
+                ConfigError(format!("FAKE_DCGM_SEED={s:?}: not an unsigned integer"))
             })?,
         };
         let profiling = match profiling.map(str::trim) {
@@ -97,15 +95,16 @@ impl Faults {
                 continue;
             }
             let bad = |why: &str| {
-                ConfigError(format!(
-                    "FAKE_DCGM_FAULTS item {} {item:?}: {why}",
-                    pos + 1
-                ))
+                ConfigError(format!("FAKE_DCGM_FAULTS item {} {item:?}: {why}", pos + 1))
             };
             let (key, value) = item
                 .split_once('=')
                 .ok_or_else(|| bad("expected key=value"))?;
-            let num = |v: &str| v.trim().parse::<u64>().map_err(|_| bad("not an unsigned integer"));
+            let num = |v: &str| {
+                v.trim()
+                    .parse::<u64>()
+                    .map_err(|_| bad("not an unsigned integer"))
+            };
             match key.trim() {
                 "disconnect_after_polls" => f.disconnect_after_polls = Some(num(value)?),
                 "down_ms" => f.down = Duration::from_millis(num(value)?),
@@ -114,9 +113,8 @@ impl Faults {
                 }
                 "slow_ms" => f.slow = Duration::from_millis(num(value)?),
                 "vanish_gpu" => {
-                    let (idx, after) = value
-                        .split_once('@')
-                        .ok_or_else(|| bad("expected IDX@N"))?;
+                    let (idx, after) =
+                        value.split_once('@').ok_or_else(|| bad("expected IDX@N"))?;
                     let idx = u32::try_from(num(idx)?).map_err(|_| bad("GPU index too large"))?;
                     f.vanish.push((idx, num(after)?));
                 }
@@ -167,7 +165,10 @@ mod tests {
     #[test]
     fn bad_values_name_the_item() {
         let e = Faults::parse("slow_ms=5,vanish_gpu=1").unwrap_err();
-        assert_eq!(e.0, "FAKE_DCGM_FAULTS item 2 \"vanish_gpu=1\": expected IDX@N");
+        assert_eq!(
+            e.0,
+            "FAKE_DCGM_FAULTS item 2 \"vanish_gpu=1\": expected IDX@N"
+        );
         let e = Config::from_values(None, None, Some("maybe"), None).unwrap_err();
         assert!(e.0.starts_with("FAKE_DCGM_PROFILING=\"maybe\""));
     }

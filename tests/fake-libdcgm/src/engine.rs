@@ -272,7 +272,8 @@ impl Engine {
         self.admit_connection()?;
         let h = self.next_handle;
         self.next_handle += 1;
-        self.handles.insert(h, ConnKind::Remote(address.to_string()));
+        self.handles
+            .insert(h, ConnKind::Remote(address.to_string()));
         Ok(h)
     }
 
@@ -374,7 +375,9 @@ impl Engine {
     }
 
     fn mig(&self, entity_id: u32) -> Option<MigRef> {
-        self.migs().into_iter().find(|m| m.mig.entity_id == entity_id)
+        self.migs()
+            .into_iter()
+            .find(|m| m.mig.entity_id == entity_id)
     }
 
     /// Every entity of one group (for default groups, `dcgmGetEntityGroupEntities` and special ids).
@@ -547,8 +550,11 @@ impl Engine {
             ffi::DCGM_FE_GPU | ffi::DCGM_FE_GPU_I | ffi::DCGM_FE_GPU_CI => {
                 Ok(self.entities_of(group).into_iter().map(|e| e.1).collect())
             }
-            ffi::DCGM_FE_SWITCH | ffi::DCGM_FE_CPU | ffi::DCGM_FE_CPU_CORE
-            | ffi::DCGM_FE_CONNECTX | ffi::DCGM_FE_VGPU => Ok(Vec::new()),
+            ffi::DCGM_FE_SWITCH
+            | ffi::DCGM_FE_CPU
+            | ffi::DCGM_FE_CPU_CORE
+            | ffi::DCGM_FE_CONNECTX
+            | ffi::DCGM_FE_VGPU => Ok(Vec::new()),
             ffi::DCGM_FE_LINK | ffi::DCGM_FE_NONE => Err(ffi::DCGM_ST_NOT_SUPPORTED),
             _ => Err(ffi::DCGM_ST_BADPARAM),
         }
@@ -693,12 +699,7 @@ impl Engine {
         }
     }
 
-    pub fn watch(
-        &mut self,
-        group: usize,
-        field_group: usize,
-        freq_us: i64,
-    ) -> Result<(), i32> {
+    pub fn watch(&mut self, group: usize, field_group: usize, freq_us: i64) -> Result<(), i32> {
         if group == 0 || freq_us <= 0 {
             return Err(ffi::DCGM_ST_BADPARAM);
         }
@@ -756,10 +757,7 @@ impl Engine {
     /// Before a latest-values call: start a new simulated cycle (advance the fleet by the watch
     /// interval) when an entity is read again.
     pub fn begin_read(&mut self, entities: &[EntityKey]) {
-        if entities
-            .iter()
-            .any(|e| self.read_since_advance.contains(e))
-        {
+        if entities.iter().any(|e| self.read_since_advance.contains(e)) {
             let step = self
                 .watches
                 .iter()
@@ -799,10 +797,7 @@ impl Engine {
 
     /// The wire value of one field on one entity (`live` = DCGM_FV_FLAG_LIVE_DATA: no watch needed).
     pub fn read(&self, key: EntityKey, field: u16, live: bool) -> Sample {
-        let ts_us = self.epoch_us
-            + self
-                .fleet()
-                .map_or(0, |f| (f.time() * 1e6) as i64);
+        let ts_us = self.epoch_us + self.fleet().map_or(0, |f| (f.time() * 1e6) as i64);
         let Some(info) = catalog().by_id(field) else {
             return Sample {
                 status: ffi::DCGM_ST_UNKNOWN_FIELD,
@@ -852,10 +847,13 @@ impl Engine {
     /// Make a payload match the field's DCGM type (as the real cache stores it).
     fn coerce(&self, ft: u8, p: Payload) -> Payload {
         match (ft, p) {
-            (ffi::DCGM_FT_INT64, Payload::Double(d)) if d.is_finite() => Payload::Int(d.round() as i64),
+            (ffi::DCGM_FT_INT64, Payload::Double(d)) if d.is_finite() => {
+                Payload::Int(d.round() as i64)
+            }
             (ffi::DCGM_FT_DOUBLE, Payload::Int(i)) => Payload::Double(i as f64),
             (ffi::DCGM_FT_STRING | ffi::DCGM_FT_BINARY, p @ Payload::Text(_)) => p,
-            (ffi::DCGM_FT_INT64, p @ Payload::Int(_)) | (ffi::DCGM_FT_DOUBLE, p @ Payload::Double(_)) => p,
+            (ffi::DCGM_FT_INT64, p @ Payload::Int(_))
+            | (ffi::DCGM_FT_DOUBLE, p @ Payload::Double(_)) => p,
             (ft, _) => sentinel(ft, Absent::Blank),
         }
     }
@@ -922,8 +920,13 @@ mod tests {
     use super::*;
 
     fn engine_with(faults: &str, profiling: bool) -> Engine {
-        let cfg = Config::from_values(None, None, Some(if profiling { "on" } else { "off" }), Some(faults))
-            .unwrap();
+        let cfg = Config::from_values(
+            None,
+            None,
+            Some(if profiling { "on" } else { "off" }),
+            Some(faults),
+        )
+        .unwrap();
         let fleet = Fleet::new(&Scenario::load("default").unwrap(), 1);
         Engine {
             cfg,
@@ -946,9 +949,15 @@ mod tests {
         e.group_add_entity(g, (ffi::DCGM_FE_GPU, 0)).unwrap();
         let fg = e.field_group_create(&[150, 156], "f").unwrap();
         assert_eq!(fg, 4);
-        assert_eq!(e.read((ffi::DCGM_FE_GPU, 0), 150, false).status, ffi::DCGM_ST_NOT_WATCHED);
+        assert_eq!(
+            e.read((ffi::DCGM_FE_GPU, 0), 150, false).status,
+            ffi::DCGM_ST_NOT_WATCHED
+        );
         e.watch(g, fg, 1_000_000).unwrap();
-        assert_eq!(e.read((ffi::DCGM_FE_GPU, 0), 150, false).status, ffi::DCGM_ST_NO_DATA);
+        assert_eq!(
+            e.read((ffi::DCGM_FE_GPU, 0), 150, false).status,
+            ffi::DCGM_ST_NO_DATA
+        );
         e.update_all();
         let key = (ffi::DCGM_FE_GPU, 0);
         e.begin_read(&[key]);
@@ -973,13 +982,16 @@ mod tests {
         e.end_read();
         assert_eq!(e.check(h), Err(ffi::DCGM_ST_CONNECTION_NOT_VALID));
         assert_eq!(e.connect("x"), Err(ffi::DCGM_ST_CONNECTION_NOT_VALID));
-        assert!(e.groups.get(&g).is_none());
+        assert!(!e.groups.contains_key(&g));
     }
 
     #[test]
     fn profiling_off() {
         let mut e = engine_with("", false);
-        assert_eq!(e.metric_groups(0).unwrap_err(), ffi::DCGM_ST_MODULE_NOT_LOADED);
+        assert_eq!(
+            e.metric_groups(0).unwrap_err(),
+            ffi::DCGM_ST_MODULE_NOT_LOADED
+        );
         let g = e.group_create(ffi::DCGM_GROUP_DEFAULT, "g").unwrap();
         let fg = e.field_group_create(&[1001, 1002], "dcp").unwrap();
         assert_eq!(e.watch(g, fg, 1000), Err(ffi::DCGM_ST_MODULE_NOT_LOADED));

@@ -32,7 +32,10 @@ fn guard(name: &str, f: impl FnOnce() -> dcgmReturn_t) -> dcgmReturn_t {
     match catch_unwind(AssertUnwindSafe(f)) {
         Ok(rc) => rc,
         Err(_) => {
-            calllog::line(&format!("{name} panicked rc={}", ffi::DCGM_ST_GENERIC_ERROR));
+            calllog::line(&format!(
+                "{name} panicked rc={}",
+                ffi::DCGM_ST_GENERIC_ERROR
+            ));
             ffi::DCGM_ST_GENERIC_ERROR
         }
     }
@@ -158,7 +161,9 @@ pub unsafe extern "C" fn dcgmStartEmbedded(
                 Err(rc) => (rc, 0),
             }
         };
-        log(format!("dcgmStartEmbedded mode={op_mode} handle={h} rc={rc}"));
+        log(format!(
+            "dcgmStartEmbedded mode={op_mode} handle={h} rc={rc}"
+        ));
         rc
     })
 }
@@ -641,7 +646,9 @@ pub unsafe extern "C" fn dcgmGroupDestroy(
             Ok(()) => e.group_destroy(group).err().unwrap_or(ffi::DCGM_ST_OK),
         };
         drop(e);
-        log(format!("dcgmGroupDestroy group={group} handle={handle} rc={rc}"));
+        log(format!(
+            "dcgmGroupDestroy group={group} handle={handle} rc={rc}"
+        ));
         rc
     })
 }
@@ -1043,7 +1050,11 @@ static META: LazyLock<MetaTable> = LazyLock::new(|| {
         let ft = engine::type_char(info.value_type);
         entry.meta.fieldId = id;
         entry.meta.fieldType = ft as c_char;
-        entry.meta.size = if ft == ffi::DCGM_FT_INT64 || ft == ffi::DCGM_FT_DOUBLE { 8 } else { 0 };
+        entry.meta.size = if ft == ffi::DCGM_FT_INT64 || ft == ffi::DCGM_FT_DOUBLE {
+            8
+        } else {
+            0
+        };
         write_chars(&mut entry.meta.tag, &tag);
         let level = level_group(info.level);
         entry.meta.scope = if level == ffi::DCGM_FE_NONE {
