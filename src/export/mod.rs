@@ -3,6 +3,7 @@
 //! [`prometheus`] renders dcgm-exporter-compatible text once per snapshot and keeps the bytes for the
 //! HTTP server; [`self_metrics`] holds the exporter's own `dcgm_otel_*` counters and gauges.
 
+pub mod otel;
 pub mod prometheus;
 pub mod self_metrics;
 

@@ -1,0 +1,523 @@
+//! OTLP settings: the `--otlp-*` flags and the standard `OTEL_EXPORTER_OTLP_*` variables, resolved once
+//! at start-up. Precedence per setting, highest first: the flag, `OTEL_EXPORTER_OTLP_METRICS_<X>`,
+//! `OTEL_EXPORTER_OTLP_<X>`, the default. OTLP is off unless `--otlp` is given or an endpoint is
+//! configured. Every bad value is a [`OtlpConfigError`] naming the flag or variable (exit code 2 at
+//! start-up). Certificate files are read and parsed here, so a wrong path fails at start, not at the
+//! first export.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use opentelemetry_sdk::metrics::Temporality;
+
+use crate::config::Cli;
+
+/// Transport.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Protocol {
+    Grpc,
+    HttpProtobuf,
+}
+
+/// A setting that cannot be used.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[error("{source_name}: {message}")]
+pub struct OtlpConfigError {
+    /// The flag or variable the value came from.
+    pub source_name: String,
+    pub message: String,
+}
+
+/// PEM material for TLS, read at start-up.
+#[derive(Clone, Default)]
+pub struct TlsFiles {
+    /// Extra trusted CA certificates (PEM), added to the system roots.
+    pub ca_pem: Option<Vec<u8>>,
+    /// Client certificate chain and key (PEM) for mTLS.
+    pub client_identity: Option<(Vec<u8>, Vec<u8>)>,
+}
+
+impl std::fmt::Debug for TlsFiles {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TlsFiles")
+            .field("ca", &self.ca_pem.is_some())
+            .field("client_identity", &self.client_identity.is_some())
+            .finish()
+    }
+}
+
+/// Resolved OTLP settings.
+#[derive(Debug, Clone)]
+pub struct OtlpConfig {
+    pub protocol: Protocol,
+    /// For gRPC the channel URL (scheme, host, port); for HTTP the full request URL.
+    pub endpoint: String,
+    pub headers: Vec<(String, String)>,
+    pub timeout: Duration,
+    pub gzip: bool,
+    pub tls: TlsFiles,
+    pub interval: Duration,
+    pub temporality: Temporality,
+    pub max_pending: usize,
+}
+
+impl OtlpConfig {
+    pub fn is_tls(&self) -> bool {
+        self.endpoint.starts_with("https://")
+    }
+}
+
+/// Percent-decode `%XX` sequences (header and resource attribute values).
+pub fn percent_decode(s: &str) -> Result<String, String> {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = bytes
+                .get(i + 1..i + 3)
+                .and_then(|h| std::str::from_utf8(h).ok())
+                .and_then(|h| u8::from_str_radix(h, 16).ok())
+                .ok_or_else(|| format!("bad percent escape at byte {}", i + 1))?;
+            out.push(hex);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).map_err(|_| "percent-decoded value is not UTF-8".to_string())
+}
+
+/// Parse `k=v,k2=v2` headers.
+pub fn parse_headers(
+    text: &str,
+    source_name: &str,
+) -> Result<Vec<(String, String)>, OtlpConfigError> {
+    let mut out = Vec::new();
+    for (i, entry) in text.split(',').enumerate() {
+        if entry.trim().is_empty() {
+            continue;
+        }
+        let err = |message: String| OtlpConfigError {
+            source_name: source_name.to_string(),
+            message: format!("entry {} '{entry}': {message}", i + 1),
+        };
+        let (k, v) = entry
+            .split_once('=')
+            .ok_or_else(|| err("expected key=value".into()))?;
+        let k = percent_decode(k.trim()).map_err(err)?.to_ascii_lowercase();
+        let v = percent_decode(v.trim()).map_err(err)?;
+        if k.is_empty()
+            || !k
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
+        {
+            return Err(err(
+                "header name must be letters, digits, '-', '_' or '.'".into()
+            ));
+        }
+        if v.bytes().any(|b| b < 0x20 && b != b'\t') {
+            return Err(err("header value contains a control character".into()));
+        }
+        out.push((k, v));
+    }
+    Ok(out)
+}
+
+/// One setting's value and where it came from.
+struct Found {
+    value: String,
+    source_name: String,
+}
+
+fn lookup(
+    flag: Option<String>,
+    flag_name: &str,
+    suffix: &str,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Option<Found> {
+    if let Some(v) = flag {
+        return Some(Found {
+            value: v,
+            source_name: flag_name.to_string(),
+        });
+    }
+    for name in [
+        format!("OTEL_EXPORTER_OTLP_METRICS_{suffix}"),
+        format!("OTEL_EXPORTER_OTLP_{suffix}"),
+    ] {
+        if let Some(v) = env(&name).filter(|v| !v.trim().is_empty()) {
+            return Some(Found {
+                value: v.trim().to_string(),
+                source_name: name,
+            });
+        }
+    }
+    None
+}
+
+fn read_pem(path: &Path, source_name: &str) -> Result<Vec<u8>, OtlpConfigError> {
+    let bytes = std::fs::read(path).map_err(|e| OtlpConfigError {
+        source_name: source_name.to_string(),
+        message: format!("cannot read '{}': {e}", path.display()),
+    })?;
+    if !bytes.windows(11).any(|w| w == b"-----BEGIN ") {
+        return Err(OtlpConfigError {
+            source_name: source_name.to_string(),
+            message: format!("'{}' is not a PEM file", path.display()),
+        });
+    }
+    Ok(bytes)
+}
+
+fn parse_ms(found: &Found) -> Result<Duration, OtlpConfigError> {
+    found
+        .value
+        .parse::<u64>()
+        .ok()
+        .filter(|ms| *ms > 0)
+        .map(Duration::from_millis)
+        .ok_or_else(|| OtlpConfigError {
+            source_name: found.source_name.clone(),
+            message: format!("'{}' is not a positive number of milliseconds", found.value),
+        })
+}
+
+/// Resolve the OTLP settings; `Ok(None)` when OTLP is off.
+pub fn resolve(
+    cli: &Cli,
+    collect_interval: Duration,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Option<OtlpConfig>, OtlpConfigError> {
+    let protocol = match lookup(
+        cli.otlp_protocol.clone(),
+        "--otlp-protocol",
+        "PROTOCOL",
+        env,
+    ) {
+        None => Protocol::Grpc,
+        Some(f) => match f.value.as_str() {
+            "grpc" => Protocol::Grpc,
+            "http/protobuf" => Protocol::HttpProtobuf,
+            other => {
+                return Err(OtlpConfigError {
+                    source_name: f.source_name,
+                    message: format!("unsupported protocol '{other}' (use grpc or http/protobuf)"),
+                })
+            }
+        },
+    };
+    // Endpoint: the signal-specific variable is used verbatim; the flag and the generic variable are
+    // base URLs to which HTTP appends /v1/metrics.
+    let (endpoint, verbatim, endpoint_source) = if let Some(e) = cli.otlp_endpoint.clone() {
+        (Some(e), false, "--otlp-endpoint".to_string())
+    } else if let Some(e) =
+        env("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT").filter(|v| !v.trim().is_empty())
+    {
+        (
+            Some(e.trim().to_string()),
+            true,
+            "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT".to_string(),
+        )
+    } else if let Some(e) = env("OTEL_EXPORTER_OTLP_ENDPOINT").filter(|v| !v.trim().is_empty()) {
+        (
+            Some(e.trim().to_string()),
+            false,
+            "OTEL_EXPORTER_OTLP_ENDPOINT".to_string(),
+        )
+    } else {
+        (None, false, "--otlp".to_string())
+    };
+    if endpoint.is_none() && !cli.otlp {
+        return Ok(None);
+    }
+    let endpoint = endpoint.unwrap_or_else(|| match protocol {
+        Protocol::Grpc => "http://localhost:4317".to_string(),
+        Protocol::HttpProtobuf => "http://localhost:4318".to_string(),
+    });
+    let bad_endpoint = |message: &str| OtlpConfigError {
+        source_name: endpoint_source.clone(),
+        message: format!("'{endpoint}': {message}"),
+    };
+    let uri: hyper::Uri = endpoint
+        .parse()
+        .map_err(|e| bad_endpoint(&format!("not a URL ({e})")))?;
+    match uri.scheme_str() {
+        Some("http") | Some("https") => {}
+        _ => return Err(bad_endpoint("the URL needs an http:// or https:// scheme")),
+    }
+    if uri.host().is_none() {
+        return Err(bad_endpoint("the URL has no host"));
+    }
+    let endpoint = match protocol {
+        Protocol::Grpc => endpoint.trim_end_matches('/').to_string(),
+        Protocol::HttpProtobuf if verbatim => endpoint,
+        Protocol::HttpProtobuf => format!("{}/v1/metrics", endpoint.trim_end_matches('/')),
+    };
+
+    let headers = match lookup(cli.otlp_headers.clone(), "--otlp-headers", "HEADERS", env) {
+        Some(f) => parse_headers(&f.value, &f.source_name)?,
+        None => Vec::new(),
+    };
+    let timeout = match lookup(
+        cli.otlp_timeout.map(|t| t.to_string()),
+        "--otlp-timeout",
+        "TIMEOUT",
+        env,
+    ) {
+        Some(f) => parse_ms(&f)?,
+        None => Duration::from_secs(10),
+    };
+    let gzip = match lookup(
+        cli.otlp_compression.clone(),
+        "--otlp-compression",
+        "COMPRESSION",
+        env,
+    ) {
+        None => false,
+        Some(f) => match f.value.as_str() {
+            "gzip" => true,
+            "none" | "" => false,
+            other => {
+                return Err(OtlpConfigError {
+                    source_name: f.source_name,
+                    message: format!("unsupported compression '{other}' (use gzip or none)"),
+                })
+            }
+        },
+    };
+    let path_of = |flag: &Option<PathBuf>, flag_name: &str, suffix: &str| {
+        lookup(
+            flag.as_ref().map(|p| p.display().to_string()),
+            flag_name,
+            suffix,
+            env,
+        )
+    };
+    let ca_pem = match path_of(&cli.otlp_certificate, "--otlp-certificate", "CERTIFICATE") {
+        Some(f) => Some(read_pem(Path::new(&f.value), &f.source_name)?),
+        None => None,
+    };
+    let cert = path_of(
+        &cli.otlp_client_certificate,
+        "--otlp-client-certificate",
+        "CLIENT_CERTIFICATE",
+    );
+    let key = path_of(&cli.otlp_client_key, "--otlp-client-key", "CLIENT_KEY");
+    let client_identity = match (cert, key) {
+        (None, None) => None,
+        (Some(c), Some(k)) => Some((
+            read_pem(Path::new(&c.value), &c.source_name)?,
+            read_pem(Path::new(&k.value), &k.source_name)?,
+        )),
+        (Some(c), None) => {
+            return Err(OtlpConfigError {
+                source_name: c.source_name,
+                message: "a client certificate needs a client key (--otlp-client-key / OTEL_EXPORTER_OTLP_CLIENT_KEY)".into(),
+            })
+        }
+        (None, Some(k)) => {
+            return Err(OtlpConfigError {
+                source_name: k.source_name,
+                message: "a client key needs a client certificate (--otlp-client-certificate / OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE)".into(),
+            })
+        }
+    };
+    let interval_flag = cli.otlp_export_interval.map(|t| Found {
+        value: t.to_string(),
+        source_name: "--otlp-export-interval".into(),
+    });
+    let interval = match interval_flag.or_else(|| {
+        env("OTEL_METRIC_EXPORT_INTERVAL")
+            .filter(|v| !v.trim().is_empty())
+            .map(|v| Found {
+                value: v.trim().to_string(),
+                source_name: "OTEL_METRIC_EXPORT_INTERVAL".into(),
+            })
+    }) {
+        Some(f) => parse_ms(&f)?,
+        None => collect_interval,
+    };
+    let temporality_flag = cli.otlp_temporality.clone().map(|t| Found {
+        value: t,
+        source_name: "--otlp-temporality".into(),
+    });
+    let temporality = match temporality_flag.or_else(|| {
+        env("OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE")
+            .filter(|v| !v.trim().is_empty())
+            .map(|v| Found {
+                value: v.trim().to_string(),
+                source_name: "OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE".into(),
+            })
+    }) {
+        None => Temporality::Cumulative,
+        Some(f) => match f.value.to_ascii_lowercase().as_str() {
+            "cumulative" => Temporality::Cumulative,
+            "delta" => Temporality::Delta,
+            "lowmemory" => Temporality::LowMemory,
+            other => {
+                return Err(OtlpConfigError {
+                    source_name: f.source_name,
+                    message: format!(
+                        "unsupported temporality '{other}' (use cumulative, delta or lowmemory)"
+                    ),
+                })
+            }
+        },
+    };
+    Ok(Some(OtlpConfig {
+        protocol,
+        endpoint,
+        headers,
+        timeout,
+        gzip,
+        tls: TlsFiles {
+            ca_pem,
+            client_identity,
+        },
+        interval,
+        temporality,
+        max_pending: cli.otlp_max_pending as usize,
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    fn cli(args: &[&str]) -> Cli {
+        let mut v = vec!["dcgm-otel"];
+        v.extend_from_slice(args);
+        Cli::try_parse_from(v).unwrap()
+    }
+
+    fn env_of(pairs: &'static [(&'static str, &'static str)]) -> impl Fn(&str) -> Option<String> {
+        move |k: &str| {
+            pairs
+                .iter()
+                .find(|(n, _)| *n == k)
+                .map(|(_, v)| v.to_string())
+        }
+    }
+
+    const C: Duration = Duration::from_millis(1000);
+
+    #[test]
+    fn off_unless_enabled_or_endpoint_set() {
+        assert!(resolve(&cli(&[]), C, &env_of(&[])).unwrap().is_none());
+        let c = resolve(&cli(&["--otlp"]), C, &env_of(&[]))
+            .unwrap()
+            .unwrap();
+        assert_eq!(c.endpoint, "http://localhost:4317");
+        assert_eq!(c.protocol, Protocol::Grpc);
+        assert_eq!(c.interval, C);
+        let c = resolve(
+            &cli(&["--otlp", "--otlp-protocol", "http/protobuf"]),
+            C,
+            &env_of(&[]),
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(c.endpoint, "http://localhost:4318/v1/metrics");
+    }
+
+    #[test]
+    fn env_precedence_and_http_paths() {
+        let env = env_of(&[
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://generic:4318/"),
+            ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf"),
+            ("OTEL_EXPORTER_OTLP_HEADERS", "api-key=a%20b,X-Tenant=t1"),
+            ("OTEL_EXPORTER_OTLP_METRICS_TIMEOUT", "2500"),
+            ("OTEL_EXPORTER_OTLP_TIMEOUT", "100"),
+            ("OTEL_EXPORTER_OTLP_COMPRESSION", "gzip"),
+            ("OTEL_METRIC_EXPORT_INTERVAL", "5000"),
+            ("OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE", "Delta"),
+        ]);
+        let c = resolve(&cli(&[]), C, &env).unwrap().unwrap();
+        assert_eq!(c.endpoint, "http://generic:4318/v1/metrics");
+        assert_eq!(
+            c.headers,
+            vec![
+                ("api-key".into(), "a b".into()),
+                ("x-tenant".into(), "t1".into())
+            ]
+        );
+        assert_eq!(c.timeout, Duration::from_millis(2500));
+        assert!(c.gzip);
+        assert_eq!(c.interval, Duration::from_secs(5));
+        assert_eq!(c.temporality, Temporality::Delta);
+        let env = env_of(&[
+            (
+                "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT",
+                "https://collector:9999/custom/path",
+            ),
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://ignored:4318"),
+            ("OTEL_EXPORTER_OTLP_METRICS_PROTOCOL", "http/protobuf"),
+        ]);
+        let c = resolve(&cli(&[]), C, &env).unwrap().unwrap();
+        assert_eq!(c.endpoint, "https://collector:9999/custom/path");
+        assert!(c.is_tls());
+        let c = resolve(
+            &cli(&[
+                "--otlp-endpoint",
+                "http://flag:1234",
+                "--otlp-protocol",
+                "grpc",
+            ]),
+            C,
+            &env,
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(c.endpoint, "http://flag:1234");
+        assert_eq!(c.protocol, Protocol::Grpc);
+    }
+
+    #[test]
+    fn bad_values_name_their_source() {
+        let e = resolve(
+            &cli(&[]),
+            C,
+            &env_of(&[("OTEL_EXPORTER_OTLP_ENDPOINT", "collector:4317")]),
+        )
+        .unwrap_err();
+        assert_eq!(e.source_name, "OTEL_EXPORTER_OTLP_ENDPOINT");
+        let e = resolve(
+            &cli(&["--otlp", "--otlp-protocol", "http/json"]),
+            C,
+            &env_of(&[]),
+        )
+        .unwrap_err();
+        assert_eq!(e.source_name, "--otlp-protocol");
+        let e = resolve(
+            &cli(&["--otlp"]),
+            C,
+            &env_of(&[("OTEL_EXPORTER_OTLP_HEADERS", "novalue")]),
+        )
+        .unwrap_err();
+        assert_eq!(e.source_name, "OTEL_EXPORTER_OTLP_HEADERS");
+        let e = resolve(
+            &cli(&["--otlp", "--otlp-certificate", "/nonexistent/ca.pem"]),
+            C,
+            &env_of(&[]),
+        )
+        .unwrap_err();
+        assert_eq!(e.source_name, "--otlp-certificate");
+        let e = resolve(
+            &cli(&["--otlp"]),
+            C,
+            &env_of(&[("OTEL_EXPORTER_OTLP_CLIENT_KEY", "/x.pem")]),
+        )
+        .unwrap_err();
+        assert_eq!(e.source_name, "OTEL_EXPORTER_OTLP_CLIENT_KEY");
+        let e = resolve(
+            &cli(&["--otlp", "--otlp-compression", "zstd"]),
+            C,
+            &env_of(&[]),
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("zstd"));
+    }
+}

@@ -1,0 +1,170 @@
+//! One OTel observable instrument per counters-CSV row: `gauge` → f64 observable gauge, `counter` →
+//! observable counter (cumulative, monotonic; u64 for integer fields, f64 for double fields), named as
+//! the row, with the UCUM unit of [`super::units`] and the CSV help as description. `label` rows are
+//! not instruments: they become attributes ([`super::resource`]). A row name seen twice is registered
+//! once (the first row wins), like the Prometheus renderer.
+//!
+//! Callbacks read the newest published snapshot, never a source. Within one SDK collection every
+//! callback sees the *same* snapshot: the first callback pins it ([`SnapshotView::current`]) and the
+//! exporter unpins it after the collection ([`SnapshotView::unpin`]). Absent, text and non-finite
+//! values emit no data point (and negative integers emit none on a counter). Callbacks never panic: the
+//! body runs under `catch_unwind`, because a panicking callback silently ends all OTel exports.
+
+use std::panic::AssertUnwindSafe;
+use std::sync::{Arc, Mutex};
+
+use opentelemetry::metrics::{AsyncInstrument, Meter};
+use opentelemetry::KeyValue;
+
+use super::resource::Naming;
+use super::units::unit_for;
+use crate::config::counters::{CounterSet, MetricKind};
+use crate::fields::ValueType;
+use crate::pipeline::SnapshotStore;
+use crate::snapshot::{FieldValue, Snapshot};
+
+/// A snapshot and the attribute sets of its entities, prepared once for all instruments.
+pub struct Prepared {
+    pub snapshot: Arc<Snapshot>,
+    /// Per entity (index-aligned with `snapshot.entities`), one attribute set per pod/job.
+    pub sets: Vec<Vec<Vec<KeyValue>>>,
+}
+
+struct Pin {
+    prepared: Option<Arc<Prepared>>,
+    pinned: bool,
+}
+
+/// The snapshot the callbacks of one collection observe.
+pub struct SnapshotView {
+    store: Arc<SnapshotStore>,
+    naming: Naming,
+    pin: Mutex<Pin>,
+}
+
+impl SnapshotView {
+    pub fn new(store: Arc<SnapshotStore>, naming: Naming) -> Arc<SnapshotView> {
+        Arc::new(SnapshotView {
+            store,
+            naming,
+            pin: Mutex::new(Pin {
+                prepared: None,
+                pinned: false,
+            }),
+        })
+    }
+
+    /// The pinned snapshot of the running collection; the first call of a collection pins the newest.
+    pub fn current(&self) -> Option<Arc<Prepared>> {
+        let mut pin = match self.pin.lock() {
+            Ok(p) => p,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        if !pin.pinned {
+            let latest = self.store.latest()?;
+            let fresh = match &pin.prepared {
+                Some(p) => !Arc::ptr_eq(&p.snapshot, &latest),
+                None => true,
+            };
+            if fresh {
+                let sets = self.naming.snapshot_sets(&latest);
+                pin.prepared = Some(Arc::new(Prepared {
+                    snapshot: latest,
+                    sets,
+                }));
+            }
+            pin.pinned = true;
+        }
+        pin.prepared.clone()
+    }
+
+    /// End of a collection: the next callback takes the newest snapshot again.
+    pub fn unpin(&self) {
+        let mut pin = match self.pin.lock() {
+            Ok(p) => p,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        pin.pinned = false;
+    }
+}
+
+fn observe_rows<T: Copy>(
+    view: &SnapshotView,
+    row: usize,
+    obs: &dyn AsyncInstrument<T>,
+    convert: impl Fn(&FieldValue) -> Option<T>,
+) {
+    let body = AssertUnwindSafe(|| {
+        let Some(p) = view.current() else { return };
+        for (e, sets) in p.snapshot.entities.iter().zip(&p.sets) {
+            let Some(v) = e.values.get(row).and_then(&convert) else {
+                continue;
+            };
+            for attrs in sets {
+                obs.observe(v, attrs);
+            }
+        }
+    });
+    if std::panic::catch_unwind(body).is_err() {
+        tracing::error!(
+            row,
+            "an OTel callback panicked; this instrument's data points are left out of this export"
+        );
+    }
+}
+
+fn as_f64(v: &FieldValue) -> Option<f64> {
+    v.as_f64()
+}
+
+fn as_u64(v: &FieldValue) -> Option<u64> {
+    match v {
+        FieldValue::Int(i) if *i >= 0 => Some(*i as u64),
+        _ => None,
+    }
+}
+
+fn as_nonneg_f64(v: &FieldValue) -> Option<f64> {
+    v.as_f64().filter(|f| *f >= 0.0)
+}
+
+/// Register the instruments of every metric row on `meter`. Returns how many were registered.
+pub fn register(meter: &Meter, counters: &CounterSet, view: &Arc<SnapshotView>) -> usize {
+    let mut seen: Vec<&str> = Vec::new();
+    for (i, row) in counters.rows.iter().enumerate() {
+        if row.kind == MetricKind::Label || seen.contains(&row.name.as_str()) {
+            continue;
+        }
+        seen.push(&row.name);
+        let v = view.clone();
+        let unit = unit_for(row);
+        match row.kind {
+            MetricKind::Gauge => {
+                meter
+                    .f64_observable_gauge(row.name.clone())
+                    .with_description(row.help.clone())
+                    .with_unit(unit)
+                    .with_callback(move |obs| observe_rows(&v, i, obs, as_f64))
+                    .build();
+            }
+            MetricKind::Counter if row.field.value_type == ValueType::Int64 => {
+                meter
+                    .u64_observable_counter(row.name.clone())
+                    .with_description(row.help.clone())
+                    .with_unit(unit)
+                    .with_callback(move |obs| observe_rows(&v, i, obs, as_u64))
+                    .build();
+            }
+            MetricKind::Counter => {
+                meter
+                    .f64_observable_counter(row.name.clone())
+                    .with_description(row.help.clone())
+                    .with_unit(unit)
+                    .with_callback(move |obs| observe_rows(&v, i, obs, as_nonneg_f64))
+                    .build();
+            }
+            MetricKind::Label => {}
+        }
+    }
+    seen.len()
+}

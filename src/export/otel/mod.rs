@@ -1,0 +1,229 @@
+//! OpenTelemetry-native export: OTel instruments over the published snapshots, pushed over OTLP with
+//! one Resource per GPU / MIG instance (and pod), in ONE request per export.
+//!
+//! The pieces, in data-flow order:
+//! - [`instruments`]: one observable instrument per counters-CSV row; callbacks read the newest
+//!   snapshot (pinned for the whole collection), never a source.
+//! - [`resource`]: attribute names (semantic conventions or dcgm-exporter labels), per-entity attribute
+//!   sets, the host base resource and `OTEL_RESOURCE_ATTRIBUTES` precedence.
+//! - [`convert`]: SDK collection → one `ExportMetricsServiceRequest`, regrouped by entity identity.
+//! - [`otlp`]: the SDK push exporter (convert, encode, bounded queue) and the sender with retries.
+//! - [`transport`]: gRPC (tonic) and HTTP/protobuf (hyper + rustls), TLS and mTLS.
+//! - [`config`]: `--otlp-*` flags and `OTEL_EXPORTER_OTLP_*` variables.
+//! - [`units`]: DCGM unit / help text → UCUM.
+//!
+//! The SDK's `PeriodicReader` runs collections on its own thread at the export interval; the sender runs
+//! on another thread with its own runtime. Neither touches the collector thread or the :9400 server.
+
+pub mod config;
+pub mod convert;
+pub mod instruments;
+pub mod otlp;
+pub mod resource;
+pub mod transport;
+pub mod units;
+
+use std::sync::atomic::AtomicBool;
+use std::sync::mpsc;
+use std::sync::Arc;
+use std::time::Duration;
+
+use opentelemetry::metrics::MeterProvider as _;
+use opentelemetry::InstrumentationScope;
+use opentelemetry_sdk::metrics::{PeriodicReader, SdkMeterProvider, Stream};
+use opentelemetry_sdk::Resource;
+
+use crate::config::cli::OtelResourceMode;
+use crate::config::counters::CounterSet;
+use crate::config::{Cli, LabelStyle};
+use crate::export::self_metrics::SelfMetrics;
+use crate::pipeline::SnapshotStore;
+
+pub use config::{OtlpConfig, Protocol};
+
+/// Why OTLP export could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum OtelError {
+    #[error("{0}")]
+    Config(#[from] config::OtlpConfigError),
+    #[error("{0}")]
+    Resource(#[from] resource::ResourceAttributesError),
+    #[error("{0}")]
+    Transport(#[from] transport::TransportError),
+    #[error("cannot start the OTLP sender thread: {0}")]
+    Thread(String),
+}
+
+impl OtelError {
+    /// Bad flags, variables or files (exit code 2) rather than an environment failure.
+    pub fn is_bad_input(&self) -> bool {
+        !matches!(self, OtelError::Thread(_))
+    }
+}
+
+/// What `start` needs from the rest of start-up.
+pub struct OtelInputs<'a> {
+    pub cli: &'a Cli,
+    pub counters: &'a CounterSet,
+    pub store: Arc<SnapshotStore>,
+    pub self_metrics: Arc<SelfMetrics>,
+    pub collect_interval: Duration,
+    /// The host label value (`None` with `--no-hostname`).
+    pub hostname: Option<&'a str>,
+    pub node_name: Option<&'a str>,
+}
+
+/// A running OTLP export; [`OtelExport::shutdown`] sends the last collection and stops.
+pub struct OtelExport {
+    provider: SdkMeterProvider,
+    queue: Arc<otlp::Queue>,
+    done: mpsc::Receiver<()>,
+    drain_timeout: Duration,
+}
+
+/// Largest number of attribute sets per instrument (the SDK default of 2000 is too small for a
+/// large MIG node with pods).
+const CARDINALITY_LIMIT: usize = 100_000;
+
+/// Start OTLP export when configured; `Ok(None)` when OTLP is off.
+pub fn start(inputs: OtelInputs<'_>) -> Result<Option<OtelExport>, OtelError> {
+    let env = |k: &str| std::env::var(k).ok();
+    let Some(cfg) = config::resolve(inputs.cli, inputs.collect_interval, &env)? else {
+        return Ok(None);
+    };
+    let label_style = LabelStyle::from_cli(inputs.cli);
+    let base = resource::base_resource(
+        &resource::BaseResourceInput {
+            style: inputs.cli.otel_attribute_style,
+            hostname: inputs.hostname,
+            host_label: label_style.hostname_label.as_str(),
+            node_name: inputs.node_name,
+            service_name_flag: inputs.cli.otel_service_name.as_deref(),
+        },
+        &env,
+    )?;
+    let naming = resource::Naming::new(
+        inputs.cli.otel_attribute_style,
+        label_style,
+        inputs.counters,
+    );
+    let resource_keys = match inputs.cli.otel_resource_mode {
+        OtelResourceMode::PerEntity => naming.resource_keys(),
+        OtelResourceMode::Host => Default::default(),
+    };
+    let protocol = match cfg.protocol {
+        Protocol::Grpc => "grpc",
+        Protocol::HttpProtobuf => "http/protobuf",
+    };
+    let metrics = Arc::new(otlp::ExportMetrics::new(&inputs.self_metrics, protocol));
+    let queue = otlp::Queue::new(cfg.max_pending, metrics.clone());
+
+    // Sender thread: builds the transport inside its own runtime, reports whether that worked.
+    let (ready_tx, ready_rx) = mpsc::channel::<Result<(), transport::TransportError>>();
+    let (done_tx, done_rx) = mpsc::channel::<()>();
+    {
+        let cfg = cfg.clone();
+        let queue = queue.clone();
+        let metrics = metrics.clone();
+        std::thread::Builder::new()
+            .name("otlp-sender".into())
+            .spawn(move || {
+                let rt = match tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                {
+                    Ok(rt) => rt,
+                    Err(e) => {
+                        let _ =
+                            ready_tx.send(Err(transport::TransportError(format!("runtime: {e}"))));
+                        return;
+                    }
+                };
+                let transport = match rt.block_on(async { transport::Transport::new(&cfg) }) {
+                    Ok(t) => t,
+                    Err(e) => {
+                        let _ = ready_tx.send(Err(e));
+                        return;
+                    }
+                };
+                let _ = ready_tx.send(Ok(()));
+                rt.block_on(otlp::run_sender(
+                    transport,
+                    queue,
+                    metrics,
+                    cfg.endpoint.clone(),
+                ));
+                let _ = done_tx.send(());
+            })
+            .map_err(|e| OtelError::Thread(e.to_string()))?;
+    }
+    match ready_rx.recv() {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => return Err(e.into()),
+        Err(_) => {
+            return Err(OtelError::Thread(
+                "the sender thread ended during start-up".into(),
+            ))
+        }
+    }
+
+    let view = instruments::SnapshotView::new(inputs.store, naming);
+    let exporter = otlp::QueueExporter {
+        view: view.clone(),
+        resource_keys,
+        queue: queue.clone(),
+        temporality: cfg.temporality,
+        metrics,
+        shut_down: AtomicBool::new(false),
+    };
+    let reader = PeriodicReader::builder(exporter)
+        .with_interval(cfg.interval)
+        .build();
+    let provider = SdkMeterProvider::builder()
+        .with_resource(Resource::builder_empty().with_attributes(base).build())
+        .with_view(|_: &opentelemetry_sdk::metrics::Instrument| {
+            Stream::builder()
+                .with_cardinality_limit(CARDINALITY_LIMIT)
+                .build()
+                .ok()
+        })
+        .with_reader(reader)
+        .build();
+    let meter = provider.meter_with_scope(
+        InstrumentationScope::builder("dcgm-otel")
+            .with_version(env!("CARGO_PKG_VERSION"))
+            .build(),
+    );
+    let n = instruments::register(&meter, inputs.counters, &view);
+    tracing::info!(
+        endpoint = %cfg.endpoint,
+        protocol,
+        interval_ms = cfg.interval.as_millis() as u64,
+        instruments = n,
+        resource_mode = ?inputs.cli.otel_resource_mode,
+        attribute_style = ?inputs.cli.otel_attribute_style,
+        tls = cfg.is_tls(),
+        gzip = cfg.gzip,
+        "OTLP push enabled"
+    );
+    Ok(Some(OtelExport {
+        provider,
+        queue,
+        done: done_rx,
+        drain_timeout: cfg.timeout.min(Duration::from_secs(5)),
+    }))
+}
+
+impl OtelExport {
+    /// Export the last collection, then give the sender up to the request timeout (at most 5 s) to
+    /// deliver what is pending. Blocks; call it outside any async runtime.
+    pub fn shutdown(self) {
+        if let Err(e) = self.provider.shutdown() {
+            tracing::debug!(error = %e, "OTel meter provider shutdown");
+        }
+        self.queue.close();
+        if self.done.recv_timeout(self.drain_timeout).is_err() {
+            tracing::warn!("OTLP sender did not finish within the shutdown timeout; pending exports are dropped");
+        }
+    }
+}

@@ -1,0 +1,401 @@
+//! The OTLP push path: a custom SDK `PushMetricExporter` (driven by the SDK's `PeriodicReader` thread)
+//! that converts each collection into one regrouped request ([`super::convert`]), encodes it once and
+//! hands it to a bounded queue; and a sender thread with its own single-threaded tokio runtime that
+//! delivers the queue through [`super::transport`].
+//!
+//! Nothing here runs on the collector thread or on the HTTP server's runtime, so a slow or down
+//! collector never delays a scrape of :9400 nor a collection. The queue holds at most `max_pending`
+//! requests; when full, the oldest is dropped (cumulative data is superseded by newer data anyway) and
+//! counted in `dcgm_otel_otlp_dropped_exports_total`. A retryable failure is retried with capped
+//! exponential backoff and jitter (250 ms doubling to 5 s, times a random factor in [0.5, 1]), or after
+//! the delay the server asked for (capped at 60 s), at most [`MAX_RETRIES`] times per request; a
+//! permanent failure is not retried. Failures are logged when the state changes, not on every attempt.
+
+use std::collections::{HashSet, VecDeque};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use opentelemetry_sdk::error::OTelSdkResult;
+use opentelemetry_sdk::metrics::data::ResourceMetrics;
+use opentelemetry_sdk::metrics::exporter::PushMetricExporter;
+use opentelemetry_sdk::metrics::Temporality;
+use prost::Message;
+
+use super::convert::convert;
+use super::instruments::SnapshotView;
+use super::transport::{SendError, Transport};
+use crate::export::self_metrics::{Metric, SelfMetrics};
+
+/// Retries of one request after its first attempt.
+pub const MAX_RETRIES: u32 = 5;
+const BACKOFF_INITIAL: Duration = Duration::from_millis(250);
+const BACKOFF_MAX: Duration = Duration::from_secs(5);
+const SERVER_DELAY_MAX: Duration = Duration::from_secs(60);
+
+/// The exporter's self-metrics.
+pub struct ExportMetrics {
+    pub exports: Arc<Metric>,
+    pub failed_permanent: Arc<Metric>,
+    pub failed_exhausted: Arc<Metric>,
+    pub retries: Arc<Metric>,
+    pub dropped: Arc<Metric>,
+    pub rejected_points: Arc<Metric>,
+    pub partial: Arc<Metric>,
+    pub sent_bytes: Arc<Metric>,
+    pub request_bytes: Arc<Metric>,
+    pub data_points: Arc<Metric>,
+    pub resources: Arc<Metric>,
+    pub encode_seconds: Arc<Metric>,
+    pub send_seconds: Arc<Metric>,
+    pub pending: Arc<Metric>,
+}
+
+impl ExportMetrics {
+    pub fn new(r: &SelfMetrics, protocol: &str) -> ExportMetrics {
+        let p = [("protocol", protocol)];
+        let failures = "OTLP export requests given up, by reason (permanent: rejected by the receiver; retries_exhausted: still failing after the retries).";
+        ExportMetrics {
+            exports: r.counter("dcgm_otel_otlp_exports_total", "OTLP export requests delivered.", &p),
+            failed_permanent: r.counter(
+                "dcgm_otel_otlp_export_failures_total",
+                failures,
+                &[("protocol", protocol), ("reason", "permanent")],
+            ),
+            failed_exhausted: r.counter(
+                "dcgm_otel_otlp_export_failures_total",
+                failures,
+                &[("protocol", protocol), ("reason", "retries_exhausted")],
+            ),
+            retries: r.counter("dcgm_otel_otlp_retries_total", "OTLP export attempts that failed and were retried.", &p),
+            dropped: r.counter(
+                "dcgm_otel_otlp_dropped_exports_total",
+                "OTLP export requests dropped unsent because the pending queue was full (oldest first).",
+                &p,
+            ),
+            rejected_points: r.counter(
+                "dcgm_otel_otlp_rejected_data_points_total",
+                "Data points the OTLP receiver rejected in partial-success answers.",
+                &p,
+            ),
+            partial: r.counter(
+                "dcgm_otel_otlp_partial_successes_total",
+                "OTLP export requests answered with a partial success.",
+                &p,
+            ),
+            sent_bytes: r.counter(
+                "dcgm_otel_otlp_sent_bytes_total",
+                "Bytes of delivered OTLP request bodies (after gzip for http/protobuf; protobuf size for gRPC).",
+                &p,
+            ),
+            request_bytes: r.gauge(
+                "dcgm_otel_otlp_request_bytes",
+                "Size of the last encoded OTLP request (protobuf, before compression).",
+                &p,
+            ),
+            data_points: r.gauge("dcgm_otel_otlp_data_points", "Data points in the last OTLP request.", &p),
+            resources: r.gauge("dcgm_otel_otlp_resources", "Resources in the last OTLP request.", &p),
+            encode_seconds: r.gauge(
+                "dcgm_otel_otlp_encode_duration_seconds",
+                "Time to convert and encode the last OTLP request (after the SDK collection).",
+                &p,
+            ),
+            send_seconds: r.gauge(
+                "dcgm_otel_otlp_export_duration_seconds",
+                "Time of the last delivered OTLP request, send to answer.",
+                &p,
+            ),
+            pending: r.gauge("dcgm_otel_otlp_pending_exports", "OTLP export requests waiting to be sent.", &p),
+        }
+    }
+}
+
+struct QueueInner {
+    items: VecDeque<Bytes>,
+    closed: bool,
+}
+
+/// Bounded queue of encoded requests between the reader thread and the sender thread.
+pub struct Queue {
+    inner: Mutex<QueueInner>,
+    notify: tokio::sync::Notify,
+    max: usize,
+    metrics: Arc<ExportMetrics>,
+}
+
+impl Queue {
+    pub fn new(max: usize, metrics: Arc<ExportMetrics>) -> Arc<Queue> {
+        Arc::new(Queue {
+            inner: Mutex::new(QueueInner {
+                items: VecDeque::new(),
+                closed: false,
+            }),
+            notify: tokio::sync::Notify::new(),
+            max: max.max(1),
+            metrics,
+        })
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, QueueInner> {
+        match self.inner.lock() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        }
+    }
+
+    pub fn push(&self, body: Bytes) {
+        {
+            let mut q = self.lock();
+            if q.closed {
+                return;
+            }
+            while q.items.len() >= self.max {
+                q.items.pop_front();
+                self.metrics.dropped.inc();
+            }
+            q.items.push_back(body);
+            self.metrics.pending.set(q.items.len() as f64);
+        }
+        self.notify.notify_one();
+    }
+
+    pub fn close(&self) {
+        self.lock().closed = true;
+        self.notify.notify_one();
+    }
+
+    fn is_closed(&self) -> bool {
+        self.lock().closed
+    }
+
+    /// The next request, or `None` once closed and drained.
+    async fn next(&self) -> Option<Bytes> {
+        loop {
+            {
+                let mut q = self.lock();
+                if let Some(b) = q.items.pop_front() {
+                    self.metrics.pending.set(q.items.len() as f64);
+                    return Some(b);
+                }
+                if q.closed {
+                    return None;
+                }
+            }
+            self.notify.notified().await;
+        }
+    }
+}
+
+/// The SDK-facing exporter: convert, encode, enqueue. Never blocks on the network.
+pub struct QueueExporter {
+    pub view: Arc<SnapshotView>,
+    pub resource_keys: HashSet<String>,
+    pub queue: Arc<Queue>,
+    pub temporality: Temporality,
+    pub metrics: Arc<ExportMetrics>,
+    pub shut_down: AtomicBool,
+}
+
+impl QueueExporter {
+    fn export_now(&self, rm: &ResourceMetrics) {
+        // The collection is over: the next one observes the newest snapshot.
+        self.view.unpin();
+        let started = Instant::now();
+        let converted = convert(rm, &self.resource_keys);
+        if converted.data_points == 0 {
+            return;
+        }
+        let body = Bytes::from(converted.request.encode_to_vec());
+        self.metrics
+            .encode_seconds
+            .set(started.elapsed().as_secs_f64());
+        self.metrics.request_bytes.set(body.len() as f64);
+        self.metrics.data_points.set(converted.data_points as f64);
+        self.metrics
+            .resources
+            .set(converted.request.resource_metrics.len() as f64);
+        self.queue.push(body);
+    }
+}
+
+impl std::fmt::Debug for QueueExporter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("QueueExporter")
+    }
+}
+
+impl PushMetricExporter for QueueExporter {
+    fn export(
+        &self,
+        metrics: &ResourceMetrics,
+    ) -> impl std::future::Future<Output = OTelSdkResult> + Send {
+        if !self.shut_down.load(Ordering::Acquire) {
+            let r =
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.export_now(metrics)));
+            if r.is_err() {
+                tracing::error!("OTLP conversion panicked; this export is skipped");
+            }
+        }
+        std::future::ready(Ok(()))
+    }
+
+    fn force_flush(&self) -> OTelSdkResult {
+        Ok(())
+    }
+
+    fn shutdown_with_timeout(&self, _timeout: Duration) -> OTelSdkResult {
+        self.shut_down.store(true, Ordering::Release);
+        Ok(())
+    }
+
+    fn temporality(&self) -> Temporality {
+        self.temporality
+    }
+}
+
+/// A small xorshift generator for backoff jitter (no need for a crypto-grade source).
+struct Jitter(u64);
+
+impl Jitter {
+    fn new() -> Jitter {
+        let seed = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(0x9E37_79B9_7F4A_7C15);
+        Jitter(seed | 1)
+    }
+    /// A factor in [0.5, 1.0].
+    fn factor(&mut self) -> f64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        0.5 + (self.0 >> 11) as f64 / (1u64 << 53) as f64 * 0.5
+    }
+}
+
+/// Backoff before retry number `retry` (1-based), before jitter.
+pub fn backoff(retry: u32) -> Duration {
+    let exp = BACKOFF_INITIAL.saturating_mul(1u32 << retry.saturating_sub(1).min(16));
+    exp.min(BACKOFF_MAX)
+}
+
+/// Deliver the queue until it is closed and drained.
+pub async fn run_sender(
+    transport: Transport,
+    queue: Arc<Queue>,
+    metrics: Arc<ExportMetrics>,
+    endpoint: String,
+) {
+    let mut jitter = Jitter::new();
+    let mut failing = false;
+    let mut last_permanent: Option<String> = None;
+    while let Some(body) = queue.next().await {
+        let mut retry = 0u32;
+        loop {
+            let started = Instant::now();
+            match transport.send(&body).await {
+                Ok(d) => {
+                    metrics.exports.inc();
+                    metrics.sent_bytes.add(d.body_bytes as f64);
+                    metrics.send_seconds.set(started.elapsed().as_secs_f64());
+                    if d.rejected_data_points > 0 || !d.message.is_empty() {
+                        metrics.partial.inc();
+                        metrics
+                            .rejected_points
+                            .add(d.rejected_data_points.max(0) as f64);
+                        tracing::warn!(%endpoint, rejected_data_points = d.rejected_data_points, message = %d.message, "OTLP receiver accepted the export only partly");
+                    }
+                    if failing || last_permanent.is_some() {
+                        tracing::info!(%endpoint, "OTLP exports delivered again");
+                    }
+                    failing = false;
+                    last_permanent = None;
+                    break;
+                }
+                Err(SendError::Permanent(message)) => {
+                    metrics.failed_permanent.inc();
+                    if last_permanent.as_deref() != Some(message.as_str()) {
+                        tracing::error!(%endpoint, error = %message, "OTLP export rejected; not retried (further identical errors are only counted)");
+                        last_permanent = Some(message);
+                    }
+                    break;
+                }
+                Err(SendError::Retryable {
+                    message,
+                    retry_after,
+                }) => {
+                    if retry >= MAX_RETRIES || queue.is_closed() {
+                        metrics.failed_exhausted.inc();
+                        tracing::debug!(%endpoint, error = %message, retries = retry, "OTLP export given up");
+                        break;
+                    }
+                    retry += 1;
+                    metrics.retries.inc();
+                    let delay = match retry_after {
+                        Some(d) => d.min(SERVER_DELAY_MAX),
+                        None => backoff(retry).mul_f64(jitter.factor()),
+                    };
+                    if !failing {
+                        tracing::warn!(%endpoint, error = %message, retry_in_ms = delay.as_millis() as u64, "OTLP export failed; retrying with backoff (further failures are only counted until it recovers)");
+                        failing = true;
+                    } else {
+                        tracing::debug!(%endpoint, error = %message, retry, "OTLP export failed again");
+                    }
+                    tokio::select! {
+                        _ = tokio::time::sleep(delay) => {}
+                        _ = queue.notify.notified() => {
+                            // A new request or shutdown: keep the wake-up for the queue and stop waiting
+                            // only when closing (a new request does not cut the backoff short).
+                            queue.notify.notify_one();
+                            if !queue.is_closed() {
+                                tokio::time::sleep(delay.saturating_sub(started.elapsed())).await;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_and_caps() {
+        assert_eq!(backoff(1), Duration::from_millis(250));
+        assert_eq!(backoff(2), Duration::from_millis(500));
+        assert_eq!(backoff(5), Duration::from_secs(4));
+        assert_eq!(backoff(6), Duration::from_secs(5));
+        assert_eq!(backoff(40), Duration::from_secs(5));
+        let mut j = Jitter::new();
+        for _ in 0..1000 {
+            let f = j.factor();
+            assert!((0.5..=1.0).contains(&f), "{f}");
+        }
+    }
+
+    #[test]
+    fn queue_drops_oldest_and_counts() {
+        let m = Arc::new(ExportMetrics::new(&SelfMetrics::default(), "grpc"));
+        let q = Queue::new(2, m.clone());
+        for i in 0..5u8 {
+            q.push(Bytes::from(vec![i]));
+        }
+        assert_eq!(m.dropped.get(), 3.0);
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        q.close();
+        let got: Vec<u8> = rt.block_on(async {
+            let mut v = Vec::new();
+            while let Some(b) = q.next().await {
+                v.push(b[0]);
+            }
+            v
+        });
+        assert_eq!(got, vec![3, 4]);
+    }
+}

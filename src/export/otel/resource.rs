@@ -1,0 +1,413 @@
+//! What identifies an entity on the OTel side: attribute names (semantic conventions or dcgm-exporter
+//! label names), the attribute sets observed for each entity, and the host-level base resource.
+//!
+//! Every observed data point carries its entity's identity attributes. In `per-entity` resource mode the
+//! OTLP exporter moves the keys listed by [`Naming::resource_keys`] from the data points into one
+//! Resource per distinct identity (GPU, MIG instance, and pod/job when attributed); in `host` mode
+//! they stay on the data points under the single host Resource. NvLink entities carry their GPU's
+//! identity plus a link attribute (`nvidia.nvlink.index` / `nvlink`), so they land in the GPU's Resource.
+//!
+//! Resource attribute precedence, lowest first: built-in (`service.name=dcgm-otel`, `service.version`,
+//! `host.name` (or the dcgm host label), `k8s.node.name`, `telemetry.sdk.*`) < `OTEL_RESOURCE_ATTRIBUTES`
+//! < `OTEL_SERVICE_NAME` < `--otel-service-name` < the entity's own attributes (per-entity mode).
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+use opentelemetry::{Key, KeyValue, StringValue, Value};
+
+use crate::config::cli::OtelAttributeStyle;
+use crate::config::counters::{CounterSet, MetricKind};
+use crate::config::LabelStyle;
+use crate::snapshot::{Attribution, EntityKind, EntityReading, Snapshot};
+
+/// DCGM field id of the driver version (`DCGM_FI_DRIVER_VERSION`).
+const DRIVER_VERSION_FIELD: u16 = 1;
+
+/// Attribute names of one style.
+struct Names {
+    gpu_index: &'static str,
+    uuid: &'static str,
+    pci_bus_id: &'static str,
+    device: &'static str,
+    model: &'static str,
+    mig_profile: &'static str,
+    mig_instance: &'static str,
+    mig_uuid: Option<&'static str>,
+    pod: &'static str,
+    namespace: &'static str,
+    container: &'static str,
+    pod_uid: &'static str,
+    hpc_job: &'static str,
+    nvlink: &'static str,
+    /// Constant attributes of every GPU entity (`hw.type`, `hw.vendor`).
+    constants: &'static [(&'static str, &'static str)],
+}
+
+const OTEL_NAMES: Names = Names {
+    gpu_index: "nvidia.gpu.index",
+    uuid: "hw.id",
+    pci_bus_id: "nvidia.gpu.pci_bus_id",
+    device: "nvidia.gpu.device",
+    model: "hw.model",
+    mig_profile: "nvidia.mig.profile",
+    mig_instance: "nvidia.mig.instance_id",
+    mig_uuid: Some("nvidia.mig.uuid"),
+    pod: "k8s.pod.name",
+    namespace: "k8s.namespace.name",
+    container: "k8s.container.name",
+    pod_uid: "k8s.pod.uid",
+    hpc_job: "hpc.job.id",
+    nvlink: "nvidia.nvlink.index",
+    constants: &[("hw.type", "gpu"), ("hw.vendor", "NVIDIA")],
+};
+
+const DCGM_NAMES: Names = Names {
+    gpu_index: "gpu",
+    uuid: "UUID",
+    pci_bus_id: "pci_bus_id",
+    device: "device",
+    model: "modelName",
+    mig_profile: "GPU_I_PROFILE",
+    mig_instance: "GPU_I_ID",
+    mig_uuid: None,
+    pod: "pod",
+    namespace: "namespace",
+    container: "container",
+    pod_uid: "pod_uid",
+    hpc_job: "hpc_job",
+    nvlink: "nvlink",
+    constants: &[],
+};
+
+fn kv(key: &'static str, value: impl Into<Arc<str>>) -> KeyValue {
+    KeyValue::new(
+        Key::from_static_str(key),
+        Value::String(StringValue::from(value.into())),
+    )
+}
+
+/// Attribute naming for one run.
+pub struct Naming {
+    style: OtelAttributeStyle,
+    labels: LabelStyle,
+    /// Attribute key of each `label` row, index-aligned with the counter rows (None: not a label row).
+    label_keys: Vec<Option<Key>>,
+}
+
+impl Naming {
+    pub fn new(style: OtelAttributeStyle, labels: LabelStyle, counters: &CounterSet) -> Naming {
+        let label_keys = counters
+            .rows
+            .iter()
+            .map(|row| {
+                (row.kind == MetricKind::Label).then(|| {
+                    if style == OtelAttributeStyle::Otel && row.field.id == DRIVER_VERSION_FIELD {
+                        Key::from_static_str("nvidia.driver.version")
+                    } else {
+                        Key::from(row.name.clone())
+                    }
+                })
+            })
+            .collect();
+        Naming {
+            style,
+            labels,
+            label_keys,
+        }
+    }
+
+    fn names(&self) -> &'static Names {
+        match self.style {
+            OtelAttributeStyle::Otel => &OTEL_NAMES,
+            OtelAttributeStyle::Dcgm => &DCGM_NAMES,
+        }
+    }
+
+    /// Keys that identify an entity: moved into the Resource in per-entity mode.
+    pub fn resource_keys(&self) -> HashSet<String> {
+        let n = self.names();
+        let mut keys: HashSet<String> = [
+            n.gpu_index,
+            n.uuid,
+            n.pci_bus_id,
+            n.device,
+            n.model,
+            n.mig_profile,
+            n.mig_instance,
+            n.pod,
+            n.namespace,
+            n.container,
+            n.pod_uid,
+            n.hpc_job,
+        ]
+        .into_iter()
+        .chain(n.mig_uuid)
+        .chain(n.constants.iter().map(|(k, _)| *k))
+        .map(str::to_string)
+        .collect();
+        keys.extend(
+            self.label_keys
+                .iter()
+                .flatten()
+                .map(|k| k.as_str().to_string()),
+        );
+        keys
+    }
+
+    /// The attribute sets of every entity of a snapshot, index-aligned with `snap.entities`: one set
+    /// per (pod × job) combination, or one when unattributed.
+    pub fn snapshot_sets(&self, snap: &Snapshot) -> Vec<Vec<Vec<KeyValue>>> {
+        // Label-row attributes of each GPU, borrowed by its NvLinks (label fields are not read on links).
+        let mut gpu_labels: HashMap<u32, Vec<KeyValue>> = HashMap::new();
+        for e in &snap.entities {
+            if e.entity.kind == EntityKind::Gpu {
+                gpu_labels.insert(e.entity.gpu.index, self.label_attrs(e));
+            }
+        }
+        snap.entities
+            .iter()
+            .map(|e| {
+                let labels = match e.entity.kind {
+                    EntityKind::NvLink => gpu_labels
+                        .get(&e.entity.gpu.index)
+                        .cloned()
+                        .unwrap_or_default(),
+                    _ => self.label_attrs(e),
+                };
+                self.entity_sets(e, labels)
+            })
+            .collect()
+    }
+
+    fn label_attrs(&self, e: &EntityReading) -> Vec<KeyValue> {
+        let mut out: Vec<KeyValue> = Vec::new();
+        for (key, v) in self.label_keys.iter().zip(&e.values) {
+            if let (Some(key), Some(text)) = (key, v.as_text()) {
+                if !out.iter().any(|kv| &kv.key == key) {
+                    out.push(KeyValue::new(
+                        key.clone(),
+                        Value::String(StringValue::from(Arc::<str>::from(text))),
+                    ));
+                }
+            }
+        }
+        out
+    }
+
+    fn entity_sets(&self, e: &EntityReading, labels: Vec<KeyValue>) -> Vec<Vec<KeyValue>> {
+        let n = self.names();
+        let gpu = &e.entity.gpu;
+        let mut base: Vec<KeyValue> = Vec::with_capacity(12 + labels.len());
+        base.push(kv(n.gpu_index, gpu.index.to_string()));
+        base.push(kv(n.uuid, gpu.uuid.as_str()));
+        base.push(kv(n.pci_bus_id, gpu.pci_bus_id.as_str()));
+        base.push(kv(n.device, gpu.device()));
+        base.push(kv(n.model, self.labels.model_name(&gpu.model)));
+        for (k, v) in n.constants {
+            base.push(kv(k, *v));
+        }
+        if let (EntityKind::GpuInstance, Some(m)) = (e.entity.kind, &e.entity.mig) {
+            base.push(kv(n.mig_profile, m.profile.as_str()));
+            base.push(kv(n.mig_instance, m.gi_id.to_string()));
+            if let Some(k) = n.mig_uuid.filter(|_| !m.uuid.is_empty()) {
+                base.push(kv(k, m.uuid.as_str()));
+            }
+        }
+        if let (EntityKind::NvLink, Some(link)) = (e.entity.kind, e.entity.link) {
+            base.push(kv(n.nvlink, link.to_string()));
+        }
+        base.extend(labels);
+        self.attribution_sets(&e.attribution, base)
+    }
+
+    fn attribution_sets(&self, attr: &Attribution, base: Vec<KeyValue>) -> Vec<Vec<KeyValue>> {
+        if attr.is_empty() {
+            return vec![base];
+        }
+        let n = self.names();
+        let pods: Vec<Vec<KeyValue>> = if attr.pods.is_empty() {
+            vec![Vec::new()]
+        } else {
+            attr.pods
+                .iter()
+                .map(|p| {
+                    let mut v = vec![
+                        kv(n.pod, p.name.as_str()),
+                        kv(n.namespace, p.namespace.as_str()),
+                        kv(n.container, p.container.as_str()),
+                    ];
+                    if !p.uid.is_empty() {
+                        v.push(kv(n.pod_uid, p.uid.as_str()));
+                    }
+                    v
+                })
+                .collect()
+        };
+        let jobs: Vec<Option<&str>> = if attr.hpc_jobs.is_empty() {
+            vec![None]
+        } else {
+            attr.hpc_jobs.iter().map(|j| Some(j.as_str())).collect()
+        };
+        let mut out = Vec::with_capacity(pods.len() * jobs.len());
+        for pod in &pods {
+            for job in &jobs {
+                let mut set = base.clone();
+                set.extend(pod.iter().cloned());
+                if let Some(j) = job {
+                    set.push(kv(n.hpc_job, *j));
+                }
+                out.push(set);
+            }
+        }
+        out
+    }
+}
+
+/// Inputs of the host-level base resource.
+pub struct BaseResourceInput<'a> {
+    pub style: OtelAttributeStyle,
+    /// The host label / `host.name` value (`None` with `--no-hostname`).
+    pub hostname: Option<&'a str>,
+    /// The dcgm-style host label name (`Hostname` or `hostname`).
+    pub host_label: &'static str,
+    pub node_name: Option<&'a str>,
+    /// `--otel-service-name`.
+    pub service_name_flag: Option<&'a str>,
+}
+
+/// A bad `OTEL_RESOURCE_ATTRIBUTES` entry.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[error("OTEL_RESOURCE_ATTRIBUTES: entry {index} '{entry}': {message}")]
+pub struct ResourceAttributesError {
+    pub index: usize,
+    pub entry: String,
+    pub message: String,
+}
+
+/// Parse `OTEL_RESOURCE_ATTRIBUTES` (`k=v,k2=v2`, values percent-decoded).
+pub fn parse_resource_attributes(
+    text: &str,
+) -> Result<Vec<(String, String)>, ResourceAttributesError> {
+    let mut out = Vec::new();
+    for (i, entry) in text.split(',').enumerate() {
+        if entry.trim().is_empty() {
+            continue;
+        }
+        let err = |message: &str| ResourceAttributesError {
+            index: i + 1,
+            entry: entry.to_string(),
+            message: message.to_string(),
+        };
+        let (k, v) = entry
+            .split_once('=')
+            .ok_or_else(|| err("expected key=value"))?;
+        let k = k.trim();
+        if k.is_empty() {
+            return Err(err("empty key"));
+        }
+        let v = super::config::percent_decode(v.trim()).map_err(|m| err(&m))?;
+        out.push((k.to_string(), v));
+    }
+    Ok(out)
+}
+
+/// The base resource attributes, merged by the documented precedence. `env` looks up a variable.
+pub fn base_resource(
+    input: &BaseResourceInput<'_>,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Vec<KeyValue>, ResourceAttributesError> {
+    let mut merged: Vec<(String, String)> = Vec::new();
+    let mut set = |k: &str, v: String| match merged.iter_mut().find(|(mk, _)| mk == k) {
+        Some(slot) => slot.1 = v,
+        None => merged.push((k.to_string(), v)),
+    };
+    set("service.name", "dcgm-otel".to_string());
+    set("service.version", env!("CARGO_PKG_VERSION").to_string());
+    if let Some(h) = input.hostname.filter(|h| !h.is_empty()) {
+        let key = match input.style {
+            OtelAttributeStyle::Otel => "host.name",
+            OtelAttributeStyle::Dcgm => input.host_label,
+        };
+        set(key, h.to_string());
+    }
+    if let Some(n) = input.node_name.filter(|n| !n.is_empty()) {
+        set("k8s.node.name", n.to_string());
+    }
+    set("telemetry.sdk.name", "opentelemetry".to_string());
+    set("telemetry.sdk.language", "rust".to_string());
+    set("telemetry.sdk.version", "0.33.1".to_string());
+    if let Some(text) = env("OTEL_RESOURCE_ATTRIBUTES") {
+        for (k, v) in parse_resource_attributes(&text)? {
+            set(&k, v);
+        }
+    }
+    if let Some(name) = env("OTEL_SERVICE_NAME").filter(|s| !s.is_empty()) {
+        set("service.name", name);
+    }
+    if let Some(name) = input.service_name_flag.filter(|s| !s.is_empty()) {
+        set("service.name", name.to_string());
+    }
+    Ok(merged
+        .into_iter()
+        .map(|(k, v)| KeyValue::new(k, v))
+        .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn input(style: OtelAttributeStyle) -> BaseResourceInput<'static> {
+        BaseResourceInput {
+            style,
+            hostname: Some("node-a"),
+            host_label: "Hostname",
+            node_name: Some("k8s-node-a"),
+            service_name_flag: None,
+        }
+    }
+
+    fn get(attrs: &[KeyValue], k: &str) -> Option<String> {
+        attrs
+            .iter()
+            .find(|kv| kv.key.as_str() == k)
+            .map(|kv| kv.value.to_string())
+    }
+
+    #[test]
+    fn precedence_env_then_service_name_then_flag() {
+        let env = |k: &str| match k {
+            "OTEL_RESOURCE_ATTRIBUTES" => {
+                Some("deployment.environment=prod,service.name=from-attrs,host.name=x%2Cy".into())
+            }
+            _ => None,
+        };
+        let r = base_resource(&input(OtelAttributeStyle::Otel), &env).unwrap();
+        assert_eq!(get(&r, "service.name").as_deref(), Some("from-attrs"));
+        assert_eq!(get(&r, "host.name").as_deref(), Some("x,y"));
+        assert_eq!(get(&r, "deployment.environment").as_deref(), Some("prod"));
+        assert_eq!(get(&r, "k8s.node.name").as_deref(), Some("k8s-node-a"));
+        let env2 = |k: &str| match k {
+            "OTEL_RESOURCE_ATTRIBUTES" => Some("service.name=from-attrs".into()),
+            "OTEL_SERVICE_NAME" => Some("from-env".into()),
+            _ => None,
+        };
+        let r = base_resource(&input(OtelAttributeStyle::Otel), &env2).unwrap();
+        assert_eq!(get(&r, "service.name").as_deref(), Some("from-env"));
+        let mut i = input(OtelAttributeStyle::Dcgm);
+        i.service_name_flag = Some("from-flag");
+        let r = base_resource(&i, &env2).unwrap();
+        assert_eq!(get(&r, "service.name").as_deref(), Some("from-flag"));
+        assert_eq!(get(&r, "Hostname").as_deref(), Some("node-a"));
+        assert_eq!(get(&r, "host.name"), None);
+    }
+
+    #[test]
+    fn bad_resource_attributes_name_the_entry() {
+        let e = parse_resource_attributes("a=1,nokey,b=2").unwrap_err();
+        assert_eq!(e.index, 2);
+        assert!(e.to_string().contains("'nokey'"), "{e}");
+        assert!(parse_resource_attributes("a=%zz").is_err());
+    }
+}

@@ -1,0 +1,494 @@
+//! The two OTLP transports, sending an already-encoded `ExportMetricsServiceRequest`:
+//! gRPC through tonic (a lazily connected channel, a pass-through codec so the bytes are encoded once)
+//! and HTTP/protobuf through a hyper-util client over hyper-rustls. https endpoints trust the system
+//! roots plus the configured CA; a client certificate and key give mTLS. Each send reports whether a
+//! failure is worth retrying (OTLP spec: gRPC UNAVAILABLE, CANCELLED, DEADLINE_EXCEEDED, ABORTED,
+//! OUT_OF_RANGE, DATA_LOSS, and RESOURCE_EXHAUSTED with RetryInfo; HTTP 429, 502, 503, 504 and
+//! connection errors) and the server's requested delay (gRPC `RetryInfo`, HTTP `Retry-After` seconds).
+
+use std::io::Write as _;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::{Buf, BufMut, Bytes};
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::Client;
+use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceResponse;
+use prost::Message;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use tonic::codec::{Codec, CompressionEncoding, DecodeBuf, Decoder, EncodeBuf, Encoder};
+use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
+
+use super::config::{OtlpConfig, Protocol};
+
+/// Why a send failed.
+#[derive(Debug)]
+pub enum SendError {
+    /// Worth retrying; `retry_after` is the delay the server asked for.
+    Retryable {
+        message: String,
+        retry_after: Option<Duration>,
+    },
+    /// Retrying would not help (bad request, unauthenticated, ...).
+    Permanent(String),
+}
+
+/// A delivered request.
+#[derive(Debug, Default)]
+pub struct Delivered {
+    /// Data points the receiver rejected (partial success).
+    pub rejected_data_points: i64,
+    /// The receiver's partial-success message.
+    pub message: String,
+    /// Bytes of the request body sent (after compression for HTTP).
+    pub body_bytes: usize,
+}
+
+/// A transport that can send encoded requests.
+#[allow(clippy::large_enum_variant)] // one value per process
+pub enum Transport {
+    Grpc {
+        channel: Channel,
+        gzip: bool,
+        headers: Vec<(
+            tonic::metadata::MetadataKey<tonic::metadata::Ascii>,
+            tonic::metadata::AsciiMetadataValue,
+        )>,
+        timeout: Duration,
+    },
+    Http {
+        client: Client<hyper_rustls::HttpsConnector<HttpConnector>, Full<Bytes>>,
+        url: hyper::Uri,
+        gzip: bool,
+        headers: Vec<(http::HeaderName, http::HeaderValue)>,
+        timeout: Duration,
+    },
+}
+
+/// A transport that cannot be built from the settings (start-up error, exit code 2).
+#[derive(Debug, thiserror::Error)]
+#[error("OTLP transport: {0}")]
+pub struct TransportError(pub String);
+
+fn rustls_config(cfg: &OtlpConfig) -> Result<rustls::ClientConfig, TransportError> {
+    let mut roots = rustls::RootCertStore::empty();
+    let native = rustls_native_certs::load_native_certs();
+    for c in native.certs {
+        let _ = roots.add(c);
+    }
+    if let Some(pem) = &cfg.tls.ca_pem {
+        let mut n = 0;
+        for c in CertificateDer::pem_slice_iter(pem) {
+            let c = c.map_err(|e| TransportError(format!("CA certificate: {e}")))?;
+            roots
+                .add(c)
+                .map_err(|e| TransportError(format!("CA certificate: {e}")))?;
+            n += 1;
+        }
+        if n == 0 {
+            return Err(TransportError(
+                "CA certificate file holds no certificate".into(),
+            ));
+        }
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let builder = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| TransportError(format!("TLS: {e}")))?
+        .with_root_certificates(roots);
+    match &cfg.tls.client_identity {
+        None => Ok(builder.with_no_client_auth()),
+        Some((cert, key)) => {
+            let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(cert)
+                .collect::<Result<_, _>>()
+                .map_err(|e| TransportError(format!("client certificate: {e}")))?;
+            let key = PrivateKeyDer::from_pem_slice(key)
+                .map_err(|e| TransportError(format!("client key: {e}")))?;
+            builder
+                .with_client_auth_cert(chain, key)
+                .map_err(|e| TransportError(format!("client certificate/key: {e}")))
+        }
+    }
+}
+
+impl Transport {
+    /// Build the transport. Must run inside a tokio runtime (the gRPC channel spawns its worker).
+    pub fn new(cfg: &OtlpConfig) -> Result<Transport, TransportError> {
+        match cfg.protocol {
+            Protocol::Grpc => {
+                let mut ep = Endpoint::from_shared(cfg.endpoint.clone())
+                    .map_err(|e| TransportError(format!("endpoint '{}': {e}", cfg.endpoint)))?
+                    .timeout(cfg.timeout)
+                    .connect_timeout(cfg.timeout.min(Duration::from_secs(5)));
+                if cfg.is_tls() {
+                    let mut tls = ClientTlsConfig::new().with_native_roots();
+                    if let Some(pem) = &cfg.tls.ca_pem {
+                        tls = tls.ca_certificate(Certificate::from_pem(pem));
+                    }
+                    if let Some((cert, key)) = &cfg.tls.client_identity {
+                        tls = tls.identity(Identity::from_pem(cert, key));
+                    }
+                    ep = ep
+                        .tls_config(tls)
+                        .map_err(|e| TransportError(format!("TLS: {e}")))?;
+                }
+                let mut headers = Vec::new();
+                for (k, v) in &cfg.headers {
+                    let key = tonic::metadata::MetadataKey::from_bytes(k.as_bytes())
+                        .map_err(|e| TransportError(format!("header '{k}': {e}")))?;
+                    let value = v
+                        .parse()
+                        .map_err(|e| TransportError(format!("header '{k}' value: {e}")))?;
+                    headers.push((key, value));
+                }
+                Ok(Transport::Grpc {
+                    channel: ep.connect_lazy(),
+                    gzip: cfg.gzip,
+                    headers,
+                    timeout: cfg.timeout,
+                })
+            }
+            Protocol::HttpProtobuf => {
+                let url: hyper::Uri = cfg
+                    .endpoint
+                    .parse()
+                    .map_err(|e| TransportError(format!("endpoint '{}': {e}", cfg.endpoint)))?;
+                let tls = rustls_config(cfg)?;
+                let mut http = HttpConnector::new();
+                http.enforce_http(false);
+                http.set_connect_timeout(Some(cfg.timeout.min(Duration::from_secs(5))));
+                let connector = hyper_rustls::HttpsConnectorBuilder::new()
+                    .with_tls_config(tls)
+                    .https_or_http()
+                    .enable_http1()
+                    .wrap_connector(http);
+                let client = Client::builder(hyper_util::rt::TokioExecutor::new())
+                    .pool_idle_timeout(Duration::from_secs(90))
+                    .pool_max_idle_per_host(1)
+                    .build(connector);
+                let mut headers = Vec::new();
+                for (k, v) in &cfg.headers {
+                    let name = http::HeaderName::from_bytes(k.as_bytes())
+                        .map_err(|e| TransportError(format!("header '{k}': {e}")))?;
+                    let value = http::HeaderValue::from_str(v)
+                        .map_err(|e| TransportError(format!("header '{k}' value: {e}")))?;
+                    headers.push((name, value));
+                }
+                Ok(Transport::Http {
+                    client,
+                    url,
+                    gzip: cfg.gzip,
+                    headers,
+                    timeout: cfg.timeout,
+                })
+            }
+        }
+    }
+
+    /// Send one encoded request.
+    pub async fn send(&self, body: &Bytes) -> Result<Delivered, SendError> {
+        match self {
+            Transport::Grpc {
+                channel,
+                gzip,
+                headers,
+                timeout,
+            } => send_grpc(channel.clone(), *gzip, headers, *timeout, body.clone()).await,
+            Transport::Http {
+                client,
+                url,
+                gzip,
+                headers,
+                timeout,
+            } => send_http(client, url, *gzip, headers, *timeout, body).await,
+        }
+    }
+}
+
+// ---- gRPC ------------------------------------------------------------------------------------------
+
+/// Pass-through codec: the request is already protobuf; the response is decoded with prost.
+#[derive(Default)]
+struct RawCodec;
+
+struct RawEncoder;
+struct ResponseDecoder;
+
+impl Encoder for RawEncoder {
+    type Item = Bytes;
+    type Error = tonic::Status;
+    fn encode(&mut self, item: Bytes, dst: &mut EncodeBuf<'_>) -> Result<(), tonic::Status> {
+        dst.reserve(item.len());
+        dst.put_slice(&item);
+        Ok(())
+    }
+}
+
+impl Decoder for ResponseDecoder {
+    type Item = ExportMetricsServiceResponse;
+    type Error = tonic::Status;
+    fn decode(&mut self, src: &mut DecodeBuf<'_>) -> Result<Option<Self::Item>, tonic::Status> {
+        let bytes = src.copy_to_bytes(src.remaining());
+        ExportMetricsServiceResponse::decode(bytes)
+            .map(Some)
+            .map_err(|e| tonic::Status::internal(format!("bad ExportMetricsServiceResponse: {e}")))
+    }
+}
+
+impl Codec for RawCodec {
+    type Encode = Bytes;
+    type Decode = ExportMetricsServiceResponse;
+    type Encoder = RawEncoder;
+    type Decoder = ResponseDecoder;
+    fn encoder(&mut self) -> RawEncoder {
+        RawEncoder
+    }
+    fn decoder(&mut self) -> ResponseDecoder {
+        ResponseDecoder
+    }
+}
+
+/// `google.rpc.Status`, `google.protobuf.Any`, `google.rpc.RetryInfo`, `google.protobuf.Duration`:
+/// just the fields needed to read a server's retry delay.
+#[derive(Clone, PartialEq, prost::Message)]
+struct RpcStatus {
+    #[prost(int32, tag = "1")]
+    code: i32,
+    #[prost(string, tag = "2")]
+    message: String,
+    #[prost(message, repeated, tag = "3")]
+    details: Vec<ProtoAny>,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+struct ProtoAny {
+    #[prost(string, tag = "1")]
+    type_url: String,
+    #[prost(bytes = "vec", tag = "2")]
+    value: Vec<u8>,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+struct RetryInfo {
+    #[prost(message, optional, tag = "1")]
+    retry_delay: Option<ProtoDuration>,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+struct ProtoDuration {
+    #[prost(int64, tag = "1")]
+    seconds: i64,
+    #[prost(int32, tag = "2")]
+    nanos: i32,
+}
+
+/// The RetryInfo delay in a gRPC status's details, if any.
+fn retry_info(details: &[u8]) -> Option<Duration> {
+    let status = RpcStatus::decode(details).ok()?;
+    status
+        .details
+        .iter()
+        .filter(|a| a.type_url.ends_with("google.rpc.RetryInfo"))
+        .find_map(|a| RetryInfo::decode(a.value.as_slice()).ok()?.retry_delay)
+        .map(|d| {
+            Duration::from_secs(d.seconds.max(0) as u64)
+                + Duration::from_nanos(d.nanos.max(0) as u64)
+        })
+}
+
+async fn send_grpc(
+    channel: Channel,
+    gzip: bool,
+    headers: &[(
+        tonic::metadata::MetadataKey<tonic::metadata::Ascii>,
+        tonic::metadata::AsciiMetadataValue,
+    )],
+    timeout: Duration,
+    body: Bytes,
+) -> Result<Delivered, SendError> {
+    use tonic::Code;
+    let len = body.len();
+    let mut grpc = tonic::client::Grpc::new(channel).accept_compressed(CompressionEncoding::Gzip);
+    if gzip {
+        grpc = grpc.send_compressed(CompressionEncoding::Gzip);
+    }
+    let fut = async {
+        grpc.ready().await.map_err(|e| SendError::Retryable {
+            message: format!("connect: {e}"),
+            retry_after: None,
+        })?;
+        let mut req = tonic::Request::new(body);
+        req.set_timeout(timeout);
+        for (k, v) in headers {
+            req.metadata_mut().insert(k.clone(), v.clone());
+        }
+        let path = http::uri::PathAndQuery::from_static(
+            "/opentelemetry.proto.collector.metrics.v1.MetricsService/Export",
+        );
+        grpc.unary(req, path, RawCodec).await.map_err(|status| {
+            let retry_after = retry_info(status.details());
+            let message = format!("gRPC {:?}: {}", status.code(), status.message());
+            match status.code() {
+                Code::Unavailable
+                | Code::Cancelled
+                | Code::DeadlineExceeded
+                | Code::Aborted
+                | Code::OutOfRange
+                | Code::DataLoss => SendError::Retryable {
+                    message,
+                    retry_after,
+                },
+                Code::ResourceExhausted if retry_after.is_some() => SendError::Retryable {
+                    message,
+                    retry_after,
+                },
+                _ => SendError::Permanent(message),
+            }
+        })
+    };
+    let resp = match tokio::time::timeout(timeout + Duration::from_secs(1), fut).await {
+        Ok(r) => r?,
+        Err(_) => {
+            return Err(SendError::Retryable {
+                message: format!("no answer within {timeout:?}"),
+                retry_after: None,
+            })
+        }
+    };
+    let partial = resp.into_inner().partial_success.unwrap_or_default();
+    Ok(Delivered {
+        rejected_data_points: partial.rejected_data_points,
+        message: partial.error_message,
+        body_bytes: len,
+    })
+}
+
+// ---- HTTP ------------------------------------------------------------------------------------------
+
+fn gzip_bytes(body: &[u8]) -> Result<Vec<u8>, std::io::Error> {
+    let mut enc = flate2::write::GzEncoder::new(
+        Vec::with_capacity(body.len() / 4),
+        flate2::Compression::fast(),
+    );
+    enc.write_all(body)?;
+    enc.finish()
+}
+
+async fn send_http(
+    client: &Client<hyper_rustls::HttpsConnector<HttpConnector>, Full<Bytes>>,
+    url: &hyper::Uri,
+    gzip: bool,
+    headers: &[(http::HeaderName, http::HeaderValue)],
+    timeout: Duration,
+    body: &Bytes,
+) -> Result<Delivered, SendError> {
+    let payload = if gzip {
+        Bytes::from(gzip_bytes(body).map_err(|e| SendError::Permanent(format!("gzip: {e}")))?)
+    } else {
+        body.clone()
+    };
+    let len = payload.len();
+    let mut builder = hyper::Request::post(url.clone())
+        .header(http::header::CONTENT_TYPE, "application/x-protobuf")
+        .header(
+            http::header::USER_AGENT,
+            concat!("dcgm-otel/", env!("CARGO_PKG_VERSION")),
+        );
+    if gzip {
+        builder = builder.header(http::header::CONTENT_ENCODING, "gzip");
+    }
+    for (k, v) in headers {
+        builder = builder.header(k.clone(), v.clone());
+    }
+    let req = builder
+        .body(Full::new(payload))
+        .map_err(|e| SendError::Permanent(format!("request: {e}")))?;
+    let fut = async {
+        let resp = client
+            .request(req)
+            .await
+            .map_err(|e| SendError::Retryable {
+                message: format!("HTTP: {e}"),
+                retry_after: None,
+            })?;
+        let status = resp.status();
+        let retry_after = resp
+            .headers()
+            .get(http::header::RETRY_AFTER)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .map(Duration::from_secs);
+        let body = resp
+            .into_body()
+            .collect()
+            .await
+            .map(|b| b.to_bytes())
+            .unwrap_or_default();
+        Ok::<_, SendError>((status, retry_after, body))
+    };
+    let (status, retry_after, resp_body) = match tokio::time::timeout(timeout, fut).await {
+        Ok(r) => r?,
+        Err(_) => {
+            return Err(SendError::Retryable {
+                message: format!("no answer within {timeout:?}"),
+                retry_after: None,
+            })
+        }
+    };
+    if status.is_success() {
+        let partial = ExportMetricsServiceResponse::decode(resp_body)
+            .ok()
+            .and_then(|r| r.partial_success)
+            .unwrap_or_default();
+        return Ok(Delivered {
+            rejected_data_points: partial.rejected_data_points,
+            message: partial.error_message,
+            body_bytes: len,
+        });
+    }
+    let detail = RpcStatus::decode(resp_body.clone())
+        .ok()
+        .map(|s| s.message)
+        .filter(|m| !m.is_empty())
+        .unwrap_or_else(|| {
+            String::from_utf8_lossy(&resp_body[..resp_body.len().min(200)]).into_owned()
+        });
+    let message = format!("HTTP {status}: {}", detail.trim());
+    match status.as_u16() {
+        429 | 502 | 503 | 504 => Err(SendError::Retryable {
+            message,
+            retry_after,
+        }),
+        _ => Err(SendError::Permanent(message)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_retry_info_from_status_details() {
+        let info = RetryInfo {
+            retry_delay: Some(ProtoDuration {
+                seconds: 3,
+                nanos: 500_000_000,
+            }),
+        };
+        let status = RpcStatus {
+            code: 14,
+            message: "busy".into(),
+            details: vec![ProtoAny {
+                type_url: "type.googleapis.com/google.rpc.RetryInfo".into(),
+                value: info.encode_to_vec(),
+            }],
+        };
+        assert_eq!(
+            retry_info(&status.encode_to_vec()),
+            Some(Duration::from_millis(3500))
+        );
+        assert_eq!(retry_info(b""), None);
+    }
+}

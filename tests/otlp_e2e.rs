@@ -1,0 +1,1080 @@
+//! OTLP push end to end: the built binary (`--simulate --simulate-seed 1 -c 200`) pushes to real OTLP
+//! receivers started inside the test on 127.0.0.1 — a tonic gRPC `MetricsService` and a hyper HTTP
+//! server, both decoding `ExportMetricsServiceRequest` with opentelemetry-proto — optionally behind TLS
+//! (test CA and mTLS made with rcgen), with gzip; and, when available, the independent rotel collector.
+//! Assertions are on what the receiver got: resources, attribute keys and values, instrument names,
+//! units, types, temporality, and values equal to those of the same simulated poll.
+
+mod common;
+
+use std::collections::{BTreeMap, HashMap};
+use std::io::Read as _;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use dcgm_otel::config::counters;
+use dcgm_otel::snapshot::EntityKind;
+use dcgm_otel::source::sim::{Scenario, SimSource};
+use dcgm_otel::source::Source;
+use opentelemetry_proto::tonic::collector::metrics::v1::metrics_service_server::{
+    MetricsService, MetricsServiceServer,
+};
+use opentelemetry_proto::tonic::collector::metrics::v1::{
+    ExportMetricsServiceRequest, ExportMetricsServiceResponse,
+};
+use opentelemetry_proto::tonic::common::v1::{any_value, KeyValue};
+use opentelemetry_proto::tonic::metrics::v1::{
+    metric::Data, number_data_point, Metric, NumberDataPoint,
+};
+use prost::Message;
+
+// ---- receivers -----------------------------------------------------------------------------------
+
+#[derive(Debug, Clone)]
+struct Received {
+    via: &'static str,
+    headers: Vec<(String, String)>,
+    gzip: bool,
+    req: ExportMetricsServiceRequest,
+}
+
+type Store = Arc<Mutex<Vec<Received>>>;
+
+struct GrpcSink(Store);
+
+#[tonic::async_trait]
+impl MetricsService for GrpcSink {
+    async fn export(
+        &self,
+        request: tonic::Request<ExportMetricsServiceRequest>,
+    ) -> Result<tonic::Response<ExportMetricsServiceResponse>, tonic::Status> {
+        let headers: Vec<(String, String)> = request
+            .metadata()
+            .clone()
+            .into_headers()
+            .iter()
+            .map(|(k, v)| (k.as_str().to_string(), v.to_str().unwrap_or("").to_string()))
+            .collect();
+        let gzip = headers
+            .iter()
+            .any(|(k, v)| k == "grpc-encoding" && v == "gzip");
+        self.0.lock().unwrap().push(Received {
+            via: "grpc",
+            headers,
+            gzip,
+            req: request.into_inner(),
+        });
+        Ok(tonic::Response::new(ExportMetricsServiceResponse {
+            partial_success: None,
+        }))
+    }
+}
+
+/// PEM material for a TLS receiver.
+#[derive(Clone)]
+struct ServerTls {
+    cert_pem: String,
+    key_pem: String,
+    /// Require client certificates issued by this CA (mTLS).
+    client_ca_pem: Option<String>,
+}
+
+/// A receiver on 127.0.0.1, stopped on drop.
+struct Sink {
+    _runtime: tokio::runtime::Runtime,
+    store: Store,
+    addr: SocketAddr,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+}
+
+impl Drop for Sink {
+    fn drop(&mut self) {
+        if let Some(tx) = self.stop.take() {
+            let _ = tx.send(());
+        }
+    }
+}
+
+impl Sink {
+    fn new_runtime() -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap()
+    }
+
+    fn grpc(port: u16, tls: Option<ServerTls>) -> Sink {
+        let runtime = Self::new_runtime();
+        let store: Store = Arc::default();
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let listener = runtime
+            .block_on(tokio::net::TcpListener::bind(("127.0.0.1", port)))
+            .unwrap();
+        let addr = listener.local_addr().unwrap();
+        let svc = MetricsServiceServer::new(GrpcSink(store.clone()))
+            .accept_compressed(tonic::codec::CompressionEncoding::Gzip);
+        let mut builder = tonic::transport::Server::builder();
+        if let Some(t) = tls {
+            let mut cfg = tonic::transport::ServerTlsConfig::new().identity(
+                tonic::transport::Identity::from_pem(&t.cert_pem, &t.key_pem),
+            );
+            if let Some(ca) = &t.client_ca_pem {
+                cfg = cfg.client_ca_root(tonic::transport::Certificate::from_pem(ca));
+            }
+            builder = builder.tls_config(cfg).unwrap();
+        }
+        runtime.spawn(async move {
+            let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
+            let _ = builder
+                .serve_with_incoming_shutdown(svc, incoming, async {
+                    let _ = rx.await;
+                })
+                .await;
+        });
+        Sink {
+            _runtime: runtime,
+            store,
+            addr,
+            stop: Some(tx),
+        }
+    }
+
+    fn http(port: u16, tls: Option<ServerTls>) -> Sink {
+        let runtime = Self::new_runtime();
+        let store: Store = Arc::default();
+        let (tx, mut rx) = tokio::sync::oneshot::channel::<()>();
+        let listener = runtime
+            .block_on(tokio::net::TcpListener::bind(("127.0.0.1", port)))
+            .unwrap();
+        let addr = listener.local_addr().unwrap();
+        let acceptor =
+            tls.map(|t| tokio_rustls::TlsAcceptor::from(Arc::new(rustls_server_config(&t))));
+        let st = store.clone();
+        runtime.spawn(async move {
+            loop {
+                let conn = tokio::select! {
+                    c = listener.accept() => c,
+                    _ = &mut rx => break,
+                };
+                let Ok((tcp, _)) = conn else { continue };
+                let st = st.clone();
+                let acceptor = acceptor.clone();
+                tokio::spawn(async move {
+                    let svc = hyper::service::service_fn(move |req| handle_http(st.clone(), req));
+                    match acceptor {
+                        Some(a) => {
+                            if let Ok(tls) = a.accept(tcp).await {
+                                let io = hyper_util::rt::TokioIo::new(tls);
+                                let _ = hyper::server::conn::http1::Builder::new()
+                                    .serve_connection(io, svc)
+                                    .await;
+                            }
+                        }
+                        None => {
+                            let io = hyper_util::rt::TokioIo::new(tcp);
+                            let _ = hyper::server::conn::http1::Builder::new()
+                                .serve_connection(io, svc)
+                                .await;
+                        }
+                    }
+                });
+            }
+        });
+        Sink {
+            _runtime: runtime,
+            store,
+            addr,
+            stop: Some(tx),
+        }
+    }
+
+    fn received(&self) -> Vec<Received> {
+        self.store.lock().unwrap().clone()
+    }
+
+    /// Wait until at least `n` requests arrived; panics after `limit`.
+    fn wait_for(&self, n: usize, limit: Duration) -> Vec<Received> {
+        let deadline = Instant::now() + limit;
+        loop {
+            let got = self.received();
+            if got.len() >= n {
+                return got;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "receiver on {} got {} requests, wanted {n}, within {limit:?}",
+                self.addr,
+                got.len()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+async fn handle_http(
+    store: Store,
+    req: hyper::Request<hyper::body::Incoming>,
+) -> Result<hyper::Response<http_body_util::Full<bytes::Bytes>>, std::convert::Infallible> {
+    use http_body_util::BodyExt;
+    let headers: Vec<(String, String)> = req
+        .headers()
+        .iter()
+        .map(|(k, v)| (k.as_str().to_string(), v.to_str().unwrap_or("").to_string()))
+        .collect();
+    let path_ok = req.uri().path() == "/v1/metrics" && req.method() == hyper::Method::POST;
+    let body = req
+        .into_body()
+        .collect()
+        .await
+        .map(|b| b.to_bytes())
+        .unwrap_or_default();
+    let reply = |status: u16, body: Vec<u8>| {
+        Ok(hyper::Response::builder()
+            .status(status)
+            .header("content-type", "application/x-protobuf")
+            .body(http_body_util::Full::new(bytes::Bytes::from(body)))
+            .unwrap())
+    };
+    if !path_ok {
+        return reply(404, Vec::new());
+    }
+    let gzip = headers
+        .iter()
+        .any(|(k, v)| k == "content-encoding" && v == "gzip");
+    let raw = if gzip {
+        let mut out = Vec::new();
+        if flate2::read::GzDecoder::new(&body[..])
+            .read_to_end(&mut out)
+            .is_err()
+        {
+            return reply(400, Vec::new());
+        }
+        out
+    } else {
+        body.to_vec()
+    };
+    let Ok(decoded) = ExportMetricsServiceRequest::decode(&raw[..]) else {
+        return reply(400, Vec::new());
+    };
+    store.lock().unwrap().push(Received {
+        via: "http",
+        headers,
+        gzip,
+        req: decoded,
+    });
+    reply(
+        200,
+        ExportMetricsServiceResponse {
+            partial_success: None,
+        }
+        .encode_to_vec(),
+    )
+}
+
+fn rustls_server_config(t: &ServerTls) -> rustls::ServerConfig {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(t.cert_pem.as_bytes())
+        .collect::<Result<_, _>>()
+        .unwrap();
+    let key = PrivateKeyDer::from_pem_slice(t.key_pem.as_bytes()).unwrap();
+    let builder = rustls::ServerConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()
+        .unwrap();
+    let builder = match &t.client_ca_pem {
+        Some(ca) => {
+            let mut roots = rustls::RootCertStore::empty();
+            for c in CertificateDer::pem_slice_iter(ca.as_bytes()) {
+                roots.add(c.unwrap()).unwrap();
+            }
+            let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
+                Arc::new(roots),
+                provider,
+            )
+            .build()
+            .unwrap();
+            builder.with_client_cert_verifier(verifier)
+        }
+        None => builder.with_no_client_auth(),
+    };
+    builder.with_single_cert(certs, key).unwrap()
+}
+
+/// A throwaway CA, a server certificate for 127.0.0.1/localhost and a client certificate.
+struct TestPki {
+    ca_pem: String,
+    server: (String, String),
+    client: (String, String),
+}
+
+fn make_pki() -> TestPki {
+    use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, DnType, IsCa, KeyPair};
+    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca_params
+        .distinguished_name
+        .push(DnType::CommonName, "dcgm-otel test CA");
+    let ca = CertifiedIssuer::self_signed(ca_params, KeyPair::generate().unwrap()).unwrap();
+    let leaf = |names: Vec<String>, cn: &str| {
+        let key = KeyPair::generate().unwrap();
+        let mut p = CertificateParams::new(names).unwrap();
+        p.distinguished_name.push(DnType::CommonName, cn);
+        let cert = p.signed_by(&key, &ca).unwrap();
+        (cert.pem(), key.serialize_pem())
+    };
+    TestPki {
+        ca_pem: ca.pem(),
+        server: leaf(vec!["localhost".into(), "127.0.0.1".into()], "localhost"),
+        client: leaf(vec!["dcgm-otel-client".into()], "dcgm-otel-client"),
+    }
+}
+
+// ---- reading requests -----------------------------------------------------------------------------
+
+fn text(kv: &KeyValue) -> String {
+    match kv.value.as_ref().and_then(|v| v.value.as_ref()) {
+        Some(any_value::Value::StringValue(s)) => s.clone(),
+        Some(any_value::Value::IntValue(i)) => i.to_string(),
+        Some(any_value::Value::DoubleValue(d)) => d.to_string(),
+        Some(any_value::Value::BoolValue(b)) => b.to_string(),
+        other => format!("{other:?}"),
+    }
+}
+
+fn attrs(kvs: &[KeyValue]) -> BTreeMap<String, String> {
+    kvs.iter().map(|kv| (kv.key.clone(), text(kv))).collect()
+}
+
+fn value(dp: &NumberDataPoint) -> f64 {
+    match dp.value {
+        Some(number_data_point::Value::AsDouble(d)) => d,
+        Some(number_data_point::Value::AsInt(i)) => i as f64,
+        None => f64::NAN,
+    }
+}
+
+fn points(m: &Metric) -> &[NumberDataPoint] {
+    match &m.data {
+        Some(Data::Gauge(g)) => &g.data_points,
+        Some(Data::Sum(s)) => &s.data_points,
+        _ => &[],
+    }
+}
+
+/// Every data point of a request, flattened: (resource attributes + point attributes, metric, point).
+fn flatten(
+    req: &ExportMetricsServiceRequest,
+) -> Vec<(
+    BTreeMap<String, String>,
+    BTreeMap<String, String>,
+    &Metric,
+    f64,
+)> {
+    let mut out = Vec::new();
+    for rm in &req.resource_metrics {
+        let r = attrs(&rm.resource.as_ref().unwrap().attributes);
+        for sm in &rm.scope_metrics {
+            assert_eq!(sm.scope.as_ref().unwrap().name, "dcgm-otel");
+            for m in &sm.metrics {
+                for dp in points(m) {
+                    out.push((r.clone(), attrs(&dp.attributes), m, value(dp)));
+                }
+            }
+        }
+    }
+    out
+}
+
+// ---- expectations from the same simulated fleet ----------------------------------------------------
+
+/// (GPU UUID, MIG GPU-instance id) → metric name → value, for simulated polls 1..=n.
+type Expected = Vec<HashMap<(String, Option<u32>), HashMap<String, f64>>>;
+
+fn expected_polls(n: usize) -> Expected {
+    let scenario = Scenario::load("default").unwrap();
+    let set = counters::parse(counters::DEFAULT_COUNTERS_CSV, "built-in default counters").unwrap();
+    let counters = Arc::new(set);
+    let devices = dcgm_otel::config::devices::parse("f").unwrap();
+    let mut sim = SimSource::new(
+        &scenario,
+        1,
+        counters.clone(),
+        &devices,
+        Duration::from_millis(200),
+    )
+    .unwrap();
+    let mut out = Vec::new();
+    for _ in 0..n {
+        let reading = sim.poll().unwrap();
+        let mut poll = HashMap::new();
+        for e in &reading.entities {
+            if e.entity.kind == EntityKind::NvLink {
+                continue;
+            }
+            let key = (
+                e.entity.gpu.uuid.clone(),
+                e.entity.mig.as_ref().map(|m| m.gi_id),
+            );
+            let mut values = HashMap::new();
+            for (row, v) in counters.rows.iter().zip(&e.values) {
+                if let Some(f) = v.as_f64() {
+                    values.entry(row.name.clone()).or_insert(f);
+                }
+            }
+            poll.insert(key, values);
+        }
+        out.push(poll);
+    }
+    out
+}
+
+/// Names of the identity attributes in a style.
+struct Style {
+    uuid: &'static str,
+    mig_id: &'static str,
+}
+
+const OTEL: Style = Style {
+    uuid: "hw.id",
+    mig_id: "nvidia.mig.instance_id",
+};
+const DCGM: Style = Style {
+    uuid: "UUID",
+    mig_id: "GPU_I_ID",
+};
+
+/// Assert that every data point of `req` equals the simulated value of one and the same poll.
+fn assert_values_from_one_poll(
+    req: &ExportMetricsServiceRequest,
+    style: &Style,
+    expected: &Expected,
+) {
+    let flat = flatten(req);
+    assert!(!flat.is_empty());
+    let matches = |poll: &HashMap<(String, Option<u32>), HashMap<String, f64>>| {
+        flat.iter().all(|(r, p, m, v)| {
+            let uuid = r
+                .get(style.uuid)
+                .or_else(|| p.get(style.uuid))
+                .cloned()
+                .unwrap_or_default();
+            let mig = r
+                .get(style.mig_id)
+                .or_else(|| p.get(style.mig_id))
+                .and_then(|s| s.parse::<u32>().ok());
+            poll.get(&(uuid, mig)).and_then(|vals| vals.get(&m.name)) == Some(v)
+        })
+    };
+    let found = expected.iter().position(matches);
+    assert!(
+        found.is_some(),
+        "no simulated poll matches all {} data points of the request (first: {:?})",
+        flat.len(),
+        flat.first().map(|(r, p, m, v)| (r, p, &m.name, v))
+    );
+}
+
+fn otlp_args(endpoint: &str, extra: &[&str]) -> Vec<String> {
+    let mut v: Vec<String> = [
+        "--simulate",
+        "--simulate-seed",
+        "1",
+        "-c",
+        "200",
+        "--otlp-endpoint",
+        endpoint,
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    v.extend(extra.iter().map(|s| s.to_string()));
+    v
+}
+
+fn start_exporter(args: &[String], env: &[(&str, &str)]) -> common::Exporter {
+    let a: Vec<&str> = args.iter().map(String::as_str).collect();
+    common::start(&a, env)
+}
+
+const WAIT: Duration = Duration::from_secs(30);
+
+// ---- tests ---------------------------------------------------------------------------------------
+
+#[test]
+fn grpc_per_entity_otel_attributes() {
+    let sink = Sink::grpc(0, None);
+    let args = otlp_args(&format!("http://{}", sink.addr), &[]);
+    let exporter = start_exporter(
+        &args,
+        &[("OTEL_RESOURCE_ATTRIBUTES", "deployment.environment=ci")],
+    );
+    let got = sink.wait_for(3, WAIT);
+    drop(exporter);
+    let expected = expected_polls(400);
+    let r = &got[1];
+    assert_eq!(r.via, "grpc");
+    assert!(!r.gzip);
+    // default scenario: GPU 0 and the three MIG instances of GPU 1 (flex mode) → four resources, one request.
+    let resources: Vec<BTreeMap<String, String>> = r
+        .req
+        .resource_metrics
+        .iter()
+        .map(|rm| attrs(&rm.resource.as_ref().unwrap().attributes))
+        .collect();
+    assert_eq!(resources.len(), 4, "{resources:#?}");
+    for res in &resources {
+        assert_eq!(res["service.name"], "dcgm-otel");
+        assert_eq!(res["service.version"], env!("CARGO_PKG_VERSION"));
+        assert_eq!(res["host.name"], "test-node");
+        assert_eq!(res["k8s.node.name"], "test-node");
+        assert_eq!(res["deployment.environment"], "ci");
+        assert_eq!(res["hw.type"], "gpu");
+        assert_eq!(res["hw.vendor"], "NVIDIA");
+        assert!(res["hw.id"].starts_with("GPU-"), "{res:?}");
+        assert!(res["hw.model"].contains("H100"), "{res:?}");
+        assert_eq!(
+            res["nvidia.gpu.device"],
+            format!("nvidia{}", res["nvidia.gpu.index"])
+        );
+        assert!(res.contains_key("nvidia.gpu.pci_bus_id"));
+        assert_eq!(res["nvidia.driver.version"], "550.144.03");
+        assert!(!res.contains_key("UUID") && !res.contains_key("gpu"));
+    }
+    let mut migs: Vec<&str> = resources
+        .iter()
+        .filter_map(|r| r.get("nvidia.mig.profile").map(String::as_str))
+        .collect();
+    migs.sort();
+    assert_eq!(migs, vec!["1g.10gb", "2g.20gb", "3g.40gb"]);
+    for res in resources
+        .iter()
+        .filter(|r| r.contains_key("nvidia.mig.profile"))
+    {
+        assert_eq!(res["nvidia.gpu.index"], "1");
+        assert!(res["nvidia.mig.instance_id"].parse::<u32>().is_ok());
+        assert!(res["nvidia.mig.uuid"].starts_with("MIG-"), "{res:?}");
+    }
+    // instruments: names, units, descriptions, types, temporality; no data-point attributes.
+    let flat = flatten(&r.req);
+    for (_, p, _, _) in &flat {
+        assert!(
+            p.is_empty(),
+            "per-entity mode leaves no attributes on data points: {p:?}"
+        );
+    }
+    let metric = |name: &str| {
+        flat.iter()
+            .map(|(_, _, m, _)| *m)
+            .find(|m| m.name == name)
+            .unwrap_or_else(|| panic!("{name} not received"))
+    };
+    let sm = metric("DCGM_FI_DEV_SM_CLOCK");
+    assert_eq!(sm.unit, "MHz");
+    assert_eq!(sm.description, "Streaming multiprocessor clock in MHz.");
+    assert!(matches!(sm.data, Some(Data::Gauge(_))));
+    assert_eq!(metric("DCGM_FI_DEV_GPU_TEMP").unit, "Cel");
+    assert_eq!(metric("DCGM_FI_DEV_POWER_USAGE").unit, "W");
+    assert_eq!(metric("DCGM_FI_DEV_GPU_UTIL").unit, "%");
+    assert_eq!(metric("DCGM_FI_DEV_FB_USED").unit, "MiB");
+    let energy = metric("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION");
+    assert_eq!(energy.unit, "mJ");
+    match &energy.data {
+        Some(Data::Sum(s)) => {
+            assert!(s.is_monotonic);
+            assert_eq!(s.aggregation_temporality, 2, "cumulative");
+            assert!(matches!(
+                s.data_points[0].value,
+                Some(number_data_point::Value::AsInt(_))
+            ));
+            assert!(s.data_points[0].start_time_unix_nano > 0);
+        }
+        other => panic!("energy is not a Sum: {other:?}"),
+    }
+    assert!(
+        flat.iter()
+            .all(|(_, _, m, _)| m.name != "DCGM_FI_DRIVER_VERSION"),
+        "label rows are not instruments"
+    );
+    for r in &got[1..] {
+        assert_values_from_one_poll(&r.req, &OTEL, &expected);
+    }
+}
+
+#[test]
+fn http_host_mode_dcgm_attributes_with_env_config() {
+    let sink = Sink::http(0, None);
+    let exporter = start_exporter(
+        &[
+            "--simulate",
+            "--simulate-seed",
+            "1",
+            "-c",
+            "200",
+            "--otel-resource-mode",
+            "host",
+            "--otel-attribute-style",
+            "dcgm",
+        ]
+        .map(String::from),
+        &[
+            (
+                "OTEL_EXPORTER_OTLP_ENDPOINT",
+                &format!("http://{}", sink.addr),
+            ),
+            ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf"),
+            (
+                "OTEL_EXPORTER_OTLP_HEADERS",
+                "x-api-key=s%20cret,X-Tenant=gpu-team",
+            ),
+            ("OTEL_SERVICE_NAME", "gpu-fleet"),
+            ("OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE", "delta"),
+        ],
+    );
+    let got = sink.wait_for(3, WAIT);
+    drop(exporter);
+    let expected = expected_polls(400);
+    let r = &got[1];
+    assert_eq!(r.via, "http");
+    let header = |k: &str| {
+        r.headers
+            .iter()
+            .find(|(n, _)| n == k)
+            .map(|(_, v)| v.as_str())
+    };
+    assert_eq!(header("x-api-key"), Some("s cret"));
+    assert_eq!(header("x-tenant"), Some("gpu-team"));
+    assert_eq!(header("content-type"), Some("application/x-protobuf"));
+    assert_eq!(r.req.resource_metrics.len(), 1, "host mode: one resource");
+    let res = attrs(
+        &r.req.resource_metrics[0]
+            .resource
+            .as_ref()
+            .unwrap()
+            .attributes,
+    );
+    assert_eq!(res["service.name"], "gpu-fleet");
+    assert_eq!(res["Hostname"], "test-node");
+    assert!(!res.contains_key("UUID") && !res.contains_key("hw.id"));
+    let flat = flatten(&r.req);
+    let mut migs = 0;
+    for (_, p, _, _) in &flat {
+        for k in [
+            "gpu",
+            "UUID",
+            "pci_bus_id",
+            "device",
+            "modelName",
+            "DCGM_FI_DRIVER_VERSION",
+        ] {
+            assert!(p.contains_key(k), "data point lacks {k}: {p:?}");
+        }
+        assert!(
+            !p.keys().any(|k| k.contains('.')),
+            "dcgm style uses no semconv names: {p:?}"
+        );
+        if p.contains_key("GPU_I_PROFILE") {
+            assert!(p.contains_key("GPU_I_ID"));
+            migs += 1;
+        }
+    }
+    assert!(migs > 0);
+    let energy = flat
+        .iter()
+        .find(|(_, _, m, _)| m.name == "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION")
+        .unwrap();
+    match &energy.2.data {
+        Some(Data::Sum(s)) => assert_eq!(s.aggregation_temporality, 1, "delta"),
+        other => panic!("{other:?}"),
+    }
+    // Gauges are values of one poll (deltas are not, so compare gauges only).
+    let mut gauges_only = r.req.clone();
+    for rm in &mut gauges_only.resource_metrics {
+        for sm in &mut rm.scope_metrics {
+            sm.metrics
+                .retain(|m| matches!(m.data, Some(Data::Gauge(_))));
+        }
+    }
+    assert_values_from_one_poll(&gauges_only, &DCGM, &expected);
+}
+
+#[test]
+fn grpc_host_mode_otel_and_http_per_entity_dcgm() {
+    // gRPC, host mode, otel names: one resource, identity on the points.
+    let sink = Sink::grpc(0, None);
+    let args = otlp_args(
+        &format!("http://{}", sink.addr),
+        &["--otel-resource-mode", "host"],
+    );
+    let exporter = start_exporter(&args, &[]);
+    let got = sink.wait_for(2, WAIT);
+    drop(exporter);
+    let expected = expected_polls(400);
+    assert_eq!(got[1].req.resource_metrics.len(), 1);
+    for (r, p, _, _) in flatten(&got[1].req) {
+        assert_eq!(r["host.name"], "test-node");
+        assert!(!r.contains_key("hw.id"));
+        assert!(p["hw.id"].starts_with("GPU-"));
+        assert_eq!(p["hw.type"], "gpu");
+    }
+    assert_values_from_one_poll(&got[1].req, &OTEL, &expected);
+
+    // HTTP, per-entity, dcgm names: four resources keyed by dcgm labels.
+    let sink = Sink::http(0, None);
+    let args = otlp_args(
+        &format!("http://{}", sink.addr),
+        &[
+            "--otlp-protocol",
+            "http/protobuf",
+            "--otel-attribute-style",
+            "dcgm",
+        ],
+    );
+    let exporter = start_exporter(&args, &[]);
+    let got = sink.wait_for(2, WAIT);
+    drop(exporter);
+    assert_eq!(got[1].req.resource_metrics.len(), 4);
+    for (r, p, _, _) in flatten(&got[1].req) {
+        assert!(p.is_empty());
+        assert!(r["UUID"].starts_with("GPU-"));
+        assert_eq!(r["Hostname"], "test-node");
+        assert_eq!(r["DCGM_FI_DRIVER_VERSION"], "550.144.03");
+        assert!(r.contains_key("modelName") && r.contains_key("gpu") && r.contains_key("device"));
+    }
+    assert_values_from_one_poll(&got[1].req, &DCGM, &expected);
+}
+
+#[test]
+fn gzip_on_both_transports() {
+    let g = Sink::grpc(0, None);
+    let exporter = start_exporter(
+        &otlp_args(
+            &format!("http://{}", g.addr),
+            &["--otlp-compression", "gzip"],
+        ),
+        &[],
+    );
+    let got = g.wait_for(1, WAIT);
+    drop(exporter);
+    assert!(
+        got[0].gzip,
+        "grpc-encoding: gzip expected, headers {:?}",
+        got[0].headers
+    );
+    assert_eq!(got[0].req.resource_metrics.len(), 4);
+
+    let h = Sink::http(0, None);
+    let exporter = start_exporter(
+        &otlp_args(
+            &format!("http://{}", h.addr),
+            &["--otlp-protocol", "http/protobuf"],
+        ),
+        &[("OTEL_EXPORTER_OTLP_COMPRESSION", "gzip")],
+    );
+    let got = h.wait_for(1, WAIT);
+    drop(exporter);
+    assert!(got[0].gzip);
+    assert_eq!(got[0].req.resource_metrics.len(), 4);
+}
+
+fn write(dir: &Path, name: &str, text: &str) -> String {
+    let p = dir.join(name);
+    std::fs::write(&p, text).unwrap();
+    p.display().to_string()
+}
+
+#[test]
+fn tls_and_mtls_with_a_test_ca() {
+    let pki = make_pki();
+    let dir = tempfile::tempdir().unwrap();
+    let ca = write(dir.path(), "ca.pem", &pki.ca_pem);
+    let cert = write(dir.path(), "client.pem", &pki.client.0);
+    let key = write(dir.path(), "client-key.pem", &pki.client.1);
+    let server = ServerTls {
+        cert_pem: pki.server.0.clone(),
+        key_pem: pki.server.1.clone(),
+        client_ca_pem: Some(pki.ca_pem.clone()),
+    };
+    // gRPC over TLS with a client certificate (mTLS), CA and identity from flags.
+    let g = Sink::grpc(0, Some(server.clone()));
+    let endpoint = format!("https://localhost:{}", g.addr.port());
+    let exporter = start_exporter(
+        &otlp_args(
+            &endpoint,
+            &[
+                "--otlp-certificate",
+                &ca,
+                "--otlp-client-certificate",
+                &cert,
+                "--otlp-client-key",
+                &key,
+            ],
+        ),
+        &[],
+    );
+    let got = g.wait_for(1, WAIT);
+    drop(exporter);
+    assert_eq!(got[0].req.resource_metrics.len(), 4);
+
+    // HTTP over TLS with mTLS, everything from the standard variables.
+    let h = Sink::http(0, Some(server));
+    let exporter = start_exporter(
+        &["--simulate", "-c", "200"].map(String::from),
+        &[
+            (
+                "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT",
+                &format!("https://127.0.0.1:{}/v1/metrics", h.addr.port()),
+            ),
+            ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf"),
+            ("OTEL_EXPORTER_OTLP_CERTIFICATE", &ca),
+            ("OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE", &cert),
+            ("OTEL_EXPORTER_OTLP_CLIENT_KEY", &key),
+        ],
+    );
+    let got = h.wait_for(1, WAIT);
+    drop(exporter);
+    assert_eq!(got[0].req.resource_metrics.len(), 4);
+
+    // Without the client certificate the mTLS receiver gets nothing, and the exporter counts failures.
+    let h = Sink::http(
+        0,
+        Some(ServerTls {
+            cert_pem: pki.server.0.clone(),
+            key_pem: pki.server.1.clone(),
+            client_ca_pem: Some(pki.ca_pem.clone()),
+        }),
+    );
+    let exporter = start_exporter(
+        &otlp_args(
+            &format!("https://localhost:{}", h.addr.port()),
+            &[
+                "--otlp-protocol",
+                "http/protobuf",
+                "--otlp-certificate",
+                &ca,
+            ],
+        ),
+        &[],
+    );
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let m = common::get(exporter.port, "/metrics").unwrap().text();
+        if m.lines()
+            .any(|l| l.starts_with("dcgm_otel_otlp_retries_total{") && !l.ends_with(" 0"))
+        {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no failed OTLP attempt counted:\n{m}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(h.received().is_empty());
+}
+
+fn vm_rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap()
+}
+
+#[test]
+fn collector_down_at_start_then_up() {
+    let port = common::free_port();
+    let args = otlp_args(
+        &format!("http://127.0.0.1:{port}"),
+        &["--otlp-max-pending", "2"],
+    );
+    let exporter = start_exporter(&args, &[]);
+    let pid = exporter.child.id();
+    // Collector down: exports fail, are retried with backoff and dropped beyond 2 pending; :9400 serves.
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let r = common::get(exporter.port, "/metrics").unwrap();
+        assert_eq!(r.status, 200);
+        let m = r.text();
+        let dropped = m
+            .lines()
+            .find(|l| l.starts_with("dcgm_otel_otlp_dropped_exports_total{"))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(0.0);
+        if dropped > 0.0 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no dropped export counted while the collector is down:\n{m}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let rss_down = vm_rss_kib(pid);
+    std::thread::sleep(Duration::from_secs(2));
+    let rss_down_later = vm_rss_kib(pid);
+    // Collector up on the same port: data arrives.
+    let sink = Sink::grpc(port, None);
+    let got = sink.wait_for(2, WAIT);
+    assert_eq!(got[1].req.resource_metrics.len(), 4);
+    let rss_up = vm_rss_kib(pid);
+    eprintln!("VmRSS: collector down {rss_down} KiB, 2 s later {rss_down_later} KiB, after recovery {rss_up} KiB");
+    assert!(
+        rss_down_later < rss_down + 16 * 1024,
+        "memory grows while the collector is down"
+    );
+    assert!(rss_up < 256 * 1024, "VmRSS {rss_up} KiB");
+    drop(exporter);
+}
+
+#[test]
+fn bad_otlp_settings_exit_2_naming_the_input() {
+    let (code, err) = common::run_to_exit(
+        &[
+            "--simulate",
+            "-a",
+            "127.0.0.1:0",
+            "--otlp-protocol",
+            "http/json",
+            "--otlp",
+        ],
+        &[],
+    );
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("--otlp-protocol"), "{err}");
+    let (code, err) = common::run_to_exit(
+        &["--simulate", "-a", "127.0.0.1:0"],
+        &[("OTEL_EXPORTER_OTLP_ENDPOINT", "collector:4317")],
+    );
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("OTEL_EXPORTER_OTLP_ENDPOINT"), "{err}");
+}
+
+// ---- rotel: an independent OTLP receiver ----------------------------------------------------------
+
+/// rotel's binary: `ROTEL_BIN` (set by tests/run-all.sh from the project venv). Missing is a failure
+/// in CI (`CI=true`) and a skip elsewhere.
+fn rotel_bin() -> Option<String> {
+    match std::env::var("ROTEL_BIN") {
+        Ok(p) if Path::new(&p).is_file() => Some(p),
+        other => {
+            if std::env::var("CI").map(|v| v == "true").unwrap_or(false) {
+                panic!("ROTEL_BIN is {other:?}: rotel is required in CI (tests/run-all.sh installs it into .venv)");
+            }
+            eprintln!("SKIP: rotel not found (set ROTEL_BIN; tests/run-all.sh does)");
+            None
+        }
+    }
+}
+
+struct Rotel {
+    child: std::process::Child,
+    log: std::path::PathBuf,
+}
+
+impl Drop for Rotel {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn rotel_receives_grpc_and_http() {
+    let Some(bin) = rotel_bin() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let (gp, hp) = (common::free_port(), common::free_port());
+    let log = dir.path().join("rotel.log");
+    let out = std::fs::File::create(&log).unwrap();
+    let child = std::process::Command::new(&bin)
+        .args(["start", "--otlp-grpc-endpoint", &format!("127.0.0.1:{gp}")])
+        .args(["--otlp-http-endpoint", &format!("127.0.0.1:{hp}")])
+        .args([
+            "--exporter",
+            "blackhole",
+            "--debug-log",
+            "metrics",
+            "--debug-log-verbosity",
+            "detailed",
+        ])
+        .args([
+            "--pid-file",
+            &dir.path().join("rotel.pid").display().to_string(),
+        ])
+        .stdout(out.try_clone().unwrap())
+        .stderr(out)
+        .spawn()
+        .expect("cannot start rotel");
+    let rotel = Rotel { child, log };
+    // Wait for both listeners.
+    let deadline = Instant::now() + WAIT;
+    while std::net::TcpStream::connect(("127.0.0.1", gp)).is_err()
+        || std::net::TcpStream::connect(("127.0.0.1", hp)).is_err()
+    {
+        assert!(Instant::now() < deadline, "rotel did not listen");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let grpc = start_exporter(
+        &otlp_args(
+            &format!("http://127.0.0.1:{gp}"),
+            &["--otel-service-name", "via-grpc"],
+        ),
+        &[],
+    );
+    let http = start_exporter(
+        &otlp_args(
+            &format!("http://127.0.0.1:{hp}"),
+            &[
+                "--otlp-protocol",
+                "http/protobuf",
+                "--otel-service-name",
+                "via-http",
+            ],
+        ),
+        &[],
+    );
+    let deadline = Instant::now() + WAIT;
+    let text = loop {
+        let t = std::fs::read_to_string(&rotel.log).unwrap_or_default();
+        if t.contains("Str(via-grpc)")
+            && t.contains("Str(via-http)")
+            && t.contains("ResourceMetrics #4")
+        {
+            break t;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "rotel did not log both exports:\n{}",
+            &t[..t.len().min(4000)]
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    drop(grpc);
+    drop(http);
+    for needle in [
+        "-> Name: DCGM_FI_DEV_SM_CLOCK",
+        "-> Unit: MHz",
+        "-> DataType: Gauge",
+        "-> Name: DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
+        "-> DataType: Sum",
+        "-> IsMonotonic: true",
+        "AGGREGATION_TEMPORALITY_CUMULATIVE",
+        "-> hw.id: Str(GPU-",
+        "-> hw.type: Str(gpu)",
+        "-> nvidia.mig.profile: Str(1g.10gb)",
+        "-> service.name: Str(via-grpc)",
+        "-> service.name: Str(via-http)",
+        "InstrumentationScope dcgm-otel",
+    ] {
+        assert!(
+            text.contains(needle),
+            "rotel log lacks '{needle}':\n{}",
+            &text[..text.len().min(6000)]
+        );
+    }
+}
