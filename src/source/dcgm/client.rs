@@ -668,6 +668,19 @@ impl Connection {
         )
     }
 
+    /// `dcgmUnwatchFields(group, fieldGroup)`; a no-op once the connection is lost. Destroying a field
+    /// group does not unwatch it, so a session that ends on a live engine unwatches first.
+    pub fn unwatch(&self, group: &Group, fields: &FieldGroup) -> Result<(), DcgmError> {
+        if self.is_lost() {
+            return Ok(());
+        }
+        self.check(
+            "dcgmUnwatchFields",
+            self.syms()
+                .unwatch_fields(self.handle(), group.id, fields.id),
+        )
+    }
+
     /// `dcgmUpdateAllFields(h, 1)`: wait until every watched field has a fresh sample.
     pub fn update_all_fields(&self) -> Result<(), DcgmError> {
         self.check(

@@ -22,7 +22,7 @@ pub mod remote;
 mod session;
 mod values;
 
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashSet};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -345,19 +345,25 @@ impl DcgmSource {
         SourceError::Unavailable(format!("{}: {e}", self.mode))
     }
 
+    /// One log line per field (listing the entities), each (entity, field) pair only once per process.
     fn log_unsupported(&mut self, list: Vec<Unsupported>) {
+        let mut by_field: BTreeMap<u16, Vec<String>> = BTreeMap::new();
         for u in list {
-            if self.logged_unsupported.insert((u.entity.key(), u.field)) {
-                let name = crate::fields::catalog()
-                    .by_id(u.field)
-                    .map_or("unknown field", |f| f.name);
-                tracing::info!(
-                    entity = %u.entity.key(),
-                    field = u.field,
-                    name,
-                    "DCGM reports this field not supported on this entity; no longer asking for it"
-                );
+            let key = u.entity.key();
+            if self.logged_unsupported.insert((key.clone(), u.field)) {
+                by_field.entry(u.field).or_default().push(key);
             }
+        }
+        for (field, entities) in by_field {
+            let name = crate::fields::catalog()
+                .by_id(field)
+                .map_or("unknown field", |f| f.name);
+            tracing::info!(
+                field,
+                name,
+                entities = %entities.join(","),
+                "DCGM reports this field not supported on these entities; no longer asking for it there"
+            );
         }
     }
 }

@@ -126,9 +126,11 @@ pub struct Unsupported {
 
 /// State of one connection.
 pub struct Session {
+    /// (group index, field-group index) pairs with an active watch.
+    watches: Vec<(usize, usize)>,
     // Field order = drop order: watches' groups go before the connection handle they belong to.
-    _field_groups: Vec<FieldGroup>,
-    _groups: Vec<Group>,
+    field_groups: Vec<FieldGroup>,
+    groups: Vec<Group>,
     conn: Connection,
     entities: Vec<Arc<Entity>>,
     pairs: Vec<EntityPair>,
@@ -144,6 +146,27 @@ pub struct Session {
     attribution: Arc<Attribution>,
     /// Calls made by the last [`Session::read`].
     pub last_calls: usize,
+}
+
+fn unwatch_all(
+    conn: &Connection,
+    groups: &[Group],
+    field_groups: &[FieldGroup],
+    watches: &[(usize, usize)],
+) {
+    for &(g, f) in watches {
+        if let (Some(g), Some(f)) = (groups.get(g), field_groups.get(f)) {
+            let _ = conn.unwatch(g, f);
+        }
+    }
+}
+
+impl Drop for Session {
+    /// Unwatch (while the engine is alive); then the field groups and groups destroy themselves, and
+    /// the connection closes when its last holder is gone.
+    fn drop(&mut self) {
+        unwatch_all(&self.conn, &self.groups, &self.field_groups, &self.watches);
+    }
 }
 
 fn entity_pair(e: &Entity) -> EntityPair {
@@ -184,20 +207,18 @@ impl Session {
         let mut field_groups = Vec::new();
         let mut unwatched = BTreeSet::new();
         let mut profiling_watch_error = None;
-        let kinds: [(&str, fn(&Entity) -> bool, Vec<u16>); 2] = [
-            (
-                "gpus",
-                |e| e.kind != EntityKind::NvLink,
-                rows.fields_for(EntityKind::Gpu),
-            ),
-            ("links", |e| e.kind == EntityKind::NvLink, link_fields),
+        // GPUs and MIG instances share groups and field groups; NvLinks get their own.
+        let kinds = [
+            ("gpus", false, rows.fields_for(EntityKind::Gpu)),
+            ("links", true, link_fields),
         ];
         let mut fg_seq = 0usize;
-        for (label, is_kind, fields) in kinds {
+        let mut watches = Vec::new();
+        for (label, links, fields) in kinds {
             let members: Vec<EntityPair> = entities
                 .iter()
                 .zip(&pairs)
-                .filter(|(e, _)| is_kind(e))
+                .filter(|(e, _)| (e.kind == EntityKind::NvLink) == links)
                 .map(|(_, p)| *p)
                 .collect();
             if members.is_empty() || fields.is_empty() {
@@ -205,43 +226,52 @@ impl Session {
             }
             let (prof, basic): (Vec<u16>, Vec<u16>) =
                 fields.iter().partition(|f| needs_profiling(**f));
-            let mut kind_groups = Vec::new();
+            let first_group = groups.len();
             for (i, chunk) in members.chunks(cfg.group_max_entities.max(1)).enumerate() {
                 let name = format!("{}-{label}-{i}", cfg.name_prefix);
-                kind_groups.push(conn.create_group(&name, chunk)?);
+                groups.push(conn.create_group(&name, chunk)?);
             }
             for (is_prof, set) in [(false, basic), (true, prof)] {
                 for chunk in set.chunks(FIELD_GROUP_MAX) {
                     fg_seq += 1;
-                    let name = format!(
-                        "{}-fields-{fg_seq}{}",
-                        cfg.name_prefix,
-                        if is_prof { "-dcp" } else { "" }
-                    );
-                    let fg = conn.create_field_group(&name, chunk)?;
-                    for g in &kind_groups {
-                        match conn.watch(g, &fg, cfg.interval, MAX_KEEP_AGE, MAX_KEEP_SAMPLES) {
-                            Ok(()) => {}
+                    let suffix = if is_prof { "-dcp" } else { "" };
+                    let name = format!("{}-fields-{fg_seq}{suffix}", cfg.name_prefix);
+                    field_groups.push(conn.create_field_group(&name, chunk)?);
+                    let f = field_groups.len() - 1;
+                    for g in first_group..groups.len() {
+                        match conn.watch(
+                            &groups[g],
+                            &field_groups[f],
+                            cfg.interval,
+                            MAX_KEEP_AGE,
+                            MAX_KEEP_SAMPLES,
+                        ) {
+                            Ok(()) => watches.push((g, f)),
                             Err(e) if is_prof && !e.connection_lost() => {
                                 unwatched.extend(chunk.iter().copied());
                                 profiling_watch_error.get_or_insert(e);
                             }
-                            Err(e) => return Err(e),
+                            Err(e) => {
+                                unwatch_all(&conn, &groups, &field_groups, &watches);
+                                return Err(e);
+                            }
                         }
                     }
-                    field_groups.push(fg);
                 }
             }
-            groups.extend(kind_groups);
         }
-        if !groups.is_empty() {
-            conn.update_all_fields()?;
+        if !watches.is_empty() {
+            if let Err(e) = conn.update_all_fields() {
+                unwatch_all(&conn, &groups, &field_groups, &watches);
+                return Err(e);
+            }
         }
         let n = entities.len();
         Ok(Established {
             session: Session {
-                _field_groups: field_groups,
-                _groups: groups,
+                watches,
+                field_groups,
+                groups,
                 conn,
                 entities,
                 pairs,
@@ -377,6 +407,21 @@ impl Session {
             }
         }
         self.last_calls = calls;
+        // An entity that answers "not found" for everything it was asked is gone (a GPU fell off the
+        // bus, a MIG instance was destroyed): rediscover.
+        let asked = |e: &Entity, i: usize, r: usize| {
+            rows.applies(r, e.kind)
+                && !self.unsupported[i].contains(&rows.fields[r])
+                && !self.unwatched.contains(&rows.fields[r])
+        };
+        topology_changed |= self.entities.iter().enumerate().any(|(i, e)| {
+            let mut any = false;
+            let all_missing = (0..rows.len()).filter(|&r| asked(e, i, r)).all(|r| {
+                any = true;
+                values[i][r] == FieldValue::Absent(Absent::NotFound)
+            });
+            any && all_missing
+        });
         let entities = self
             .entities
             .iter()

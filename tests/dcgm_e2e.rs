@@ -1,0 +1,604 @@
+//! End to end through libdcgm: the built `dcgm-otel` binary loads the fake libdcgm
+//! (`tests/fake-libdcgm`, built by `cargo build --workspace` as `target/<profile>/libfake_libdcgm.so`)
+//! under the name `libdcgm.so.4`, found through `LD_LIBRARY_PATH` or `--dcgm-library`, in embedded and
+//! remote modes. The fake serves the simulated fleet through NVIDIA's C ABI and writes a call log
+//! (`FAKE_DCGM_CALL_LOG`), which the tests read to check what the exporter asked DCGM.
+//!
+//! Golden file: `UPDATE_GOLDEN=1 cargo nextest run --test dcgm_e2e` rewrites
+//! tests/golden/dcgm-fake-default.prom.
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::Read as _;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use common::{get, run_to_exit, start, Exporter};
+
+/// The fake library as built next to the binary under test.
+fn fake_library() -> PathBuf {
+    let bin = common::binary();
+    let dir = bin.parent().expect("binary has a directory");
+    let lib = dir.join("libfake_libdcgm.so");
+    assert!(
+        lib.exists(),
+        "{} is missing: build the workspace first (cargo build --workspace; tests/run-all.sh does)",
+        lib.display()
+    );
+    lib
+}
+
+/// A private directory holding `libdcgm.so.4` (a symlink to the fake) and the fake's call log.
+struct Fake {
+    dir: tempfile::TempDir,
+}
+
+impl Fake {
+    fn new() -> Fake {
+        let dir = tempfile::tempdir().unwrap();
+        std::os::unix::fs::symlink(fake_library(), dir.path().join("libdcgm.so.4")).unwrap();
+        Fake { dir }
+    }
+
+    fn lib_dir(&self) -> String {
+        self.dir.path().display().to_string()
+    }
+
+    fn lib_path(&self) -> String {
+        self.dir.path().join("libdcgm.so.4").display().to_string()
+    }
+
+    fn log_path(&self) -> PathBuf {
+        self.dir.path().join("calls.log")
+    }
+
+    /// Environment for the exporter: the call log, plus `extra` (FAKE_DCGM_*, LD_LIBRARY_PATH...).
+    fn env(&self, extra: &[(&str, &str)]) -> Vec<(String, String)> {
+        let mut env = vec![(
+            "FAKE_DCGM_CALL_LOG".to_string(),
+            self.log_path().display().to_string(),
+        )];
+        env.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+        env
+    }
+
+    /// Environment with the fake found through LD_LIBRARY_PATH.
+    fn ld_env(&self, extra: &[(&str, &str)]) -> Vec<(String, String)> {
+        let mut env = self.env(extra);
+        env.push(("LD_LIBRARY_PATH".to_string(), self.lib_dir()));
+        env
+    }
+
+    fn calls(&self) -> Vec<String> {
+        std::fs::read_to_string(self.log_path())
+            .unwrap_or_default()
+            .lines()
+            .map(str::to_string)
+            .collect()
+    }
+}
+
+fn refs(env: &[(String, String)]) -> Vec<(&str, &str)> {
+    env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect()
+}
+
+fn start_with(args: &[&str], env: &[(String, String)]) -> Exporter {
+    start(args, &refs(env))
+}
+
+fn scrape(port: u16) -> String {
+    let r = get(port, "/metrics").unwrap();
+    assert_eq!(r.status, 200);
+    r.text()
+}
+
+/// The `DCGM_FI_*` series of a body: `name{labels}` without values.
+fn series(body: &str) -> BTreeSet<String> {
+    body.lines()
+        .filter(|l| l.starts_with("DCGM_FI_"))
+        .filter_map(|l| l.rsplit_once(' ').map(|(s, _)| s.to_string()))
+        .collect()
+}
+
+/// Wait until `cond` holds (checked every 20 ms) or panic after `limit`; returns the time it took.
+fn wait_for(what: &str, limit: Duration, mut cond: impl FnMut() -> bool) -> Duration {
+    let started = Instant::now();
+    while started.elapsed() < limit {
+        if cond() {
+            return started.elapsed();
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    panic!("timed out after {limit:?} waiting for {what}");
+}
+
+fn health(port: u16) -> u16 {
+    get(port, "/health").map(|r| r.status).unwrap_or(0)
+}
+
+/// Stop the exporter like a supervisor does (SIGTERM) and return its stderr.
+fn terminate(mut e: Exporter) -> String {
+    let pid = e.child.id().to_string();
+    let status = Command::new("kill").args(["-TERM", &pid]).status().unwrap();
+    assert!(status.success());
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while Instant::now() < deadline {
+        if e.child.try_wait().unwrap().is_some() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let mut err = String::new();
+    if let Some(mut s) = e.child.stderr.take() {
+        let _ = s.read_to_string(&mut err);
+    }
+    err
+}
+
+fn golden_path(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/golden")
+        .join(name)
+}
+
+fn check_golden(name: &str, actual: &str) {
+    let path = golden_path(name);
+    if std::env::var_os("UPDATE_GOLDEN").is_some() {
+        std::fs::write(&path, actual).unwrap();
+        return;
+    }
+    let expected = std::fs::read_to_string(&path).unwrap_or_else(|e| {
+        panic!(
+            "{}: {e} (run with UPDATE_GOLDEN=1 to create it)",
+            path.display()
+        )
+    });
+    if expected != actual {
+        let diff: Vec<String> = expected
+            .lines()
+            .zip(actual.lines())
+            .enumerate()
+            .filter(|(_, (a, b))| a != b)
+            .take(5)
+            .map(|(i, (a, b))| format!("line {}:\n  golden: {a}\n  actual: {b}", i + 1))
+            .collect();
+        panic!(
+            "/metrics differs from {} ({} vs {} lines; UPDATE_GOLDEN=1 rewrites it):\n{}",
+            path.display(),
+            expected.lines().count(),
+            actual.lines().count(),
+            diff.join("\n")
+        );
+    }
+}
+
+const GPU0_LABELS: &str = "gpu=\"0\",UUID=\"GPU-08b4fda8-c892-b50e-71dc-d3d0944f065e\",pci_bus_id=\"00000000:18:00.0\",device=\"nvidia0\",modelName=\"NVIDIA H100 80GB HBM3\"";
+const GPU1_LABELS: &str = "gpu=\"1\",UUID=\"GPU-e9fd6049-d65a-f21e-f672-4c5ccb810ace\",pci_bus_id=\"00000000:2A:00.0\",device=\"nvidia1\",modelName=\"NVIDIA H100 80GB HBM3\"";
+
+fn mem_clock_lines(host: &str) -> (String, String) {
+    (
+        format!("DCGM_FI_DEV_MEM_CLOCK{{{GPU0_LABELS},Hostname=\"{host}\",DCGM_FI_DRIVER_VERSION=\"550.144.03\"}} 2619"),
+        format!("DCGM_FI_DEV_MEM_CLOCK{{{GPU1_LABELS},GPU_I_PROFILE=\"2g.20gb\",GPU_I_ID=\"3\",Hostname=\"{host}\",DCGM_FI_DRIVER_VERSION=\"550.144.03\"}} 2619"),
+    )
+}
+
+#[test]
+fn embedded_through_ld_library_path_exact_gpu_and_mig_lines() {
+    let fake = Fake::new();
+    let e = start_with(
+        &["-c", "60000"],
+        &fake.ld_env(&[("NODE_NAME", "golden-host")]),
+    );
+    let body = scrape(e.port);
+    let (gpu, mig) = mem_clock_lines("golden-host");
+    assert!(body.lines().any(|l| l == gpu), "missing {gpu} in:\n{body}");
+    assert!(body.lines().any(|l| l == mig), "missing {mig} in:\n{body}");
+    // Flex mode: GPU 1 has MIG instances, so it is monitored through them, not as a whole.
+    assert!(!body.contains(&format!("{{{GPU1_LABELS},Hostname")));
+    // Not supported on MIG instances (the fake, like DCGM, says so): present for GPU 0 only.
+    let util: Vec<&str> = body
+        .lines()
+        .filter(|l| l.starts_with("DCGM_FI_DEV_GPU_UTIL{"))
+        .collect();
+    assert_eq!(util.len(), 1, "{util:?}");
+    assert!(body.contains("dcgm_otel_source_up{source=\"dcgm\"} 1"));
+    for sentinel in [
+        "2147483632",
+        "9223372036854775792",
+        "140737488355328",
+        "<<<",
+    ] {
+        assert!(!body.contains(sentinel), "sentinel {sentinel} leaked");
+    }
+    let calls = fake.calls();
+    assert!(calls
+        .iter()
+        .any(|c| c.starts_with("dcgmStartEmbedded mode=1 ")));
+    assert!(!calls.iter().any(|c| c.starts_with("dcgmConnect")));
+}
+
+#[test]
+fn golden_default_scenario() {
+    let fake = Fake::new();
+    let e = start_with(
+        &["-c", "60000", "--no-self-metrics"],
+        &fake.ld_env(&[
+            ("NODE_NAME", "golden-host"),
+            ("FAKE_DCGM_SCENARIO", "default"),
+            ("FAKE_DCGM_SEED", "1"),
+        ]),
+    );
+    check_golden("dcgm-fake-default.prom", &scrape(e.port));
+}
+
+#[test]
+fn dcgm_library_flag_and_remote_unix_socket() {
+    let fake = Fake::new();
+    // No LD_LIBRARY_PATH: the library comes from --dcgm-library only.
+    let e = start_with(
+        &[
+            "-c",
+            "60000",
+            "--dcgm-library",
+            &fake.lib_path(),
+            "-r",
+            "unix:///run/nvidia/nv-hostengine.sock",
+        ],
+        &fake.env(&[("NODE_NAME", "golden-host")]),
+    );
+    let body = scrape(e.port);
+    // A unix socket is local: the host label is the local host name.
+    let (gpu, mig) = mem_clock_lines("golden-host");
+    assert!(body.lines().any(|l| l == gpu), "missing {gpu} in:\n{body}");
+    assert!(body.lines().any(|l| l == mig), "missing {mig}");
+    let calls = fake.calls();
+    assert!(
+        calls.iter().any(|c| c
+            .starts_with("dcgmConnect_v2 address=/run/nvidia/nv-hostengine.sock unix=1 ")
+            && c.ends_with("rc=0")),
+        "{calls:#?}"
+    );
+    assert!(!calls.iter().any(|c| c.starts_with("dcgmStartEmbedded")));
+}
+
+#[test]
+fn environment_variable_names_the_library() {
+    let fake = Fake::new();
+    let e = start_with(
+        &["-c", "60000"],
+        &fake.env(&[
+            ("NODE_NAME", "golden-host"),
+            ("DCGM_OTEL_LIBDCGM", &fake.lib_path()),
+        ]),
+    );
+    let (gpu, _) = mem_clock_lines("golden-host");
+    assert!(scrape(e.port).lines().any(|l| l == gpu));
+}
+
+#[test]
+fn remote_tcp_waits_for_the_host_engine_and_labels_its_host() {
+    let fake = Fake::new();
+    // The first two connection attempts are refused: start-up waits and retries.
+    let e = start_with(
+        &["-c", "60000", "-r", "gpu-node-7:5555"],
+        &fake.ld_env(&[("FAKE_DCGM_FAULTS", "refuse_connect=2")]),
+    );
+    let body = scrape(e.port);
+    let (gpu, _) = mem_clock_lines("gpu-node-7");
+    assert!(body.lines().any(|l| l == gpu), "missing {gpu} in:\n{body}");
+    let connects: Vec<String> = fake
+        .calls()
+        .into_iter()
+        .filter(|c| c.starts_with("dcgmConnect_v2 address=gpu-node-7:5555 unix=0 "))
+        .collect();
+    assert_eq!(connects.len(), 3, "{connects:#?}");
+    assert!(connects[0].ends_with("rc=-21") && connects[1].ends_with("rc=-21"));
+    assert!(connects[2].ends_with("rc=0"));
+}
+
+#[test]
+fn blank_field_is_absent_not_a_number() {
+    let fake = Fake::new();
+    let e = start_with(
+        &["-c", "60000"],
+        &fake.ld_env(&[("FAKE_DCGM_FAULTS", "blank_field=150")]),
+    );
+    let body = scrape(e.port);
+    assert!(
+        !body.lines().any(|l| l.starts_with("DCGM_FI_DEV_GPU_TEMP{")),
+        "a blank GPU temperature was rendered:\n{body}"
+    );
+    assert!(body
+        .lines()
+        .any(|l| l.starts_with("DCGM_FI_DEV_MEMORY_TEMP{")));
+    assert!(body.contains(
+        "dcgm_otel_absent_values_total{field=\"DCGM_FI_DEV_GPU_TEMP\",reason=\"blank\"}"
+    ));
+}
+
+#[test]
+fn profiling_off_skips_dcp_rows_with_one_warning() {
+    let fake = Fake::new();
+    let e = start_with(
+        &["-c", "200"],
+        &fake.ld_env(&[("FAKE_DCGM_PROFILING", "off")]),
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    let body = scrape(e.port);
+    assert!(
+        !body.contains("DCGM_FI_PROF_"),
+        "DCP rows rendered:\n{body}"
+    );
+    assert!(body.lines().any(|l| l.starts_with("DCGM_FI_DEV_GPU_TEMP{")));
+    assert!(body.contains("dcgm_otel_source_up{source=\"dcgm\"} 1"));
+    let calls = fake.calls();
+    assert!(
+        calls
+            .iter()
+            .any(|c| c.starts_with("dcgmProfGetSupportedMetricGroups") && c.ends_with("rc=-33")),
+        "{calls:#?}"
+    );
+    // No profiling field is ever watched or read.
+    for c in calls.iter().filter(|c| {
+        c.starts_with("dcgmFieldGroupCreate") || c.starts_with("dcgmEntitiesGetLatestValues")
+    }) {
+        assert!(
+            !c.contains(",1001") && !c.contains("=1001"),
+            "profiling field asked for: {c}"
+        );
+    }
+    let err = terminate(e);
+    assert_eq!(
+        err.matches("Not collecting DCP metrics").count(),
+        1,
+        "{err}"
+    );
+    assert!(
+        err.contains("datacenter-gpu-manager-4-proprietary"),
+        "{err}"
+    );
+}
+
+#[test]
+fn host_engine_loss_withdraws_series_then_recovers_without_restart() {
+    let fake = Fake::new();
+    let e = start_with(
+        &["-c", "200"],
+        &fake.ld_env(&[("FAKE_DCGM_FAULTS", "disconnect_after_polls=16,down_ms=700")]),
+    );
+    let before = series(&scrape(e.port));
+    assert!(!before.is_empty());
+    wait_for(
+        "/health 503 after the disconnect",
+        Duration::from_secs(20),
+        || health(e.port) == 503,
+    );
+    let down = scrape(e.port);
+    assert!(
+        series(&down).is_empty(),
+        "series served while down:\n{down}"
+    );
+    assert!(
+        down.contains("dcgm_otel_source_up{source=\"dcgm\"} 0"),
+        "{down}"
+    );
+    let took = wait_for(
+        "/health 200 after the host engine is back",
+        Duration::from_secs(20),
+        || health(e.port) == 200,
+    );
+    eprintln!("recovered {took:?} after /health turned 503 (host engine down for 700 ms, interval 200 ms)");
+    assert_eq!(
+        series(&scrape(e.port)),
+        before,
+        "a different set of series came back"
+    );
+    let calls = fake.calls();
+    let starts = calls
+        .iter()
+        .filter(|c| c.starts_with("dcgmStartEmbedded") && c.ends_with("rc=0"))
+        .count();
+    assert_eq!(starts, 2, "one start, one restart of the embedded engine");
+    assert_eq!(
+        calls.iter().filter(|c| c.starts_with("dcgmInit")).count(),
+        1
+    );
+    // Every watch was re-created after the reconnect.
+    let watches = calls
+        .iter()
+        .filter(|c| c.starts_with("dcgmWatchFields") && c.ends_with("rc=0"))
+        .count();
+    assert_eq!(watches, 4, "{calls:#?}");
+}
+
+#[test]
+fn vanished_gpu_is_removed_without_restart() {
+    let fake = Fake::new();
+    let e = start_with(
+        &["-c", "200"],
+        &fake.ld_env(&[("FAKE_DCGM_FAULTS", "vanish_gpu=0@6")]),
+    );
+    let rediscovered = || {
+        fake.calls()
+            .iter()
+            .filter(|c| c.starts_with("dcgmGetAllSupportedDevices count=1 "))
+            .count()
+            == 1
+    };
+    wait_for(
+        "GPU 0 to vanish and be rediscovered",
+        Duration::from_secs(20),
+        rediscovered,
+    );
+    std::thread::sleep(Duration::from_millis(400));
+    let body = scrape(e.port);
+    assert!(!body.contains("gpu=\"0\""), "{body}");
+    assert!(body.contains("GPU_I_ID=\"3\""), "{body}");
+    assert_eq!(health(e.port), 200);
+    let calls = fake.calls();
+    assert_eq!(
+        calls
+            .iter()
+            .filter(|c| c.starts_with("dcgmStartEmbedded"))
+            .count(),
+        1,
+        "the engine was restarted"
+    );
+    // The new group holds only GPU 1's instances.
+    let last_group = calls
+        .iter()
+        .rposition(|c| c.starts_with("dcgmGroupCreate"))
+        .unwrap();
+    let added: Vec<&String> = calls[last_group..]
+        .iter()
+        .filter(|c| c.starts_with("dcgmGroupAddEntity"))
+        .collect();
+    assert_eq!(added.len(), 3, "{added:#?}");
+    assert!(
+        added.iter().all(|c| c.contains("entityGroup=4 ")),
+        "{added:#?}"
+    );
+}
+
+#[test]
+fn missing_library_is_one_clear_error_and_exit_1() {
+    let (code, err) = run_to_exit(&["--dcgm-library", "/nonexistent/libdcgm.so.4"], &[]);
+    assert_eq!(code, 1, "{err}");
+    for needle in [
+        "/nonexistent/libdcgm.so.4",
+        "datacenter-gpu-manager-4-core",
+        "--simulate",
+        "-r HOST:PORT",
+    ] {
+        assert!(err.contains(needle), "'{needle}' missing from: {err}");
+    }
+    // The soname search: an empty LD_LIBRARY_PATH directory, unless this machine has a real DCGM.
+    let system_has_dcgm = [
+        "/usr/lib/x86_64-linux-gnu/libdcgm.so.4",
+        "/usr/lib64/libdcgm.so.4",
+        "/usr/lib/x86_64-linux-gnu/libdcgm.so.3",
+    ]
+    .iter()
+    .any(|p| Path::new(p).exists());
+    if !system_has_dcgm {
+        let empty = tempfile::tempdir().unwrap();
+        let dir = empty.path().display().to_string();
+        let (code, err) = run_to_exit(&[], &[("LD_LIBRARY_PATH", &dir)]);
+        assert_eq!(code, 1, "{err}");
+        assert!(err.contains("libdcgm.so.4, libdcgm.so.3"), "{err}");
+        assert!(err.contains("datacenter-gpu-manager-4-core"), "{err}");
+    }
+}
+
+#[test]
+fn bad_remote_address_and_absent_devices_exit_2() {
+    let (code, err) = run_to_exit(&["-r", "fd00::1:5555"], &[]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("an IPv6 address needs brackets"), "{err}");
+    let fake = Fake::new();
+    let env = fake.ld_env(&[]);
+    let (code, err) = run_to_exit(&["-d", "g:0,5"], &refs(&env));
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("device selection asks for GPU 5, which does not exist (present: 0,1)"),
+        "{err}"
+    );
+}
+
+/// Parse `key=value` words of a call-log line.
+fn kv(line: &str) -> BTreeMap<&str, &str> {
+    line.split(' ').filter_map(|w| w.split_once('=')).collect()
+}
+
+#[test]
+fn call_log_one_read_per_entity_per_cycle_unique_watches_nothing_after_shutdown() {
+    let fake = Fake::new();
+    let e = start_with(&["-c", "100"], &fake.ld_env(&[]));
+    std::thread::sleep(Duration::from_millis(1500));
+    let err = terminate(e);
+    let calls = fake.calls();
+    assert_eq!(
+        calls.last().map(String::as_str),
+        Some("dcgmShutdown rc=0"),
+        "{err}\n{calls:#?}"
+    );
+    assert_eq!(
+        calls
+            .iter()
+            .filter(|c| c.starts_with("dcgmShutdown"))
+            .count(),
+        1
+    );
+    // No (connection, group, field group) watch is created twice.
+    let mut watches = BTreeSet::new();
+    for c in calls.iter().filter(|c| c.starts_with("dcgmWatchFields")) {
+        let f = kv(c);
+        assert!(
+            watches.insert((f["handle"], f["group"], f["fieldGroup"])),
+            "watched twice: {c}"
+        );
+        assert_eq!(
+            f["freq"], "100000",
+            "watch frequency is the collect interval in µs: {c}"
+        );
+        assert_eq!(f["maxKeepAge"], "600");
+        assert_eq!(f["maxKeepSamples"], "0");
+    }
+    assert_eq!(watches.len(), 2, "basic and DCP field groups");
+    // Steady state: between the first update and the first unwatch only cached latest-value reads.
+    let first_update = calls
+        .iter()
+        .position(|c| c.starts_with("dcgmUpdateAllFields"))
+        .unwrap();
+    let teardown = calls
+        .iter()
+        .position(|c| c.starts_with("dcgmUnwatchFields"))
+        .unwrap();
+    let steady = &calls[first_update + 1..teardown];
+    assert!(steady.len() >= 4, "{steady:#?}");
+    for c in steady {
+        assert!(
+            c.starts_with("dcgmEntitiesGetLatestValues ") && kv(c)["flags"] == "0",
+            "unexpected call in a cycle: {c}"
+        );
+    }
+    // Each cycle reads every monitored entity exactly once, in at most two calls (GPUs and MIG
+    // instances ask for different fields once DCGM said which ones instances do not support).
+    let mut reads: BTreeMap<String, usize> = BTreeMap::new();
+    for c in steady {
+        for ent in kv(c)["entities"].split(',') {
+            *reads.entry(ent.to_string()).or_default() += 1;
+        }
+    }
+    let cycles = reads["1:0"];
+    assert_eq!(
+        reads.keys().cloned().collect::<Vec<_>>(),
+        ["1:0", "4:10", "4:8", "4:9"]
+    );
+    assert!(reads.values().all(|&n| n == cycles), "{reads:?}");
+    assert!(
+        steady.len() <= 2 * cycles,
+        "{} calls for {cycles} cycles",
+        steady.len()
+    );
+    eprintln!("{} latest-value calls for {cycles} cycles", steady.len());
+    // Orderly teardown after the last read: unwatch, destroy, stop, shut down.
+    let tail: Vec<&str> = calls[teardown..]
+        .iter()
+        .map(|c| c.split(' ').next().unwrap_or(""))
+        .collect();
+    assert_eq!(
+        tail,
+        [
+            "dcgmUnwatchFields",
+            "dcgmUnwatchFields",
+            "dcgmFieldGroupDestroy",
+            "dcgmFieldGroupDestroy",
+            "dcgmGroupDestroy",
+            "dcgmStopEmbedded",
+            "dcgmShutdown"
+        ]
+    );
+}
