@@ -115,6 +115,10 @@ $CHECK wait-http "$prom/-/ready" 20
 step "waiting for scraped samples"
 $CHECK wait-series "$prom" 'DCGM_FI_DEV_GPU_TEMP{job="dcgm-otel"}' 40 3
 $CHECK wait-series "$prom" 'dcgm_otel_absent_values_total{job="dcgm-otel"}' 20 3
+$CHECK wait-series "$prom" 'DCGM_FI_DEV_GPU_TEMP{job="otel-collector"}' 20 3
+if grep -q 'bad request' "$work/otlp-standin.log"; then
+  echo "the collector stand-in rejected an OTLP request from dcgm-otel:" >&2; exit 1
+fi
 
 step "running every dashboard query against Prometheus"
 $CHECK queries grafana/dashboards "$prom"

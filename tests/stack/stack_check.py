@@ -39,26 +39,19 @@ import yaml
 
 # ------------------------------------------------------------------------------------------------------------
 # Panels whose queries must parse and run but may return nothing in CI, with the reason. Keyed by dashboard
-# uid and panel title. Nothing else may come back empty.
+# uid and panel title. Nothing else may come back empty: the OTLP-path panels get their data from
+# dcgm-otel --otlp through tests/stack/otlp_standin.py.
 K8S_REASON = ("pod/namespace/container labels exist only with --kubernetes and a kubelet that assigns GPUs to "
               "pods; the simulated fleet has no Kubernetes")
-OTLP_REASON = ("dcgm-otel --otlp does not push yet (the flag parses, no export is wired as of 2026-11-22); "
-               "remove these entries once it does: otlp_standin.py then feeds the otel-collector job")
 SKIP = {
     ("dcgm-otel", "GPU utilization by pod"): K8S_REASON,
     ("dcgm-otel", "Engine active by pod (incl. MIG)"): K8S_REASON,
     ("dcgm-otel", "Framebuffer used by namespace"): K8S_REASON,
     ("dcgm-otel", "Power by namespace"): K8S_REASON,
     ("dcgm-otel", "GPUs per pod"): K8S_REASON,
-    ("dcgm-otel", "Temperature (OTLP)"): OTLP_REASON,
-    ("dcgm-otel", "Power (OTLP)"): OTLP_REASON,
-    ("dcgm-otel", "Engine active (OTLP, incl. MIG)"): OTLP_REASON,
-    ("dcgm-otel", "GPU utilization (OTLP)"): OTLP_REASON,
 }
 # Targets (not whole panels) that may be empty: (uid, panel title, refId) -> reason.
-SKIP_TARGETS = {
-    ("dcgm-otel", "DCGM series per path", "B"): OTLP_REASON,
-}
+SKIP_TARGETS = {}
 
 
 def fail(msg):
