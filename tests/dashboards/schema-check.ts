@@ -1,4 +1,4 @@
-// Type used by the dashboard check (tests/stack/check_dashboards.py writes one .gen/<name>.ts per dashboard:
+// Type used by the dashboard check (tests/stack/stack_check.py tsc writes one .gen/run-<pid>/<name>.ts per dashboard:
 // `export const dashboard: JsonOf<Dashboard> = <the JSON file's content>;` and runs tsc over them).
 //
 // Assigning the JSON as an object literal to the @grafana/schema type makes tsc check every field's type and

@@ -492,10 +492,13 @@ def cmd_dashboard_facts(directory):
 # ------------------------------------------------------------------------------------------------------------
 # tsc: @grafana/schema type check
 def cmd_tsc(directory, tsdir):
-    gen = os.path.join(tsdir, ".gen")
+    """Write one .gen/<run>/<name>.ts per dashboard and type-check them with tsc.
+
+    Each run uses its own folder (several runs may share a checkout), removed again when the check passes.
+    """
+    import shutil
+    gen = os.path.join(tsdir, ".gen", f"run-{os.getpid()}")
     os.makedirs(gen, exist_ok=True)
-    for old in glob.glob(os.path.join(gen, "*.ts")):
-        os.remove(old)
     paths = sorted(glob.glob(os.path.join(directory, "*.json")))
     for path in paths:
         name = re.sub(r"[^A-Za-z0-9_-]", "_", os.path.basename(path)[:-5])
@@ -505,14 +508,17 @@ def cmd_tsc(directory, tsdir):
         with open(os.path.join(gen, name + ".ts"), "w") as f:
             f.write("// generated from %s by tests/stack/stack_check.py; do not edit\n" % os.path.relpath(path))
             f.write("import type { Dashboard } from '@grafana/schema';\n")
-            f.write("import type { JsonOf } from '../schema-check.js';\n\n")
+            f.write("import type { JsonOf } from '../../schema-check.js';\n\n")
             f.write("export const dashboard: JsonOf<Dashboard> = " + body + ";\n")
+    with open(os.path.join(gen, "tsconfig.json"), "w") as f:
+        json.dump({"extends": "../../tsconfig.json", "include": ["../../schema-check.ts", "*.ts"]}, f)
     tsc = os.path.join(tsdir, "node_modules", ".bin", "tsc")
-    r = subprocess.run([tsc, "-p", os.path.join(tsdir, "tsconfig.json")], capture_output=True, text=True)
+    r = subprocess.run([tsc, "-p", os.path.join(gen, "tsconfig.json")], capture_output=True, text=True)
     if r.returncode != 0:
         sys.stderr.write(r.stdout + r.stderr)
         fail("dashboards do not type-check against @grafana/schema (see tsc output above; "
              f"the generated files are in {gen})")
+    shutil.rmtree(gen, ignore_errors=True)
     print(f"ok: {len(paths)} dashboards type-check against @grafana/schema")
 
 
