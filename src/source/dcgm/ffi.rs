@@ -1017,16 +1017,39 @@ symbols!(
     ]
 );
 
-/// Struct versions `dcgmStartEmbedded_v2` accepts.
-pub trait StartEmbeddedParams: Pod {}
-impl StartEmbeddedParams for dcgmStartEmbeddedV2Params_v1 {}
-impl StartEmbeddedParams for dcgmStartEmbeddedV2Params_v2 {}
-impl StartEmbeddedParams for dcgmStartEmbeddedV2Params_v3 {}
+/// Struct versions `dcgmStartEmbedded_v2` accepts. The wrapper writes the matching version word, so
+/// the library can never be told the buffer is larger than it is.
+pub trait StartEmbeddedParams: Pod {
+    const VERSION: u32;
+    fn version_mut(&mut self) -> &mut c_uint;
+}
 
-/// Struct versions `dcgmGetNvLinkLinkStatus` accepts.
-pub trait NvLinkStatus: Pod {}
-impl NvLinkStatus for dcgmNvLinkStatus_v4 {}
-impl NvLinkStatus for dcgmNvLinkStatus_v5 {}
+/// Struct versions `dcgmGetNvLinkLinkStatus` accepts (the wrapper writes the matching version word).
+pub trait NvLinkStatus: Pod {
+    const VERSION: u32;
+    fn version_mut(&mut self) -> &mut c_uint;
+}
+
+macro_rules! versioned {
+    ($tr:ident: $($t:ty => $v:expr),* $(,)?) => {$(
+        impl $tr for $t {
+            const VERSION: u32 = $v;
+            fn version_mut(&mut self) -> &mut c_uint {
+                &mut self.version
+            }
+        }
+    )*};
+}
+
+versioned!(StartEmbeddedParams:
+    dcgmStartEmbeddedV2Params_v1 => dcgmStartEmbeddedV2Params_version1,
+    dcgmStartEmbeddedV2Params_v2 => dcgmStartEmbeddedV2Params_version2,
+    dcgmStartEmbeddedV2Params_v3 => dcgmStartEmbeddedV2Params_version3,
+);
+versioned!(NvLinkStatus:
+    dcgmNvLinkStatus_v4 => dcgmNvLinkStatus_version4,
+    dcgmNvLinkStatus_v5 => dcgmNvLinkStatus_version5,
+);
 
 impl Symbols {
     /// `dlopen` one library file or soname (`RTLD_NOW | RTLD_LOCAL`), resolve every required symbol.
@@ -1087,14 +1110,15 @@ impl Symbols {
         unsafe { (self.dcgmStartEmbedded)(op_mode, handle) }
     }
 
-    /// `dcgmStartEmbedded_v2(&params)` with a v1, v2 or v3 params struct. The caller sets `version`;
-    /// `logFile` / `serviceAccount` are reset to NULL here (use the `log_file` argument instead), so no
+    /// `dcgmStartEmbedded_v2(&params)` with a v1, v2 or v3 params struct. `version` is set here from the
+    /// type; `logFile` / `serviceAccount` are reset to NULL (use the `log_file` argument instead), so no
     /// dangling pointer can reach the library.
     pub fn start_embedded_v2<P: StartEmbeddedParams>(
         &self,
         params: &mut P,
         log_file: Option<&CStr>,
     ) -> dcgmReturn_t {
+        *params.version_mut() = P::VERSION;
         let p = (params as *mut P).cast::<dcgmStartEmbeddedV2Params_v1>();
         // SAFETY: every StartEmbeddedParams type starts with the v1 prefix (version, opMode, dcgmHandle,
         // logFile, severity, denyListCount; offsets checked by the ABI test), so writing `logFile` through
@@ -1209,15 +1233,16 @@ impl Symbols {
         unsafe { (self.dcgmGetGpuInstanceHierarchy)(handle, hierarchy) }
     }
 
-    /// `dcgmGetNvLinkLinkStatus(h, &status)` with a v4 or v5 struct (set `version` accordingly; v5 needs
-    /// DCGM ≥ 4.6, older libraries answer DCGM_ST_VER_MISMATCH).
+    /// `dcgmGetNvLinkLinkStatus(h, &status)` with a v4 or v5 struct; `version` is set here from the type
+    /// (v5 needs DCGM ≥ 4.6, older libraries answer DCGM_ST_VER_MISMATCH).
     pub fn get_nvlink_link_status<S: NvLinkStatus>(
         &self,
         handle: dcgmHandle_t,
         status: &mut S,
     ) -> dcgmReturn_t {
+        *status.version_mut() = S::VERSION;
         // SAFETY: the library reads `version` and writes the struct of that version, which is `S`
-        // (the caller sets the matching version word; a mismatching word is rejected before any write).
+        // (the version word was just set from S's own size).
         unsafe {
             (self.dcgmGetNvLinkLinkStatus)(handle, (status as *mut S).cast::<dcgmNvLinkStatus_v5>())
         }
