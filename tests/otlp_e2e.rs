@@ -1043,7 +1043,7 @@ fn rotel_receives_grpc_and_http() {
         let t = std::fs::read_to_string(&rotel.log).unwrap_or_default();
         if t.contains("Str(via-grpc)")
             && t.contains("Str(via-http)")
-            && t.contains("ResourceMetrics #4")
+            && t.contains("ResourceMetrics #3")
         {
             break t;
         }

