@@ -257,6 +257,13 @@ impl DcgmSource {
         self.session.as_ref().map_or(0, |s| s.last_calls)
     }
 
+    /// Wall time the last successful poll spent inside libdcgm (the rest is this exporter's work).
+    pub fn dcgm_time_last_poll(&self) -> Duration {
+        self.session
+            .as_ref()
+            .map_or(Duration::ZERO, |s| s.last_dcgm_time)
+    }
+
     fn start_session(
         &mut self,
         conn: Connection,

@@ -14,7 +14,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::client::{Connection, DcgmError, EntityPair, FieldGroup, Group, ValueBuffer};
 use super::discover::Inventory;
@@ -146,6 +146,8 @@ pub struct Session {
     attribution: Arc<Attribution>,
     /// Calls made by the last [`Session::read`].
     pub last_calls: usize,
+    /// Wall time spent inside libdcgm by the last [`Session::read`].
+    pub last_dcgm_time: Duration,
 }
 
 fn unwatch_all(
@@ -284,6 +286,7 @@ impl Session {
                 driver_version: inv.driver_version.clone(),
                 attribution: Arc::new(Attribution::default()),
                 last_calls: 0,
+                last_dcgm_time: Duration::ZERO,
             },
             profiling_watch_error,
         })
@@ -368,10 +371,15 @@ impl Session {
             .collect();
         let mut calls = 0;
         let mut topology_changed = false;
+        let mut dcgm_time = Duration::ZERO;
         for call in &self.calls {
             calls += 1;
-            self.conn
-                .latest_values(&call.pairs, &call.fields, false, &mut self.buf)?;
+            let t = Instant::now();
+            let r = self
+                .conn
+                .latest_values(&call.pairs, &call.fields, false, &mut self.buf);
+            dcgm_time += t.elapsed();
+            r?;
             for v in self.buf.iter() {
                 let Some(&ent) = self.index.get(&(v.entity_group(), v.entity_id())) else {
                     continue;
@@ -407,6 +415,7 @@ impl Session {
             }
         }
         self.last_calls = calls;
+        self.last_dcgm_time = dcgm_time;
         // An entity that answers "not found" for everything it was asked is gone (a GPU fell off the
         // bus, a MIG instance was destroyed): rediscover.
         let asked = |e: &Entity, i: usize, r: usize| {

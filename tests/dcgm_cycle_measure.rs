@@ -1,0 +1,107 @@
+//! A measurement, not a check: one DCGM collect cycle of the `large` fleet (8 H100s, each split into
+//! seven MIG instances, 18 NvLinks each) read through the fake libdcgm, in process. Prints the DCGM
+//! functions called, the calls per cycle and the wall time per cycle; asserts only that every poll
+//! succeeds and covers every entity (no timing assertions). Its own test binary, because it sets the
+//! fake's environment in this process.
+//!
+//! `cargo nextest run --test dcgm_cycle_measure --no-capture` shows the numbers.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use dcgm_otel::config::counters::{self, CounterSet};
+use dcgm_otel::config::devices::DeviceSelection;
+use dcgm_otel::source::dcgm::{DcgmOptions, DcgmSource};
+use dcgm_otel::source::sim::scenario::builtin_counters;
+use dcgm_otel::source::Source;
+
+fn fake_library() -> PathBuf {
+    let bin = PathBuf::from(env!("CARGO_BIN_EXE_dcgm-otel"));
+    let lib = bin.parent().unwrap().join("libfake_libdcgm.so");
+    assert!(
+        lib.exists(),
+        "{} missing: cargo build --workspace first",
+        lib.display()
+    );
+    lib
+}
+
+fn calls(log: &std::path::Path) -> Vec<String> {
+    std::fs::read_to_string(log)
+        .unwrap_or_default()
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+fn measure(label: &str, mut set: CounterSet, log: &std::path::Path, cycles: usize) {
+    let before = calls(log).len();
+    let opts = DcgmOptions {
+        library: Some(fake_library()),
+        remote: None,
+        interval: Duration::from_secs(1),
+        devices: DeviceSelection::Flex,
+    };
+    let rows = set.len();
+    let mut src = DcgmSource::connect(opts, &mut set).expect("DCGM source over the fake");
+    let setup = calls(log).len() - before;
+    // The first cycle learns which fields instances do not support.
+    let first = src.poll().expect("first poll");
+    let entities = first.entities.len();
+    let values: usize = first
+        .entities
+        .iter()
+        .map(|e| {
+            e.values
+                .iter()
+                .filter(|v| v.as_f64().is_some() || v.as_text().is_some())
+                .count()
+        })
+        .sum();
+    let mark = calls(log).len();
+    let mut times = Vec::with_capacity(cycles);
+    let mut in_dcgm = Duration::ZERO;
+    for _ in 0..cycles {
+        let t = Instant::now();
+        let r = src.poll().expect("poll");
+        times.push(t.elapsed());
+        in_dcgm += src.dcgm_time_last_poll();
+        assert_eq!(r.entities.len(), entities);
+    }
+    let per_cycle = src.calls_last_poll();
+    let steady = calls(log).len() - mark;
+    src.shutdown();
+    times.sort();
+    let mean = times.iter().sum::<Duration>() / times.len() as u32;
+    let own = mean.saturating_sub(in_dcgm / cycles as u32);
+    eprintln!(
+        "[{label}] {rows} rows, {entities} entities, {values} present values per cycle; setup {setup} DCGM calls; \
+         {per_cycle} dcgmEntitiesGetLatestValues calls per cycle ({steady} over {cycles} cycles); \
+         cycle wall time mean {mean:?} (of which outside libdcgm {own:?}), median {:?}, p95 {:?}, max {:?}",
+        times[times.len() / 2],
+        times[times.len() * 95 / 100],
+        times[times.len() - 1],
+    );
+    assert_eq!(steady, per_cycle * cycles, "calls per cycle vary");
+}
+
+#[test]
+fn cycle_of_eight_gpus_with_seven_mig_instances_each() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("calls.log");
+    // This test binary runs alone in its process (nextest), so setting the fake's environment is fine.
+    std::env::set_var("FAKE_DCGM_SCENARIO", "large");
+    std::env::set_var("FAKE_DCGM_CALL_LOG", &log);
+    let large = counters::parse(builtin_counters("large").unwrap(), "large counters").unwrap();
+    measure("large counters", large, &log, 200);
+    let default = counters::parse(counters::DEFAULT_COUNTERS_CSV, "default counters").unwrap();
+    measure("default counters", default, &log, 200);
+    let mut used: BTreeMap<String, usize> = BTreeMap::new();
+    for c in calls(&log) {
+        *used
+            .entry(c.split(' ').next().unwrap_or("").to_string())
+            .or_default() += 1;
+    }
+    eprintln!("DCGM functions called (name: count over both runs): {used:?}");
+}
