@@ -15,6 +15,10 @@ command -v promtool >/dev/null || need_apt+=(prometheus)
 command -v docker-compose >/dev/null || need_apt+=(docker-compose)
 python3 -c 'import ensurepip' 2>/dev/null || [ -x .venv/bin/python ] || need_apt+=(python3-venv)
 command -v npm >/dev/null || need_apt+=(npm)
+# :9400 security tests (tests/web_security.rs): curl as the client, openssl for certificates, htpasswd for bcrypt
+command -v curl >/dev/null || need_apt+=(curl)
+command -v openssl >/dev/null || need_apt+=(openssl)
+command -v htpasswd >/dev/null || need_apt+=(apache2-utils)
 if [ ${#need_apt[@]} -gt 0 ]; then
   log "installing Debian packages: ${need_apt[*]}"
   SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
@@ -58,6 +62,8 @@ cargo clippy --workspace --all-targets -- -D warnings
 log "cargo build (workspace, incl. the fake libdcgm)"
 cargo build --workspace --all-targets
 log "cargo nextest"
+# tests/web_security.rs opens 1,000+ sockets in one process (the 1,000-scrape burst, 500 slowloris clients)
+[ "$(ulimit -n)" = unlimited ] || [ "$(ulimit -n)" -ge 4096 ] || ulimit -n 4096 2>/dev/null || ulimit -n "$(ulimit -Hn)" || true
 cargo nextest run --workspace --no-fail-fast
 
 # --- checks outside cargo ------------------------------------------------------------------------

@@ -43,7 +43,11 @@ pub fn parse_go_duration(input: &str) -> Result<Duration, String> {
             "m" => 60e9,
             "h" => 3600e9,
             "" => return Err(format!("'{input}': missing unit (ns, us, ms, s, m, h)")),
-            other => return Err(format!("'{input}': unknown unit '{other}' (ns, us, ms, s, m, h)")),
+            other => {
+                return Err(format!(
+                    "'{input}': unknown unit '{other}' (ns, us, ms, s, m, h)"
+                ))
+            }
         };
         total_ns += number * scale;
     }
@@ -60,11 +64,20 @@ mod tests {
     #[test]
     fn go_forms() {
         assert_eq!(parse_go_duration("10s").unwrap(), Duration::from_secs(10));
-        assert_eq!(parse_go_duration("500ms").unwrap(), Duration::from_millis(500));
+        assert_eq!(
+            parse_go_duration("500ms").unwrap(),
+            Duration::from_millis(500)
+        );
         assert_eq!(parse_go_duration("1m").unwrap(), Duration::from_secs(60));
         assert_eq!(parse_go_duration("1m30s").unwrap(), Duration::from_secs(90));
-        assert_eq!(parse_go_duration("1.5h").unwrap(), Duration::from_secs(5400));
-        assert_eq!(parse_go_duration("250us").unwrap(), Duration::from_micros(250));
+        assert_eq!(
+            parse_go_duration("1.5h").unwrap(),
+            Duration::from_secs(5400)
+        );
+        assert_eq!(
+            parse_go_duration("250us").unwrap(),
+            Duration::from_micros(250)
+        );
         assert_eq!(parse_go_duration("0").unwrap(), Duration::ZERO);
     }
 

@@ -247,17 +247,26 @@ pub fn parse(text: &str, path: &Path) -> Result<WebConfig, WebConfigError> {
             let names: Vec<&str> = ALLOWED_HEADERS.iter().map(|(n, _)| *n).collect();
             return Err(err(
                 &key,
-                format!("this header cannot be configured (allowed: {})", names.join(", ")),
+                format!(
+                    "this header cannot be configured (allowed: {})",
+                    names.join(", ")
+                ),
             ));
         };
         if !allowed.is_empty() && !allowed.contains(&value.as_str()) {
             return Err(err(
                 &key,
-                format!("'{value}' is not allowed (expected one of: {})", allowed.join(", ")),
+                format!(
+                    "'{value}' is not allowed (expected one of: {})",
+                    allowed.join(", ")
+                ),
             ));
         }
         if value.is_empty() || value.bytes().any(|b| b < 0x20 && b != b'\t' || b == 0x7f) {
-            return Err(err(&key, "the value must be non-empty printable text".into()));
+            return Err(err(
+                &key,
+                "the value must be non-empty printable text".into(),
+            ));
         }
         headers.push((name, value));
     }
@@ -315,12 +324,17 @@ fn parse_tls(
             p
         }
     };
-    let pick = |file: Option<String>, inline: Option<String>, fkey: &str, ikey: &str| match (file, inline) {
-        (Some(_), Some(_)) => Err(err(&[T, fkey], format!("set either {fkey} or {ikey}, not both"))),
-        (Some(f), None) => Ok(Some(PemSource::File(resolve(f)))),
-        (None, Some(i)) => Ok(Some(PemSource::Inline(i))),
-        (None, None) => Ok(None),
-    };
+    let pick =
+        |file: Option<String>, inline: Option<String>, fkey: &str, ikey: &str| match (file, inline)
+        {
+            (Some(_), Some(_)) => Err(err(
+                &[T, fkey],
+                format!("set either {fkey} or {ikey}, not both"),
+            )),
+            (Some(f), None) => Ok(Some(PemSource::File(resolve(f)))),
+            (None, Some(i)) => Ok(Some(PemSource::Inline(i))),
+            (None, None) => Ok(None),
+        };
     let cert = pick(cert_file, cert_inline, "cert_file", "cert")?
         .ok_or_else(|| err(&[T], "missing cert_file (or cert)".into()))?;
     let key = pick(key_file, key_inline, "key_file", "key")?
@@ -368,25 +382,32 @@ fn parse_tls(
         _ => {}
     }
     if t.client_allowed_sans.is_some() {
-        return Err(err(&[T, "client_allowed_sans"], "not supported by dcgm-otel".into()));
+        return Err(err(
+            &[T, "client_allowed_sans"],
+            "not supported by dcgm-otel".into(),
+        ));
     }
-    let version = |v: Option<String>, key: &str, default: TlsVersion| match v.as_deref().map(str::trim) {
-        None | Some("") => Ok(default),
-        Some("TLS12") => Ok(TlsVersion::Tls12),
-        Some("TLS13") => Ok(TlsVersion::Tls13),
-        Some(weak @ ("TLS10" | "TLS11")) => Err(err(
-            &[T, key],
-            format!("{weak} is not allowed: the minimum is TLS12"),
-        )),
-        Some(other) => Err(err(
-            &[T, key],
-            format!("unknown TLS version '{other}' (expected TLS12 or TLS13)"),
-        )),
-    };
+    let version =
+        |v: Option<String>, key: &str, default: TlsVersion| match v.as_deref().map(str::trim) {
+            None | Some("") => Ok(default),
+            Some("TLS12") => Ok(TlsVersion::Tls12),
+            Some("TLS13") => Ok(TlsVersion::Tls13),
+            Some(weak @ ("TLS10" | "TLS11")) => Err(err(
+                &[T, key],
+                format!("{weak} is not allowed: the minimum is TLS12"),
+            )),
+            Some(other) => Err(err(
+                &[T, key],
+                format!("unknown TLS version '{other}' (expected TLS12 or TLS13)"),
+            )),
+        };
     let min_version = version(t.min_version, "min_version", TlsVersion::Tls12)?;
     let max_version = version(t.max_version, "max_version", TlsVersion::Tls13)?;
     if min_version > max_version {
-        return Err(err(&[T, "min_version"], "min_version is above max_version".into()));
+        return Err(err(
+            &[T, "min_version"],
+            "min_version is above max_version".into(),
+        ));
     }
     let mut cipher_suites = Vec::new();
     for name in t.cipher_suites.unwrap_or_default() {
@@ -417,9 +438,8 @@ fn cipher_suite(name: &str) -> Result<Option<CipherSuite>, String> {
     Ok(Some(match name {
         "TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256" => EcdheEcdsaAes128Gcm,
         "TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384" => EcdheEcdsaAes256Gcm,
-        "TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256" | "TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305" => {
-            EcdheEcdsaChacha20
-        }
+        "TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256"
+        | "TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305" => EcdheEcdsaChacha20,
         "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256" => EcdheRsaAes128Gcm,
         "TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384" => EcdheRsaAes256Gcm,
         "TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256" | "TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305" => {
@@ -429,7 +449,9 @@ fn cipher_suite(name: &str) -> Result<Option<CipherSuite>, String> {
             return Ok(None)
         }
         weak if weak.starts_with("TLS_")
-            && (weak.contains("_CBC_") || weak.contains("RC4") || weak.contains("3DES")
+            && (weak.contains("_CBC_")
+                || weak.contains("RC4")
+                || weak.contains("3DES")
                 || weak.starts_with("TLS_RSA_WITH")) =>
         {
             return Err(format!(
@@ -580,16 +602,25 @@ mod tests {
         ))
         .unwrap();
         let t = c.tls.unwrap();
-        assert_eq!(t.cert, PemSource::File(PathBuf::from("/etc/dcgm/server.crt")));
+        assert_eq!(
+            t.cert,
+            PemSource::File(PathBuf::from("/etc/dcgm/server.crt"))
+        );
         assert_eq!(t.key, PemSource::File(PathBuf::from("/k/server.key")));
-        assert_eq!(t.client_ca, Some(PemSource::File(PathBuf::from("/etc/dcgm/ca.crt"))));
+        assert_eq!(
+            t.client_ca,
+            Some(PemSource::File(PathBuf::from("/etc/dcgm/ca.crt")))
+        );
         assert_eq!(t.client_auth, ClientAuth::RequireAndVerify);
         assert_eq!(t.min_version, TlsVersion::Tls13);
         assert_eq!(t.cipher_suites, vec![CipherSuite::EcdheRsaAes128Gcm]);
         assert_eq!(t.curves, vec![Curve::X25519, Curve::P256]);
         assert!(!t.prefer_server_cipher_suites);
         assert_eq!(c.users.len(), 1);
-        assert_eq!(c.headers, vec![("X-Frame-Options".to_string(), "deny".to_string())]);
+        assert_eq!(
+            c.headers,
+            vec![("X-Frame-Options".to_string(), "deny".to_string())]
+        );
         assert!(!c.http2);
         assert!(!format!("{:?}", c.users).contains("$2y$"));
     }
@@ -607,15 +638,22 @@ mod tests {
     fn weak_settings_are_refused() {
         let tls = "tls_server_config:\n  cert_file: a\n  key_file: b\n";
         let m = msg(&format!("{tls}  min_version: TLS10\n"));
-        assert!(m.contains("line 4: tls_server_config.min_version: TLS10 is not allowed"), "{m}");
+        assert!(
+            m.contains("line 4: tls_server_config.min_version: TLS10 is not allowed"),
+            "{m}"
+        );
         assert!(msg(&format!("{tls}  max_version: TLS11\n")).contains("max_version"));
         let m = msg(&format!("{tls}  client_auth_type: RequireAnyClientCert\n"));
         assert!(m.contains("without verifying"), "{m}");
-        let m = msg(&format!("{tls}  cipher_suites: [TLS_RSA_WITH_AES_128_CBC_SHA]\n"));
+        let m = msg(&format!(
+            "{tls}  cipher_suites: [TLS_RSA_WITH_AES_128_CBC_SHA]\n"
+        ));
         assert!(m.contains("weak suite"), "{m}");
         let m = msg(&format!("{tls}  curve_preferences: [CurveP521]\n"));
         assert!(m.contains("not offered"), "{m}");
-        let m = msg(&format!("{tls}  client_auth_type: RequireAndVerifyClientCert\n"));
+        let m = msg(&format!(
+            "{tls}  client_auth_type: RequireAndVerifyClientCert\n"
+        ));
         assert!(m.contains("needs client_ca_file"), "{m}");
         let m = msg(&format!("{tls}  client_ca_file: ca.pem\n"));
         assert!(m.contains("NoClientCert"), "{m}");
@@ -627,10 +665,16 @@ mod tests {
     fn weak_hashes_are_refused_without_echoing_them() {
         let low = "$2y$05$D2a6THJ2zuiqq1RwT2vExuTHVDxsH3Orhl.p2lquShOL1/bMV7W5S";
         let m = msg(&format!("basic_auth_users:\n  prom: {low}\n"));
-        assert!(m.contains("line 2: basic_auth_users.prom: bcrypt cost 5 is below the minimum 10"), "{m}");
+        assert!(
+            m.contains("line 2: basic_auth_users.prom: bcrypt cost 5 is below the minimum 10"),
+            "{m}"
+        );
         assert!(!m.contains(low));
         let m = msg("basic_auth_users:\n  prom: plaintext-password\n");
-        assert!(m.contains("not a bcrypt hash") && !m.contains("plaintext-password"), "{m}");
+        assert!(
+            m.contains("not a bcrypt hash") && !m.contains("plaintext-password"),
+            "{m}"
+        );
         let m = msg("basic_auth_users:\n  prom: '{SHA}W6ph5Mm5Pz8GgiULbPgzG37mj9g='\n");
         assert!(m.contains("not a bcrypt hash"), "{m}");
         let m = msg(&format!("basic_auth_users:\n  'a:b': {HASH}\n"));
@@ -640,10 +684,18 @@ mod tests {
     #[test]
     fn header_rules() {
         let m = msg("http_server_config:\n  headers:\n    Server: x\n");
-        assert!(m.contains("line 3: http_server_config.headers.Server: this header cannot be configured"), "{m}");
+        assert!(
+            m.contains(
+                "line 3: http_server_config.headers.Server: this header cannot be configured"
+            ),
+            "{m}"
+        );
         let m = msg("http_server_config:\n  headers:\n    X-Content-Type-Options: sniff\n");
         assert!(m.contains("nosniff"), "{m}");
-        assert!(p("http_server_config:\n  headers:\n    Strict-Transport-Security: max-age=31536000\n").is_ok());
+        assert!(p(
+            "http_server_config:\n  headers:\n    Strict-Transport-Security: max-age=31536000\n"
+        )
+        .is_ok());
     }
 
     #[test]
@@ -657,11 +709,39 @@ mod tests {
         use proptest::prelude::*;
 
         const KEYS: &[&str] = &[
-            "tls_server_config:", "  cert_file: a.pem", "  key_file: b.pem", "  client_auth_type: ",
-            "  client_ca_file: c.pem", "  min_version: ", "  max_version: ", "  cipher_suites: [",
-            "  curve_preferences: [", "basic_auth_users:", "  u: ", "http_server_config:", "  headers:",
-            "    X-Frame-Options: ", "  http2: ", "rate_limit:", "- ", "{", "}", "]", "\"", "'", ": ", "\n",
-            "TLS12", "TLS10", "X25519", "$2y$10$", "RequireAndVerifyClientCert", "true", "~", "&a", "*a",
+            "tls_server_config:",
+            "  cert_file: a.pem",
+            "  key_file: b.pem",
+            "  client_auth_type: ",
+            "  client_ca_file: c.pem",
+            "  min_version: ",
+            "  max_version: ",
+            "  cipher_suites: [",
+            "  curve_preferences: [",
+            "basic_auth_users:",
+            "  u: ",
+            "http_server_config:",
+            "  headers:",
+            "    X-Frame-Options: ",
+            "  http2: ",
+            "rate_limit:",
+            "- ",
+            "{",
+            "}",
+            "]",
+            "\"",
+            "'",
+            ": ",
+            "\n",
+            "TLS12",
+            "TLS10",
+            "X25519",
+            "$2y$10$",
+            "RequireAndVerifyClientCert",
+            "true",
+            "~",
+            "&a",
+            "*a",
         ];
 
         proptest! {

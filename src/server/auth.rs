@@ -212,16 +212,45 @@ mod tests {
         }];
         let auth = BasicAuth::new(&users).unwrap().unwrap();
         assert_eq!(auth.check(None).await, Outcome::Missing);
-        assert_eq!(auth.check(Some(&header("Bearer x"))).await, Outcome::Malformed);
-        assert_eq!(auth.check(Some(&header("Basic !!!"))).await, Outcome::Malformed);
-        assert_eq!(auth.check(Some(&basic("no-colon"))).await, Outcome::Malformed);
-        assert_eq!(auth.check(Some(&basic("prom:wrong"))).await, Outcome::Denied);
-        assert_eq!(auth.check(Some(&basic("other:secret"))).await, Outcome::Denied);
-        assert_eq!(auth.check(Some(&basic("prom:secret"))).await, Outcome::Allowed);
+        assert_eq!(
+            auth.check(Some(&header("Bearer x"))).await,
+            Outcome::Malformed
+        );
+        assert_eq!(
+            auth.check(Some(&header("Basic !!!"))).await,
+            Outcome::Malformed
+        );
+        assert_eq!(
+            auth.check(Some(&basic("no-colon"))).await,
+            Outcome::Malformed
+        );
+        assert_eq!(
+            auth.check(Some(&basic("prom:wrong"))).await,
+            Outcome::Denied
+        );
+        assert_eq!(
+            auth.check(Some(&basic("other:secret"))).await,
+            Outcome::Denied
+        );
+        assert_eq!(
+            auth.check(Some(&basic("prom:secret"))).await,
+            Outcome::Allowed
+        );
         // Second time: from the cache (same answer).
-        assert_eq!(auth.check(Some(&basic("prom:secret"))).await, Outcome::Allowed);
-        assert_eq!(auth.check(Some(&basic("prom:secret2"))).await, Outcome::Denied);
-        let lower = header(&basic("prom:secret").to_str().unwrap().replace("Basic", "basic"));
+        assert_eq!(
+            auth.check(Some(&basic("prom:secret"))).await,
+            Outcome::Allowed
+        );
+        assert_eq!(
+            auth.check(Some(&basic("prom:secret2"))).await,
+            Outcome::Denied
+        );
+        let lower = header(
+            &basic("prom:secret")
+                .to_str()
+                .unwrap()
+                .replace("Basic", "basic"),
+        );
         assert_eq!(auth.check(Some(&lower)).await, Outcome::Allowed);
     }
 

@@ -64,7 +64,11 @@ impl<T: AsyncRead + Unpin> AsyncRead for TimedIo<T> {
 }
 
 impl<T: AsyncWrite + Unpin> AsyncWrite for TimedIo<T> {
-    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
         self.arm();
         match Pin::new(&mut self.inner).poll_write(cx, buf) {
             Poll::Pending if self.expired(cx) => Poll::Ready(Err(timed_out())),
@@ -133,6 +137,30 @@ pub async fn reject_busy(mut stream: TcpStream, plain_http: bool) {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_client_that_stops_reading_times_the_write_out() {
+        let (a, _b) = tokio::io::duplex(64);
+        let mut io = TimedIo::new(a, Duration::from_millis(100));
+        let err = io.write_all(&[0u8; 4096]).await.unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::TimedOut);
+    }
+
+    #[tokio::test]
+    async fn each_flushed_response_gets_a_fresh_deadline() {
+        let (a, mut b) = tokio::io::duplex(1024);
+        let mut io = TimedIo::new(a, Duration::from_millis(100));
+        io.write_all(b"first").await.unwrap();
+        io.flush().await.unwrap();
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        io.write_all(b"second").await.unwrap();
+        io.flush().await.unwrap();
+        let mut got = [0u8; 11];
+        b.read_exact(&mut got).await.unwrap();
+        assert_eq!(&got, b"firstsecond");
+    }
+
     #[test]
     fn busy_answer_length_matches() {
         let text = std::str::from_utf8(super::BUSY).unwrap();

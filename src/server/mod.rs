@@ -99,7 +99,11 @@ pub fn route(state: &ServerState, req: &Request<Incoming>) -> Response<Full<Byte
         "/metrics" => {
             let body = state.body.load();
             let gzip = accepts_gzip(req) && !body.gzip.is_empty();
-            let bytes = if gzip { body.gzip.clone() } else { body.text.clone() };
+            let bytes = if gzip {
+                body.gzip.clone()
+            } else {
+                body.text.clone()
+            };
             let mut r = Response::new(Full::new(bytes));
             r.headers_mut().insert(
                 header::CONTENT_TYPE,
@@ -121,7 +125,10 @@ pub fn route(state: &ServerState, req: &Request<Incoming>) -> Response<Full<Byte
             if state.status.ready() {
                 text(StatusCode::OK, "ready\n")
             } else {
-                text(StatusCode::SERVICE_UNAVAILABLE, "not ready: first collection pending\n")
+                text(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "not ready: first collection pending\n",
+                )
             }
         }
         _ => {
@@ -286,7 +293,9 @@ pub async fn serve_with(
                         }
                     };
                     match handshake {
-                        Ok(Ok(tls)) => serve_connection(tls, &builder, shared.clone(), conn_shutdown).await,
+                        Ok(Ok(tls)) => {
+                            serve_connection(tls, &builder, shared.clone(), conn_shutdown).await
+                        }
                         Ok(Err(e)) => {
                             shared.metrics.tls_handshake_failures.inc();
                             tracing::debug!(error = %e, "TLS handshake failed");
@@ -341,7 +350,8 @@ async fn serve_connection<I>(
 fn has_body(req: &Request<Incoming>) -> bool {
     let h = req.headers();
     h.contains_key(header::TRANSFER_ENCODING)
-        || h.get(header::CONTENT_LENGTH).is_some_and(|v| v.as_bytes() != b"0")
+        || h.get(header::CONTENT_LENGTH)
+            .is_some_and(|v| v.as_bytes() != b"0")
 }
 
 fn add_headers(web: &WebSecurity, resp: &mut Response<Full<Bytes>>) {
@@ -368,7 +378,10 @@ async fn respond(shared: &Shared, req: Request<Incoming>) -> Response<Full<Bytes
         return r;
     };
     if has_body(&req) {
-        let mut r = text(StatusCode::PAYLOAD_TOO_LARGE, "413 request bodies are not accepted\n");
+        let mut r = text(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "413 request bodies are not accepted\n",
+        );
         r.headers_mut()
             .insert(header::CONNECTION, HeaderValue::from_static("close"));
         return r;

@@ -81,7 +81,8 @@ pub fn acceptor(t: &TlsSettings, file: &Path) -> Result<TlsAcceptor, WebConfigEr
 
     let mut crypto = provider::default_provider();
     if !t.cipher_suites.is_empty() {
-        let tls12: Vec<SupportedCipherSuite> = t.cipher_suites.iter().map(|c| suite_of(*c)).collect();
+        let tls12: Vec<SupportedCipherSuite> =
+            t.cipher_suites.iter().map(|c| suite_of(*c)).collect();
         crypto
             .cipher_suites
             .retain(|s| s.version() == &rustls::version::TLS13 || tls12.contains(s));
@@ -94,21 +95,33 @@ pub fn acceptor(t: &TlsSettings, file: &Path) -> Result<TlsAcceptor, WebConfigEr
                 Curve::P256 => provider::kx_group::SECP256R1,
                 Curve::P384 => provider::kx_group::SECP384R1,
             };
-            if !groups.iter().any(|x: &&dyn rustls::crypto::SupportedKxGroup| x.name() == g.name()) {
+            if !groups
+                .iter()
+                .any(|x: &&dyn rustls::crypto::SupportedKxGroup| x.name() == g.name())
+            {
                 groups.push(g);
             }
         }
         crypto.kx_groups = groups;
     }
     let crypto = Arc::new(crypto);
-    let versions: &[&'static rustls::SupportedProtocolVersion] = match (t.min_version, t.max_version) {
-        (TlsVersion::Tls12, TlsVersion::Tls12) => &[&rustls::version::TLS12],
-        (TlsVersion::Tls13, _) => &[&rustls::version::TLS13],
-        (TlsVersion::Tls12, TlsVersion::Tls13) => &[&rustls::version::TLS13, &rustls::version::TLS12],
-    };
+    let versions: &[&'static rustls::SupportedProtocolVersion] =
+        match (t.min_version, t.max_version) {
+            (TlsVersion::Tls12, TlsVersion::Tls12) => &[&rustls::version::TLS12],
+            (TlsVersion::Tls13, _) => &[&rustls::version::TLS13],
+            (TlsVersion::Tls12, TlsVersion::Tls13) => {
+                &[&rustls::version::TLS13, &rustls::version::TLS12]
+            }
+        };
     let builder = ServerConfig::builder_with_provider(crypto.clone())
         .with_protocol_versions(versions)
-        .map_err(|e| error(file, "cipher_suites", format!("no usable TLS configuration: {e}")))?;
+        .map_err(|e| {
+            error(
+                file,
+                "cipher_suites",
+                format!("no usable TLS configuration: {e}"),
+            )
+        })?;
 
     let builder = match (t.client_auth, &t.client_ca) {
         (ClientAuth::None, _) | (_, None) => builder.with_no_client_auth(),
@@ -132,9 +145,13 @@ pub fn acceptor(t: &TlsSettings, file: &Path) -> Result<TlsAcceptor, WebConfigEr
             builder.with_client_cert_verifier(verifier)
         }
     };
-    let mut config = builder
-        .with_single_cert(chain, key)
-        .map_err(|e| error(file, key_key, format!("certificate and key do not work together: {e}")))?;
+    let mut config = builder.with_single_cert(chain, key).map_err(|e| {
+        error(
+            file,
+            key_key,
+            format!("certificate and key do not work together: {e}"),
+        )
+    })?;
     config.ignore_client_order = t.prefer_server_cipher_suites;
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
     Ok(TlsAcceptor::from(Arc::new(config)))

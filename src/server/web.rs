@@ -45,11 +45,13 @@ impl WebSecurity {
             Some(t) => Some(tls::acceptor(t, &cfg.path)?),
             None => None,
         };
-        let auth = BasicAuth::new(&cfg.users).map_err(|m| fail(Some("basic_auth_users".into()), m))?;
+        let auth =
+            BasicAuth::new(&cfg.users).map_err(|m| fail(Some("basic_auth_users".into()), m))?;
         let mut headers = Vec::with_capacity(cfg.headers.len());
         for (name, value) in &cfg.headers {
             let key = Some(format!("http_server_config.headers.{name}"));
-            let n = HeaderName::from_bytes(name.as_bytes()).map_err(|e| fail(key.clone(), e.to_string()))?;
+            let n = HeaderName::from_bytes(name.as_bytes())
+                .map_err(|e| fail(key.clone(), e.to_string()))?;
             let v = HeaderValue::from_str(value).map_err(|e| fail(key, e.to_string()))?;
             headers.push((n, v));
         }
@@ -100,10 +102,12 @@ impl HttpMetrics {
         const REQ: &str = "dcgm_otel_http_requests_total";
         const REQ_HELP: &str = "HTTP requests answered on the metrics port, by status code.";
         const REJ: &str = "dcgm_otel_http_rejected_connections_total";
-        const REJ_HELP: &str = "Connections or requests turned away: over --web-max-connections, over \
+        const REJ_HELP: &str =
+            "Connections or requests turned away: over --web-max-connections, over \
                                 --web-max-requests, or a failed TLS handshake.";
         const AUTH: &str = "dcgm_otel_http_auth_failures_total";
-        const AUTH_HELP: &str = "Requests refused by basic auth (401), by reason: missing, malformed, wrong.";
+        const AUTH_HELP: &str =
+            "Requests refused by basic auth (401), by reason: missing, malformed, wrong.";
         const RELOAD: &str = "dcgm_otel_web_config_reloads_total";
         const RELOAD_HELP: &str = "Reloads of --web-config-file on SIGHUP, by result.";
         HttpMetrics {
@@ -163,7 +167,11 @@ pub fn reload(path: &Path, web: &ArcSwap<WebSecurity>, metrics: &HttpMetrics) ->
 }
 
 /// Reload the web config on every SIGHUP, until the runtime stops.
-pub async fn reload_on_sighup(path: PathBuf, web: Arc<ArcSwap<WebSecurity>>, metrics: Arc<HttpMetrics>) {
+pub async fn reload_on_sighup(
+    path: PathBuf,
+    web: Arc<ArcSwap<WebSecurity>>,
+    metrics: Arc<HttpMetrics>,
+) {
     use tokio::signal::unix::{signal, SignalKind};
     let mut hup = match signal(SignalKind::hangup()) {
         Ok(s) => s,
