@@ -290,3 +290,291 @@ pub fn convert(rm: &ResourceMetrics, resource_keys: &HashSet<String>) -> Convert
         data_points: b.data_points,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    //! The whole OTel path on a hand-made snapshot: instruments → SDK collection → conversion.
+    use std::sync::{Arc, Mutex};
+    use std::time::SystemTime;
+
+    use opentelemetry::metrics::MeterProvider as _;
+    use opentelemetry_sdk::error::OTelSdkResult;
+    use opentelemetry_sdk::metrics::exporter::PushMetricExporter;
+    use opentelemetry_sdk::metrics::{PeriodicReader, SdkMeterProvider};
+
+    use super::*;
+    use crate::config::cli::OtelAttributeStyle;
+    use crate::config::counters;
+    use crate::config::{HostnameLabel, LabelStyle};
+    use crate::export::otel::instruments::{register, SnapshotView};
+    use crate::export::otel::resource::Naming;
+    use crate::pipeline::SnapshotStore;
+    use crate::snapshot::*;
+
+    struct Capture {
+        view: Arc<SnapshotView>,
+        keys: HashSet<String>,
+        out: Arc<Mutex<Vec<ExportMetricsServiceRequest>>>,
+    }
+
+    impl PushMetricExporter for Capture {
+        fn export(
+            &self,
+            rm: &ResourceMetrics,
+        ) -> impl std::future::Future<Output = OTelSdkResult> + Send {
+            self.view.unpin();
+            self.out
+                .lock()
+                .unwrap()
+                .push(convert(rm, &self.keys).request);
+            std::future::ready(Ok(()))
+        }
+        fn force_flush(&self) -> OTelSdkResult {
+            Ok(())
+        }
+        fn shutdown_with_timeout(&self, _: std::time::Duration) -> OTelSdkResult {
+            Ok(())
+        }
+        fn temporality(&self) -> Temporality {
+            Temporality::Cumulative
+        }
+    }
+
+    const CSV: &str = "DCGM_FI_DEV_SM_CLOCK, gauge, SM clock in MHz.\n\
+                       DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION, counter, Energy in mJ.\n\
+                       DCGM_FI_DEV_NVLINK_PPRM_OPER_RECOVERY, gauge, Link recovery status.\n\
+                       DCGM_FI_DRIVER_VERSION, label, Driver version.\n";
+
+    fn snapshot(counters: Arc<counters::CounterSet>) -> Snapshot {
+        let gpu = Arc::new(GpuIdentity {
+            index: 0,
+            uuid: "GPU-aaa".into(),
+            pci_bus_id: "00000000:18:00.0".into(),
+            model: "NVIDIA H100 80GB HBM3".into(),
+        });
+        let pod = |n: &str| PodRef {
+            namespace: "ml".into(),
+            name: n.into(),
+            container: "main".into(),
+            uid: format!("uid-{n}"),
+        };
+        let gpu_reading = EntityReading {
+            entity: Arc::new(Entity::gpu(gpu.clone())),
+            values: vec![
+                FieldValue::Int(1410),
+                FieldValue::Int(5000),
+                FieldValue::Absent(Absent::NotApplicable),
+                FieldValue::Text("550.1".into()),
+            ],
+            attribution: Arc::new(Attribution {
+                pods: vec![pod("a"), pod("b")],
+                hpc_jobs: vec![],
+            }),
+        };
+        let link = EntityReading {
+            entity: Arc::new(Entity::nvlink(gpu.clone(), 100, 1)),
+            values: vec![
+                FieldValue::Absent(Absent::NotApplicable),
+                FieldValue::Absent(Absent::NotApplicable),
+                FieldValue::Int(0),
+                FieldValue::Absent(Absent::NotApplicable),
+            ],
+            attribution: Arc::new(Attribution::default()),
+        };
+        let gpu2 = Arc::new(GpuIdentity {
+            index: 1,
+            uuid: "GPU-bbb".into(),
+            pci_bus_id: "00000000:2A:00.0".into(),
+            model: "NVIDIA H100 80GB HBM3".into(),
+        });
+        let absent_and_job = EntityReading {
+            entity: Arc::new(Entity::gpu(gpu2)),
+            values: vec![
+                FieldValue::Absent(Absent::Blank),
+                FieldValue::Double(f64::NAN),
+                FieldValue::Absent(Absent::NotApplicable),
+                FieldValue::Text("550.1".into()),
+            ],
+            attribution: Arc::new(Attribution {
+                pods: vec![],
+                hpc_jobs: vec!["job-7".into()],
+            }),
+        };
+        Snapshot {
+            seq: 1,
+            taken_at: SystemTime::now(),
+            counters,
+            host: Arc::new(HostInfo::default()),
+            driver_version: Some("550.1".into()),
+            entities: vec![gpu_reading, link, absent_and_job],
+        }
+    }
+
+    fn run(style: OtelAttributeStyle, per_entity: bool) -> ExportMetricsServiceRequest {
+        let counters = Arc::new(counters::parse(CSV, "test").unwrap());
+        let store = SnapshotStore::new();
+        store.publish(Arc::new(snapshot(counters.clone())));
+        let labels = LabelStyle {
+            use_old_namespace: false,
+            replace_blanks_in_model_name: false,
+            hostname_label: HostnameLabel::Hostname,
+        };
+        let naming = Naming::new(style, labels, &counters);
+        let keys = if per_entity {
+            naming.resource_keys()
+        } else {
+            HashSet::new()
+        };
+        let view = SnapshotView::new(store, naming);
+        let out = Arc::new(Mutex::new(Vec::new()));
+        let reader = PeriodicReader::builder(Capture {
+            view: view.clone(),
+            keys,
+            out: out.clone(),
+        })
+        .with_interval(std::time::Duration::from_secs(3600))
+        .build();
+        let provider = SdkMeterProvider::builder()
+            .with_resource(
+                opentelemetry_sdk::Resource::builder_empty()
+                    .with_attribute(KeyValue::new("service.name", "t"))
+                    .build(),
+            )
+            .with_reader(reader)
+            .build();
+        register(&provider.meter("dcgm-otel"), &counters, &view);
+        provider.force_flush().unwrap();
+        let req = out.lock().unwrap().pop().unwrap();
+        let _ = provider.shutdown();
+        req
+    }
+
+    fn text(kvs: &[PKeyValue], key: &str) -> Option<String> {
+        kvs.iter().find(|kv| kv.key == key).and_then(|kv| {
+            match kv.value.as_ref()?.value.as_ref()? {
+                any_value::Value::StringValue(s) => Some(s.clone()),
+                _ => None,
+            }
+        })
+    }
+
+    #[test]
+    fn one_resource_per_entity_and_pod_links_join_their_gpu() {
+        let req = run(OtelAttributeStyle::Otel, true);
+        let res: Vec<&Vec<PKeyValue>> = req
+            .resource_metrics
+            .iter()
+            .map(|r| &r.resource.as_ref().unwrap().attributes)
+            .collect();
+        // GPU-aaa × pods a and b, GPU-aaa without pod (its link), GPU-bbb × job-7 (no values: absent).
+        let mut ids: Vec<(Option<String>, Option<String>, Option<String>)> = res
+            .iter()
+            .map(|a| {
+                (
+                    text(a, "hw.id"),
+                    text(a, "k8s.pod.name"),
+                    text(a, "hpc.job.id"),
+                )
+            })
+            .collect();
+        ids.sort();
+        assert_eq!(
+            ids,
+            vec![
+                (Some("GPU-aaa".into()), None, None),
+                (Some("GPU-aaa".into()), Some("a".into()), None),
+                (Some("GPU-aaa".into()), Some("b".into()), None),
+            ],
+            "GPU-bbb has only absent values, so no resource"
+        );
+        for a in &res {
+            assert_eq!(text(a, "service.name").as_deref(), Some("t"));
+            assert_eq!(text(a, "nvidia.driver.version").as_deref(), Some("550.1"));
+            if text(a, "k8s.pod.name").is_some() {
+                assert_eq!(text(a, "k8s.namespace.name").as_deref(), Some("ml"));
+                assert_eq!(text(a, "k8s.container.name").as_deref(), Some("main"));
+                assert!(text(a, "k8s.pod.uid").unwrap().starts_with("uid-"));
+            }
+        }
+        let link_res = req
+            .resource_metrics
+            .iter()
+            .find(|r| text(&r.resource.as_ref().unwrap().attributes, "k8s.pod.name").is_none())
+            .unwrap();
+        let m = &link_res.scope_metrics[0].metrics;
+        assert_eq!(m.len(), 1);
+        assert_eq!(m[0].name, "DCGM_FI_DEV_NVLINK_PPRM_OPER_RECOVERY");
+        let Some(Data::Gauge(g)) = &m[0].data else {
+            panic!()
+        };
+        assert_eq!(
+            text(&g.data_points[0].attributes, "nvidia.nvlink.index").as_deref(),
+            Some("1")
+        );
+        // Pod a's resource: SM clock gauge 1410 and energy counter 5000, no point attributes.
+        let pod_a = req
+            .resource_metrics
+            .iter()
+            .find(|r| {
+                text(&r.resource.as_ref().unwrap().attributes, "k8s.pod.name").as_deref()
+                    == Some("a")
+            })
+            .unwrap();
+        let names: Vec<&str> = pod_a.scope_metrics[0]
+            .metrics
+            .iter()
+            .map(|m| m.name.as_str())
+            .collect();
+        assert_eq!(
+            names,
+            vec![
+                "DCGM_FI_DEV_SM_CLOCK",
+                "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"
+            ]
+        );
+        for m in &pod_a.scope_metrics[0].metrics {
+            let dps = match &m.data {
+                Some(Data::Gauge(g)) => &g.data_points,
+                Some(Data::Sum(s)) => &s.data_points,
+                _ => panic!(),
+            };
+            assert_eq!(dps.len(), 1);
+            assert!(dps[0].attributes.is_empty());
+        }
+    }
+
+    #[test]
+    fn host_mode_keeps_identity_on_points_in_dcgm_names() {
+        let req = run(OtelAttributeStyle::Dcgm, false);
+        assert_eq!(req.resource_metrics.len(), 1);
+        let metrics = &req.resource_metrics[0].scope_metrics[0].metrics;
+        let sm = metrics
+            .iter()
+            .find(|m| m.name == "DCGM_FI_DEV_SM_CLOCK")
+            .unwrap();
+        let Some(Data::Gauge(g)) = &sm.data else {
+            panic!()
+        };
+        assert_eq!(g.data_points.len(), 2, "one point per pod");
+        for dp in &g.data_points {
+            assert_eq!(text(&dp.attributes, "UUID").as_deref(), Some("GPU-aaa"));
+            assert_eq!(
+                text(&dp.attributes, "DCGM_FI_DRIVER_VERSION").as_deref(),
+                Some("550.1")
+            );
+            assert_eq!(text(&dp.attributes, "namespace").as_deref(), Some("ml"));
+            assert!(text(&dp.attributes, "pod").is_some());
+        }
+        let link = metrics
+            .iter()
+            .find(|m| m.name == "DCGM_FI_DEV_NVLINK_PPRM_OPER_RECOVERY")
+            .unwrap();
+        let Some(Data::Gauge(g)) = &link.data else {
+            panic!()
+        };
+        assert_eq!(
+            text(&g.data_points[0].attributes, "nvlink").as_deref(),
+            Some("1")
+        );
+    }
+}
