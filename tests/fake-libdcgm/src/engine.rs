@@ -147,6 +147,12 @@ fn sentinel(ft: u8, why: Absent) -> Payload {
     }
 }
 
+/// Profiling (DCP) fields, served by DCGM's profiling module: every `DCGM_FI_PROF_*` id (1001–1096 and
+/// the per-link 1532/1533, dcgm-abi.md §6.3).
+fn is_profiling(info: &FieldInfo) -> bool {
+    info.is_profiling() || info.name.starts_with("DCGM_FI_PROF_")
+}
+
 /// `dcgm_field_entity_group_t` of a catalog entity level.
 pub fn level_group(level: EntityLevel) -> u32 {
     match level {
@@ -568,8 +574,8 @@ impl Engine {
         if self.gpu(gpu).is_none() {
             return Err(ffi::DCGM_ST_BADPARAM);
         }
-        let mut ids: Vec<u16> = (1000..1100)
-            .filter(|id| catalog().by_id(*id).is_some())
+        let mut ids: Vec<u16> = (0..=u16::MAX)
+            .filter(|id| catalog().by_id(*id).is_some_and(is_profiling))
             .collect();
         ids.sort_unstable();
         let mut g = dcgmProfGetMetricGroups_v3::boxed_zeroed();
@@ -712,7 +718,7 @@ impl Engine {
             && fg
                 .fields
                 .iter()
-                .any(|f| catalog().by_id(*f).is_some_and(FieldInfo::is_profiling))
+                .any(|f| catalog().by_id(*f).is_some_and(is_profiling))
         {
             // The whole field group stays unwatched (§6.3).
             return Err(ffi::DCGM_ST_MODULE_NOT_LOADED);
@@ -816,7 +822,7 @@ impl Engine {
         if !self.entity_exists(key) {
             return sample(ffi::DCGM_ST_OK, sentinel(ft, Absent::NotFound));
         }
-        if !self.cfg.profiling && info.is_profiling() {
+        if !self.cfg.profiling && is_profiling(info) {
             return sample(
                 ffi::DCGM_ST_NOT_SUPPORTED,
                 sentinel(ft, Absent::NotSupported),
