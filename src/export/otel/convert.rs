@@ -322,7 +322,7 @@ mod tests {
             &self,
             rm: &ResourceMetrics,
         ) -> impl std::future::Future<Output = OTelSdkResult> + Send {
-            self.view.unpin();
+            let _ = self.view.unpin();
             self.out
                 .lock()
                 .unwrap()

@@ -32,7 +32,8 @@ pub struct Prepared {
 
 struct Pin {
     prepared: Option<Arc<Prepared>>,
-    pinned: bool,
+    /// When the running collection pinned its snapshot (`None`: no collection running).
+    pinned: Option<std::time::Instant>,
 }
 
 /// The snapshot the callbacks of one collection observe.
@@ -49,7 +50,7 @@ impl SnapshotView {
             naming,
             pin: Mutex::new(Pin {
                 prepared: None,
-                pinned: false,
+                pinned: None,
             }),
         })
     }
@@ -60,7 +61,7 @@ impl SnapshotView {
             Ok(p) => p,
             Err(poisoned) => poisoned.into_inner(),
         };
-        if !pin.pinned {
+        if pin.pinned.is_none() {
             let latest = self.store.latest()?;
             let fresh = match &pin.prepared {
                 Some(p) => !Arc::ptr_eq(&p.snapshot, &latest),
@@ -73,18 +74,19 @@ impl SnapshotView {
                     sets,
                 }));
             }
-            pin.pinned = true;
+            pin.pinned = Some(std::time::Instant::now());
         }
         pin.prepared.clone()
     }
 
-    /// End of a collection: the next callback takes the newest snapshot again.
-    pub fn unpin(&self) {
+    /// End of a collection: the next callback takes the newest snapshot again. Returns the time since
+    /// the collection's first callback (its callbacks and aggregation), if any callback ran.
+    pub fn unpin(&self) -> Option<std::time::Duration> {
         let mut pin = match self.pin.lock() {
             Ok(p) => p,
             Err(poisoned) => poisoned.into_inner(),
         };
-        pin.pinned = false;
+        pin.pinned.take().map(|t| t.elapsed())
     }
 }
 

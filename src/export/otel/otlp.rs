@@ -48,6 +48,7 @@ pub struct ExportMetrics {
     pub data_points: Arc<Metric>,
     pub resources: Arc<Metric>,
     pub encode_seconds: Arc<Metric>,
+    pub collect_seconds: Arc<Metric>,
     pub send_seconds: Arc<Metric>,
     pub pending: Arc<Metric>,
 }
@@ -99,6 +100,11 @@ impl ExportMetrics {
             encode_seconds: r.gauge(
                 "dcgm_otel_otlp_encode_duration_seconds",
                 "Time to convert and encode the last OTLP request (after the SDK collection).",
+                &p,
+            ),
+            collect_seconds: r.gauge(
+                "dcgm_otel_otlp_collect_duration_seconds",
+                "Time of the last OTel SDK collection (instrument callbacks and aggregation).",
                 &p,
             ),
             send_seconds: r.gauge(
@@ -200,7 +206,9 @@ pub struct QueueExporter {
 impl QueueExporter {
     fn export_now(&self, rm: &ResourceMetrics) {
         // The collection is over: the next one observes the newest snapshot.
-        self.view.unpin();
+        if let Some(collect) = self.view.unpin() {
+            self.metrics.collect_seconds.set(collect.as_secs_f64());
+        }
         let started = Instant::now();
         let converted = convert(rm, &self.resource_keys);
         if converted.data_points == 0 {
