@@ -361,11 +361,14 @@ fn profiling_off_skips_dcp_rows_with_one_warning() {
     );
 }
 
-#[test]
-fn host_engine_loss_withdraws_series_then_recovers_without_restart() {
+/// The host engine goes away after 16 reads and refuses connections for 700 ms; `connect_call` is the
+/// call-log prefix of a successful (re)connection in this mode.
+fn loss_and_recovery(extra_args: &[&str], connect_call: &str) {
     let fake = Fake::new();
+    let mut args = vec!["-c", "200"];
+    args.extend_from_slice(extra_args);
     let e = start_with(
-        &["-c", "200"],
+        &args,
         &fake.ld_env(&[("FAKE_DCGM_FAULTS", "disconnect_after_polls=16,down_ms=700")]),
     );
     let before = series(&scrape(e.port));
@@ -396,11 +399,11 @@ fn host_engine_loss_withdraws_series_then_recovers_without_restart() {
         "a different set of series came back"
     );
     let calls = fake.calls();
-    let starts = calls
+    let connects = calls
         .iter()
-        .filter(|c| c.starts_with("dcgmStartEmbedded") && c.ends_with("rc=0"))
+        .filter(|c| c.starts_with(connect_call) && c.ends_with("rc=0"))
         .count();
-    assert_eq!(starts, 2, "one start, one restart of the embedded engine");
+    assert_eq!(connects, 2, "one connection, one reconnection: {calls:#?}");
     assert_eq!(
         calls.iter().filter(|c| c.starts_with("dcgmInit")).count(),
         1
@@ -411,6 +414,19 @@ fn host_engine_loss_withdraws_series_then_recovers_without_restart() {
         .filter(|c| c.starts_with("dcgmWatchFields") && c.ends_with("rc=0"))
         .count();
     assert_eq!(watches, 4, "{calls:#?}");
+}
+
+#[test]
+fn host_engine_loss_withdraws_series_then_recovers_without_restart() {
+    loss_and_recovery(&[], "dcgmStartEmbedded mode=1 ");
+}
+
+#[test]
+fn remote_host_engine_loss_reconnects() {
+    loss_and_recovery(
+        &["-r", "unix:///run/nvidia/nv-hostengine.sock"],
+        "dcgmConnect_v2 address=/run/nvidia/nv-hostengine.sock unix=1 ",
+    );
 }
 
 #[test]

@@ -119,24 +119,12 @@ impl Library {
                 })?
             }
         };
-        let mut info = ffi::dcgmVersionInfo_v2::boxed_zeroed();
-        info.version = ffi::dcgmVersionInfo_version2;
-        let version = (syms.version_info(&mut info) == ffi::DCGM_ST_OK).then(|| {
-            let raw = ffi::chars_to_string(&info.rawBuildInfoString);
-            raw.split(';')
-                .find_map(|kv| kv.strip_prefix("version:").map(str::to_string))
-                .unwrap_or(raw)
-        });
-        let major = version
-            .as_deref()
-            .and_then(|v| v.split('.').next())
-            .and_then(|m| m.trim().parse().ok())
-            .unwrap_or(if syms.path().contains(".so.3") { 3 } else { 4 });
+        let major = if syms.path().contains(".so.3") { 3 } else { 4 };
         Ok(Library {
             syms: Arc::new(syms),
             initialised: false,
             major,
-            version,
+            version: None,
         })
     }
 
@@ -169,9 +157,27 @@ impl Library {
     }
 
     /// `dcgmInit()`.
+    /// Then reads the library's version (`dcgmVersionInfo`, when present) to know its major version.
     pub fn init(&mut self) -> Result<(), DcgmError> {
         self.check("dcgmInit", self.syms.init())?;
         self.initialised = true;
+        let mut info = ffi::dcgmVersionInfo_v2::boxed_zeroed();
+        info.version = ffi::dcgmVersionInfo_version2;
+        if self.syms.version_info(&mut info) == ffi::DCGM_ST_OK {
+            let raw = ffi::chars_to_string(&info.rawBuildInfoString);
+            let version = raw
+                .split(';')
+                .find_map(|kv| kv.strip_prefix("version:").map(str::to_string))
+                .unwrap_or(raw);
+            if let Some(major) = version
+                .split('.')
+                .next()
+                .and_then(|m| m.trim().parse().ok())
+            {
+                self.major = major;
+            }
+            self.version = Some(version);
+        }
         Ok(())
     }
 

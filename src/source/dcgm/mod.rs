@@ -204,12 +204,13 @@ impl DcgmSource {
             None => Mode::Embedded,
         };
         let mut lib = Library::open(opts.library.as_deref())?;
+
+        lib.init().map_err(step("dcgmInit"))?;
         tracing::info!(
             library = lib.path(),
             version = lib.version().unwrap_or("unknown"),
             "loaded libdcgm"
         );
-        lib.init().map_err(step("dcgmInit"))?;
         let conn = startup_connection(&lib, &mode, opts.interval)?;
         let want_links = counters
             .rows
@@ -219,6 +220,9 @@ impl DcgmSource {
         let inv = discover::discover(&conn, want_links).map_err(step("discovering GPUs"))?;
         let selected = opts.devices.select(&inv.slots())?;
         log_inventory(&inv, &selected, &opts.devices);
+        if inv.gpus.is_empty() {
+            tracing::warn!("DCGM reports no supported GPU; serving no GPU series until one appears after a reconnect");
+        }
         let dropped = probe_profiling(&conn, &inv, counters);
         let mut source = DcgmSource {
             session: None,
@@ -389,7 +393,7 @@ impl Source for DcgmSource {
             if let Some(s) = self.session.take() {
                 let conn = s.connection().clone();
                 drop(s);
-                tracing::info!("a GPU or instance disappeared; rediscovering");
+                tracing::info!("an entity vanished or a read failed; rebuilding the DCGM watches from a fresh discovery");
                 if let Err(e) = self.rebuild(conn) {
                     return Err(if e.connection_lost() {
                         self.lose(&e)
@@ -421,7 +425,11 @@ impl Source for DcgmSource {
                 })
             }
             Err(e) if e.connection_lost() => Err(self.lose(&e)),
-            Err(e) => Err(SourceError::Failed(e.to_string())),
+            Err(e) => {
+                // Rebuild groups and watches from a fresh discovery before the next read.
+                self.rediscover = true;
+                Err(SourceError::Failed(e.to_string()))
+            }
         }
     }
 
