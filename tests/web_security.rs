@@ -113,7 +113,11 @@ fn start(web: Option<&str>, extra: &[&str], setup: impl FnOnce(&Path)) -> Server
     let dir = tmp.path().to_path_buf();
     setup(&dir);
     let port = common::free_port();
-    let mut cmd = Command::new(common::binary());
+    // DCGM_OTEL_TEST_BINARY: measure another build (e.g. target/release/dcgm-otel) with the same tests.
+    let binary = std::env::var_os("DCGM_OTEL_TEST_BINARY")
+        .map(PathBuf::from)
+        .unwrap_or_else(common::binary);
+    let mut cmd = Command::new(binary);
     cmd.args([
         "--simulate",
         "-c",
@@ -693,4 +697,56 @@ fn burst_of_1000_concurrent_scrapes_is_answered_with_bounded_memory() {
     assert!(hwm < 512 * 1024, "peak RSS {hwm} KiB");
     // Still alive and serving.
     assert_eq!(common::get(port, "/metrics").unwrap().status, 200);
+}
+
+#[test]
+fn connection_cap_answers_503_at_once_and_slow_headers_are_cut_off() {
+    let s = start(
+        None,
+        &[
+            "--web-max-connections",
+            "8",
+            "--web-read-timeout",
+            "1s",
+            "--web-write-timeout",
+            "2s",
+        ],
+        |_| {},
+    );
+    let held: Vec<TcpStream> = (0..8)
+        .map(|_| {
+            let mut c = TcpStream::connect(("127.0.0.1", s.port)).unwrap();
+            c.write_all(b"GET /metrics HTTP/1.1\r\n").unwrap();
+            c
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(100));
+    let r = raw(
+        s.port,
+        b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+    );
+    assert!(r.starts_with("HTTP/1.1 503"), "{r}");
+    assert!(r.contains("Retry-After: 1"), "{r}");
+    // The held connections never finish their headers: closed after --web-read-timeout, without an answer
+    // that carries metrics, and their slots are free again.
+    for mut c in held {
+        c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let mut out = Vec::new();
+        let _ = c.read_to_end(&mut out);
+        assert!(!String::from_utf8_lossy(&out).contains("DCGM_FI"));
+    }
+    let r = raw(
+        s.port,
+        b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+    );
+    assert!(r.starts_with("HTTP/1.1 200"), "{}", &r[..r.len().min(200)]);
+    std::thread::sleep(Duration::from_millis(1200));
+    let body = common::get(s.port, "/metrics").unwrap().text();
+    let line = body
+        .lines()
+        .find(|l| {
+            l.starts_with("dcgm_otel_http_rejected_connections_total{reason=\"max_connections\"}")
+        })
+        .unwrap_or("missing");
+    assert!(line.ends_with(" 1"), "{line}");
 }

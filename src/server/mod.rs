@@ -146,11 +146,24 @@ pub fn route(state: &ServerState, req: &Request<Incoming>) -> Response<Full<Byte
     resp
 }
 
+/// Pending-connection queue asked of the kernel (clamped there to `net.core.somaxconn`, like Go's
+/// listener). tokio's default, 128, overflows under a scrape burst and costs clients a 1 s SYN retry.
+pub const LISTEN_BACKLOG: u32 = 4096;
+
 /// Bind the first address that works.
 pub async fn bind(addrs: &[SocketAddr]) -> std::io::Result<TcpListener> {
     let mut last = None;
     for a in addrs {
-        match TcpListener::bind(a).await {
+        let socket = match a {
+            SocketAddr::V4(_) => tokio::net::TcpSocket::new_v4(),
+            SocketAddr::V6(_) => tokio::net::TcpSocket::new_v6(),
+        };
+        let listener = socket.and_then(|s| {
+            s.set_reuseaddr(true)?;
+            s.bind(*a)?;
+            s.listen(LISTEN_BACKLOG)
+        });
+        match listener {
             Ok(l) => return Ok(l),
             Err(e) => last = Some(e),
         }
