@@ -46,6 +46,12 @@ fi
 ROTEL_BIN=$(compgen -G "$root/.venv/lib/python3*/site-packages/rotel/rotel-agent" | head -n1)
 export ROTEL_BIN
 
+# kubernetes manifests (issue 5): kubernetes-validate bundles the Kubernetes JSON schemas (offline)
+if [ ! -x .venv/bin/kubernetes-validate ]; then
+  log "pip install kubernetes-validate (into .venv)"
+  .venv/bin/pip install -q kubernetes-validate==1.37.0
+fi
+
 # --- prerequisites: npm tools --------------------------------------------------------------------
 # (npm installs are appended here by the features that need them)
 # stack test: typescript + @grafana/schema for the dashboard type check (tests/dashboards/package-lock.json)
@@ -70,5 +76,8 @@ cargo nextest run --workspace --no-fail-fast
 # (stack, compose, dashboard and manifest checks are appended here)
 log "stack test: compose files, collector configs, dashboards, live dashboard queries (tests/stack)"
 ./tests/stack/run-stack-test.sh
+
+log "kubernetes manifests: kubernetes-validate --strict, ServiceMonitor, ConfigMap (tests/kubernetes)"
+./tests/kubernetes/check-manifests.sh target/debug/dcgm-otel
 
 log "all tests passed"

@@ -68,7 +68,9 @@ pub fn read_dir(dir: &Path) -> std::io::Result<HashMap<JobTarget, Vec<String>>> 
                     out.insert(target, jobs);
                 }
             }
-            Err(e) => tracing::debug!(file = %entry.path().display(), error = %e, "HPC job file unreadable; skipped"),
+            Err(e) => {
+                tracing::debug!(file = %entry.path().display(), error = %e, "HPC job file unreadable; skipped")
+            }
         }
     }
     Ok(out)
@@ -79,9 +81,9 @@ pub fn apply(jobs: &HashMap<JobTarget, Vec<String>>, entities: &mut [EntityReadi
     for e in entities {
         let gpu = e.entity.gpu.index;
         let found = match (e.entity.kind, &e.entity.mig) {
-            (EntityKind::GpuInstance, Some(m)) => {
-                jobs.get(&(gpu, Some(m.gi_id))).or_else(|| jobs.get(&(gpu, None)))
-            }
+            (EntityKind::GpuInstance, Some(m)) => jobs
+                .get(&(gpu, Some(m.gi_id)))
+                .or_else(|| jobs.get(&(gpu, None))),
             _ => jobs.get(&(gpu, None)),
         };
         match found {
@@ -167,7 +169,17 @@ mod tests {
     fn file_names() {
         assert_eq!(parse_file_name("0"), Some((0, None)));
         assert_eq!(parse_file_name("12.3"), Some((12, Some(3))));
-        for bad in ["", "a", "1.", ".1", "1.2.3", "1a", "-1", "1.x", "99999999999"] {
+        for bad in [
+            "",
+            "a",
+            "1.",
+            ".1",
+            "1.2.3",
+            "1a",
+            "-1",
+            "1.x",
+            "99999999999",
+        ] {
             assert_eq!(parse_file_name(bad), None, "{bad:?}");
         }
     }
@@ -194,9 +206,21 @@ mod tests {
         std::fs::write(dir.path().join("notes.txt"), "ignored\n").unwrap();
         let jobs = read_dir(dir.path()).unwrap();
         let gpu = |index: u32| {
-            Arc::new(GpuIdentity { index, uuid: format!("GPU-{index}"), pci_bus_id: String::new(), model: "m".into() })
+            Arc::new(GpuIdentity {
+                index,
+                uuid: format!("GPU-{index}"),
+                pci_bus_id: String::new(),
+                model: "m".into(),
+            })
         };
-        let mig = |gi: u32| Arc::new(MigIdentity { entity_id: gi, gi_id: gi, profile: "p".into(), uuid: "MIG-x".into() });
+        let mig = |gi: u32| {
+            Arc::new(MigIdentity {
+                entity_id: gi,
+                gi_id: gi,
+                profile: "p".into(),
+                uuid: "MIG-x".into(),
+            })
+        };
         let mut entities = vec![
             reading(Entity::gpu(gpu(0))),
             reading(Entity::nvlink(gpu(0), 0, 1)),
@@ -206,7 +230,10 @@ mod tests {
             reading(Entity::gpu(gpu(3))),
         ];
         apply(&jobs, &mut entities);
-        let got: Vec<Vec<String>> = entities.iter().map(|e| e.attribution.hpc_jobs.clone()).collect();
+        let got: Vec<Vec<String>> = entities
+            .iter()
+            .map(|e| e.attribution.hpc_jobs.clone())
+            .collect();
         assert_eq!(
             got,
             vec![

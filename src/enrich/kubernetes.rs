@@ -21,7 +21,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-pub use mapping::{GpuIdType, MatchRules, Mapping};
+pub use mapping::{GpuIdType, Mapping, MatchRules};
 
 use super::Enricher;
 use crate::export::self_metrics::{Metric, SelfMetrics};
@@ -110,8 +110,13 @@ pub struct KubernetesEnricher {
 
 impl KubernetesEnricher {
     /// Build the enricher and its small single-thread runtime (used only on the collector thread).
-    pub fn new(config: KubernetesConfig, registry: &SelfMetrics) -> std::io::Result<KubernetesEnricher> {
-        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    pub fn new(
+        config: KubernetesConfig,
+        registry: &SelfMetrics,
+    ) -> std::io::Result<KubernetesEnricher> {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
         tracing::info!(
             socket = %config.socket.display(),
             gpu_id_type = ?config.rules.id_type,
@@ -137,9 +142,10 @@ impl KubernetesEnricher {
     /// Ask the kubelet and update the mapping in use (kept, replaced or dropped).
     fn refresh(&mut self) {
         let started = Instant::now();
-        let result = self
-            .runtime
-            .block_on(podresources::list(&self.config.socket, self.config.deadline));
+        let result = self.runtime.block_on(podresources::list(
+            &self.config.socket,
+            self.config.deadline,
+        ));
         self.metrics.duration.set(started.elapsed().as_secs_f64());
         match result {
             Ok(reply) => {
@@ -150,7 +156,10 @@ impl KubernetesEnricher {
                     self.warned_unknown = true;
                 }
                 if self.failures > 0 {
-                    tracing::info!(failed_calls = self.failures, "kubelet pod-resources API answers again; pod mapping restored");
+                    tracing::info!(
+                        failed_calls = self.failures,
+                        "kubelet pod-resources API answers again; pod mapping restored"
+                    );
                 }
                 self.failures = 0;
                 self.mapping = Some(Arc::new(mapping));
@@ -175,7 +184,9 @@ impl KubernetesEnricher {
                 }
             }
         }
-        self.metrics.pods.set(self.mapping.as_ref().map_or(0.0, |m| m.pods as f64));
+        self.metrics
+            .pods
+            .set(self.mapping.as_ref().map_or(0.0, |m| m.pods as f64));
     }
 }
 

@@ -145,7 +145,11 @@ impl Mapping {
             let mut holds_any = false;
             for c in &pod.containers {
                 let mut pod_ref: Option<PodRef> = None;
-                for dev in c.devices.iter().filter(|d| rules.is_nvidia_resource(&d.resource_name)) {
+                for dev in c
+                    .devices
+                    .iter()
+                    .filter(|d| rules.is_nvidia_resource(&d.resource_name))
+                {
                     for id in &dev.device_ids {
                         let Some(key) = parse_device_id(id) else {
                             if m.unknown_ids.len() < 16 && !m.unknown_ids.contains(id) {
@@ -169,9 +173,11 @@ impl Mapping {
                             DeviceKey::Instance { gpu, gi } => {
                                 m.by_instance.entry((gpu, gi)).or_default().push(p)
                             }
-                            DeviceKey::InstanceOfGpu { gpu_uuid, gi } => {
-                                m.by_instance_of_gpu.entry((gpu_uuid, gi)).or_default().push(p)
-                            }
+                            DeviceKey::InstanceOfGpu { gpu_uuid, gi } => m
+                                .by_instance_of_gpu
+                                .entry((gpu_uuid, gi))
+                                .or_default()
+                                .push(p),
                         }
                     }
                 }
@@ -204,7 +210,8 @@ impl Mapping {
                 let lists = [
                     self.by_mig_uuid.get(&mig.uuid.to_ascii_lowercase()),
                     self.by_instance.get(&(gpu.index, mig.gi_id)),
-                    self.by_instance_of_gpu.get(&(gpu.uuid.to_ascii_lowercase(), mig.gi_id)),
+                    self.by_instance_of_gpu
+                        .get(&(gpu.uuid.to_ascii_lowercase(), mig.gi_id)),
                 ];
                 for l in lists.into_iter().flatten() {
                     out.extend(l.iter().cloned());
@@ -250,9 +257,22 @@ mod tests {
         assert_eq!(p("MIG-1234-ab::2"), Some(MigUuid("mig-1234-ab".into())));
         assert_eq!(
             p("MIG-GPU-5678/3/0"),
-            Some(InstanceOfGpu { gpu_uuid: "gpu-5678".into(), gi: 3 })
+            Some(InstanceOfGpu {
+                gpu_uuid: "gpu-5678".into(),
+                gi: 3
+            })
         );
-        for bad in ["", "nvidia", "nvidiaX", "nvidia1/gi", "nvidia1/x2", "nvidia1/gi2/x", "MIG-", "abc", "0"] {
+        for bad in [
+            "",
+            "nvidia",
+            "nvidiaX",
+            "nvidia1/gi",
+            "nvidia1/x2",
+            "nvidia1/gi2/x",
+            "MIG-",
+            "abc",
+            "0",
+        ] {
             assert_eq!(p(bad), None, "{bad:?}");
         }
     }
@@ -299,24 +319,48 @@ mod tests {
                 pod("odd", "nvidia.com/gpu", &["weird"]),
             ],
         };
-        let rules = MatchRules { extra_resource_names: vec!["nvidia.com/a100".into()], id_type: GpuIdType::Uid };
+        let rules = MatchRules {
+            extra_resource_names: vec!["nvidia.com/a100".into()],
+            id_type: GpuIdType::Uid,
+        };
         let m = Mapping::build(&reply, &rules);
         assert_eq!(m.pods, 6);
         assert_eq!(m.unknown_ids, vec!["weird".to_string()]);
         let uid = GpuIdType::Uid;
         assert_eq!(names(&m.pods_for(&Entity::gpu(gpu(0)), uid)), ["whole"]);
-        assert_eq!(names(&m.pods_for(&Entity::nvlink(gpu(0), 0, 1), uid)), ["whole"]);
-        assert_eq!(names(&m.pods_for(&Entity::gpu(gpu(2)), uid)), ["shared-a", "shared-b"]);
+        assert_eq!(
+            names(&m.pods_for(&Entity::nvlink(gpu(0), 0, 1), uid)),
+            ["whole"]
+        );
+        assert_eq!(
+            names(&m.pods_for(&Entity::gpu(gpu(2)), uid)),
+            ["shared-a", "shared-b"]
+        );
         assert_eq!(names(&m.pods_for(&Entity::gpu(gpu(3)), uid)), ["extra"]);
         assert!(m.pods_for(&Entity::gpu(gpu(4)), uid).is_empty());
         // device-name mode does not match GPU- ids
-        assert!(m.pods_for(&Entity::gpu(gpu(0)), GpuIdType::DeviceName).is_empty());
+        assert!(m
+            .pods_for(&Entity::gpu(gpu(0)), GpuIdType::DeviceName)
+            .is_empty());
         let mig = |gi: u32, uuid: &str| {
-            Arc::new(MigIdentity { entity_id: 8 + gi, gi_id: gi, profile: "1g.10gb".into(), uuid: uuid.into() })
+            Arc::new(MigIdentity {
+                entity_id: 8 + gi,
+                gi_id: gi,
+                profile: "1g.10gb".into(),
+                uuid: uuid.into(),
+            })
         };
-        assert_eq!(names(&m.pods_for(&Entity::instance(gpu(1), mig(7, "MIG-AA")), uid)), ["mig"]);
-        assert_eq!(names(&m.pods_for(&Entity::instance(gpu(1), mig(5, "MIG-bb")), uid)), ["gke-mig"]);
-        assert!(m.pods_for(&Entity::instance(gpu(1), mig(6, "MIG-cc")), uid).is_empty());
+        assert_eq!(
+            names(&m.pods_for(&Entity::instance(gpu(1), mig(7, "MIG-AA")), uid)),
+            ["mig"]
+        );
+        assert_eq!(
+            names(&m.pods_for(&Entity::instance(gpu(1), mig(5, "MIG-bb")), uid)),
+            ["gke-mig"]
+        );
+        assert!(m
+            .pods_for(&Entity::instance(gpu(1), mig(6, "MIG-cc")), uid)
+            .is_empty());
         // a MIG GPU's whole-GPU series is not attributed to its instances' pods
         assert!(m.pods_for(&Entity::gpu(gpu(1)), uid).is_empty());
     }
@@ -324,11 +368,20 @@ mod tests {
     #[test]
     fn device_name_mode_matches_nvidia_n() {
         let reply = ListPodResourcesResponse {
-            pod_resources: vec![pod("a", "nvidia.com/gpu", &["nvidia3"]), pod("b", "nvidia.com/gpu", &["nvidia3/vgpu1"])],
+            pod_resources: vec![
+                pod("a", "nvidia.com/gpu", &["nvidia3"]),
+                pod("b", "nvidia.com/gpu", &["nvidia3/vgpu1"]),
+            ],
         };
-        let rules = MatchRules { extra_resource_names: vec![], id_type: GpuIdType::DeviceName };
+        let rules = MatchRules {
+            extra_resource_names: vec![],
+            id_type: GpuIdType::DeviceName,
+        };
         let m = Mapping::build(&reply, &rules);
-        assert_eq!(names(&m.pods_for(&Entity::gpu(gpu(3)), GpuIdType::DeviceName)), ["a", "b"]);
+        assert_eq!(
+            names(&m.pods_for(&Entity::gpu(gpu(3)), GpuIdType::DeviceName)),
+            ["a", "b"]
+        );
         assert!(m.pods_for(&Entity::gpu(gpu(3)), GpuIdType::Uid).is_empty());
     }
 }

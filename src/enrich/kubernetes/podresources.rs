@@ -110,7 +110,10 @@ impl ListError {
 /// A fresh connection is made for every call and closed afterwards (as the kubelet's own clients do):
 /// one call per collect interval costs a unix connect and an HTTP/2 handshake, and a kubelet restart
 /// never leaves a dead connection behind.
-pub async fn list(socket: &Path, deadline: Duration) -> Result<ListPodResourcesResponse, ListError> {
+pub async fn list(
+    socket: &Path,
+    deadline: Duration,
+) -> Result<ListPodResourcesResponse, ListError> {
     match tokio::time::timeout(deadline, list_inner(socket)).await {
         Ok(r) => r,
         Err(_) => Err(ListError::Timeout(deadline)),
@@ -133,8 +136,11 @@ async fn list_inner(socket: &Path) -> Result<ListPodResourcesResponse, ListError
         .await
         .map_err(|e| unavailable(error_chain(&e)))?;
     let mut grpc = tonic::client::Grpc::new(channel).max_decoding_message_size(MAX_REPLY_BYTES);
-    grpc.ready().await.map_err(|e| unavailable(error_chain(&e)))?;
-    let codec = tonic_prost::ProstCodec::<ListPodResourcesRequest, ListPodResourcesResponse>::default();
+    grpc.ready()
+        .await
+        .map_err(|e| unavailable(error_chain(&e)))?;
+    let codec =
+        tonic_prost::ProstCodec::<ListPodResourcesRequest, ListPodResourcesResponse>::default();
     let reply = grpc
         .unary(
             tonic::Request::new(ListPodResourcesRequest {}),
@@ -142,7 +148,9 @@ async fn list_inner(socket: &Path) -> Result<ListPodResourcesResponse, ListError
             codec,
         )
         .await
-        .map_err(|status| ListError::Failed(format!("{:?}: {}", status.code(), status.message())))?;
+        .map_err(|status| {
+            ListError::Failed(format!("{:?}: {}", status.code(), status.message()))
+        })?;
     Ok(reply.into_inner())
 }
 
@@ -188,8 +196,8 @@ mod tests {
         assert_eq!(
             bytes,
             [
-                0x0a, 19, 0x0a, 1, b'p', 0x12, 1, b'n', 0x1a, 11, 0x0a, 1, b'c', 0x12, 6, 0x0a, 1, b'r',
-                0x12, 1, b'd'
+                0x0a, 19, 0x0a, 1, b'p', 0x12, 1, b'n', 0x1a, 11, 0x0a, 1, b'c', 0x12, 6, 0x0a, 1,
+                b'r', 0x12, 1, b'd'
             ]
         );
         assert_eq!(ListPodResourcesResponse::decode(&bytes[..]).unwrap(), reply);

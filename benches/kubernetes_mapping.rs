@@ -1,0 +1,231 @@
+//! Kubernetes attribution bench (issue 5): the cost of one pod-mapping refresh on the collector thread,
+//! on the `large` simulated node (8 H100s, each split into 7x 1g.10gb = 56 MIG slices, plus NVLinks)
+//! with 40 pods holding the 56 slices (24 pods with one slice, 16 with two).
+//!
+//! Two figures, each over N refreshes (default 2,000):
+//! - `refresh`: the real [`KubernetesEnricher::enrich`] against an in-process fake kubelet on a unix
+//!   socket: connect, HTTP/2 handshake, `List`, decode, index, attribute every entity. CPU time is the
+//!   collector (calling) thread's, from `/proc/thread-self/schedstat` summed over all runs (the value is
+//!   only updated at scheduler events, so per-run readings are meaningless); the fake kubelet runs on
+//!   other threads and is not counted.
+//! - `match`: only [`Mapping::build`] + [`apply`] on an already decoded reply (no I/O).
+//!
+//! Run: `cargo bench --bench kubernetes_mapping` (`-- --runs 500`; `-- --smoke`: 20 runs).
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use dcgm_otel::config::counters;
+use dcgm_otel::config::devices;
+use dcgm_otel::enrich::kubernetes::podresources::{
+    ContainerDevices, ContainerResources, ListPodResourcesRequest, ListPodResourcesResponse,
+    PodResources,
+};
+use dcgm_otel::enrich::kubernetes::{
+    apply, GpuIdType, KubernetesConfig, KubernetesEnricher, Mapping, MatchRules,
+};
+use dcgm_otel::enrich::Enricher;
+use dcgm_otel::export::self_metrics::SelfMetrics;
+use dcgm_otel::snapshot::{Attribution, EntityReading};
+use dcgm_otel::source::sim::{self, Fleet, Scenario, SimSource};
+use dcgm_otel::source::Source;
+
+fn thread_cpu_ns() -> u64 {
+    std::fs::read_to_string("/proc/thread-self/schedstat")
+        .ok()
+        .and_then(|s| s.split_whitespace().next().and_then(|v| v.parse().ok()))
+        .unwrap_or(0)
+}
+
+fn runs() -> usize {
+    let args: Vec<String> = std::env::args().collect();
+    if args.iter().any(|a| a == "--smoke") || std::env::var_os("DCGM_OTEL_BENCH_SMOKE").is_some() {
+        return 20;
+    }
+    args.iter()
+        .position(|a| a == "--runs")
+        .and_then(|i| args.get(i + 1))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(2000)
+}
+
+/// 40 pods over the 56 MIG slices of the fleet: pods 0-23 one slice, pods 24-39 two.
+fn reply(fleet: &Fleet) -> ListPodResourcesResponse {
+    let slices: Vec<String> = fleet
+        .gpus()
+        .iter()
+        .flat_map(|g| g.instances.iter().map(|m| m.uuid.clone()))
+        .collect();
+    assert_eq!(slices.len(), 56, "the large scenario has 56 MIG slices");
+    let mut it = slices.into_iter();
+    let mut pods = Vec::new();
+    for p in 0..40 {
+        let n = if p < 24 { 1 } else { 2 };
+        let ids: Vec<String> = it.by_ref().take(n).collect();
+        pods.push(PodResources {
+            name: format!("inference-{p:03}-7c9f8d6b5-x2k4q"),
+            namespace: "serving".into(),
+            containers: vec![
+                ContainerResources {
+                    name: "istio-proxy".into(),
+                    devices: vec![],
+                },
+                ContainerResources {
+                    name: "model-server".into(),
+                    devices: vec![ContainerDevices {
+                        resource_name: "nvidia.com/mig-1g.10gb".into(),
+                        device_ids: ids,
+                        topology: None,
+                    }],
+                },
+            ],
+        });
+    }
+    ListPodResourcesResponse {
+        pod_resources: pods,
+    }
+}
+
+#[derive(Clone)]
+struct Fake(Arc<ListPodResourcesResponse>);
+
+impl tower::Service<http::Request<tonic::body::Body>> for Fake {
+    type Response = http::Response<tonic::body::Body>;
+    type Error = Infallible;
+    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, Infallible>> + Send>>;
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        Poll::Ready(Ok(()))
+    }
+    fn call(&mut self, req: http::Request<tonic::body::Body>) -> Self::Future {
+        let reply = self.0.clone();
+        Box::pin(async move {
+            let codec = tonic_prost::ProstCodec::<ListPodResourcesResponse, ListPodResourcesRequest>::default();
+            let svc = tower::service_fn(move |_: tonic::Request<ListPodResourcesRequest>| {
+                let r = (*reply).clone();
+                async move { Ok::<_, tonic::Status>(tonic::Response::new(r)) }
+            });
+            Ok(tonic::server::Grpc::new(codec).unary(svc, req).await)
+        })
+    }
+}
+
+struct Stats(Vec<Duration>);
+
+impl Stats {
+    fn line(&mut self) -> String {
+        self.0.sort();
+        let n = self.0.len();
+        let at = |q: f64| self.0[((n as f64 - 1.0) * q).round() as usize];
+        let us = |d: Duration| d.as_secs_f64() * 1e6;
+        format!(
+            "min {:.1} µs, median {:.1} µs, p99 {:.1} µs, max {:.1} µs",
+            us(self.0[0]),
+            us(at(0.5)),
+            us(at(0.99)),
+            us(self.0[n - 1])
+        )
+    }
+}
+
+fn main() {
+    let runs = runs();
+    let scenario = Scenario::load("large").expect("large scenario");
+    let counters_text = sim::scenario::builtin_counters("large").expect("large counters");
+    let counter_set = Arc::new(counters::parse(counters_text, "large").expect("counters"));
+    let mut source = SimSource::new(
+        &scenario,
+        1,
+        counter_set,
+        &devices::parse("f").expect("devices"),
+        Duration::from_secs(1),
+    )
+    .expect("source");
+    let entities: Vec<EntityReading> = source.poll().expect("poll").entities;
+    let reply = reply(source.fleet());
+
+    // ---- match only
+    let rules = MatchRules {
+        extra_resource_names: vec![],
+        id_type: GpuIdType::Uid,
+    };
+    let unattributed = Arc::new(Attribution::default());
+    let reset = |e: &mut Vec<EntityReading>| {
+        for r in e.iter_mut() {
+            r.attribution = unattributed.clone();
+        }
+    };
+    let mut e = entities.clone();
+    let mut wall = Vec::with_capacity(runs);
+    let cpu0 = thread_cpu_ns();
+    for _ in 0..runs {
+        reset(&mut e);
+        let t = Instant::now();
+        let m = Mapping::build(&reply, &rules);
+        apply(&m, GpuIdType::Uid, &mut e);
+        wall.push(t.elapsed());
+        std::hint::black_box(&e);
+    }
+    let cpu_match = (thread_cpu_ns() - cpu0) as f64 / runs as f64 / 1000.0;
+    println!(
+        "match   ({} entities, 56 MIG slices, 40 pods, {runs} runs): wall {}; CPU {cpu_match:.1} µs per run (thread total / runs)",
+        entities.len(),
+        Stats(wall).line()
+    );
+
+    // ---- full refresh against a fake kubelet
+    let dir = tempfile::tempdir().expect("tempdir");
+    let socket = dir.path().join("kubelet.sock");
+    let server_rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    {
+        let _g = server_rt.enter();
+        let listener = tokio::net::UnixListener::bind(&socket).expect("bind");
+        let incoming = tokio_stream::wrappers::UnixListenerStream::new(listener);
+        let fake = Fake(Arc::new(reply.clone()));
+        server_rt.spawn(async move {
+            let _ = tonic::transport::Server::builder()
+                .serve_with_incoming(fake, incoming)
+                .await;
+        });
+    }
+    let registry = SelfMetrics::new();
+    let mut enricher = KubernetesEnricher::new(
+        KubernetesConfig {
+            socket,
+            rules,
+            enable_pod_uid: false,
+            deadline: Duration::from_secs(10),
+        },
+        &registry,
+    )
+    .expect("enricher");
+    for _ in 0..5 {
+        enricher.enrich(&mut e); // warm-up
+    }
+    let mut wall = Vec::with_capacity(runs);
+    let cpu0 = thread_cpu_ns();
+    for _ in 0..runs {
+        reset(&mut e);
+        let t = Instant::now();
+        enricher.enrich(&mut e);
+        wall.push(t.elapsed());
+    }
+    let cpu_refresh = (thread_cpu_ns() - cpu0) as f64 / runs as f64 / 1000.0;
+    let attributed = e.iter().filter(|r| !r.attribution.pods.is_empty()).count();
+    assert_eq!(attributed, 56, "every MIG slice attributed");
+    println!(
+        "refresh ({runs} runs, List over the unix socket + match): wall {}; CPU {cpu_refresh:.1} µs per refresh on the collector thread (thread total / runs)",
+        Stats(wall).line()
+    );
+    println!(
+        "reply size: {} bytes protobuf",
+        prost::Message::encoded_len(&reply)
+    );
+}
