@@ -618,3 +618,42 @@ fn call_log_one_read_per_entity_per_cycle_unique_watches_nothing_after_shutdown(
         ]
     );
 }
+
+/// The same fleet read through the fake libdcgm and simulated directly yields the same series (names,
+/// labels, label order), NvLinks included, for the same counters.
+#[test]
+fn same_series_as_the_simulated_source_including_nvlinks() {
+    let fake = Fake::new();
+    let csv = fake.dir.path().join("links.csv");
+    std::fs::write(
+        &csv,
+        "DCGM_FI_DEV_GPU_TEMP, gauge, GPU temperature.\n\
+         DCGM_FI_DEV_NVLINK_PPCNT_PHYSICAL_LINK_DOWN_TOTAL, counter, Link down events.\n\
+         DCGM_FI_DRIVER_VERSION, label, Driver version.\n",
+    )
+    .unwrap();
+    let csv = csv.display().to_string();
+    for scenario in ["default", "dgx-h100-mig"] {
+        let dcgm = start_with(
+            &["-c", "60000", "-f", &csv],
+            &fake.ld_env(&[
+                ("NODE_NAME", "golden-host"),
+                ("FAKE_DCGM_SCENARIO", scenario),
+            ]),
+        );
+        let sim_flag = format!("--simulate={scenario}");
+        let sim = start(
+            &[&sim_flag, "-c", "60000", "-f", &csv],
+            &[("NODE_NAME", "golden-host")],
+        );
+        let (a, b) = (series(&scrape(dcgm.port)), series(&scrape(sim.port)));
+        assert!(
+            a.iter().any(|s| s.contains("nvlink=")),
+            "no NvLink series: {a:#?}"
+        );
+        assert_eq!(
+            a, b,
+            "{scenario}: series differ between libdcgm and the simulation"
+        );
+    }
+}

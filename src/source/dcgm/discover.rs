@@ -223,3 +223,24 @@ pub fn discover(conn: &Connection, want_links: bool) -> Result<Inventory, DcgmEr
     inv.gpus = by_id.into_values().collect();
     Ok(inv)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::devices;
+
+    #[test]
+    fn run_time_selection_skips_what_vanished() {
+        let inv = vec![GpuSlots {
+            gpu: 1,
+            instances: vec![8, 9],
+        }];
+        let (s, missing) = select_present(&devices::parse("g:0,1+i:7,8").unwrap(), &inv);
+        assert_eq!(s.gpus, [1].into());
+        assert_eq!(s.instances, [8].into());
+        assert_eq!(missing, ["GPU 0", "GPU instance (DCGM entity id) 7"]);
+        let (s, missing) = select_present(&DeviceSelection::Flex, &inv);
+        assert!(s.gpus.is_empty() && missing.is_empty());
+        assert_eq!(s.instances, [8, 9].into());
+    }
+}
