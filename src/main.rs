@@ -148,7 +148,20 @@ fn run(cli: Cli, collectors_explicit: bool, started: Instant) -> Result<(), Fata
         style,
         (!cli.no_self_metrics).then(|| self_metrics.clone()),
     ));
-    let consumers: Vec<Arc<dyn SnapshotConsumer>> = vec![renderer.clone()];
+    let consumers: Vec<Arc<dyn SnapshotConsumer>> = match cli.prometheus_format {
+        config::cli::PrometheusFormat::Dcgm => vec![renderer.clone()],
+        // --prometheus-format otel: the OTel Prometheus bridge publishes into the same body cell.
+        config::cli::PrometheusFormat::Otel => {
+            let node_name = std::env::var("NODE_NAME").ok().filter(|n| !n.is_empty());
+            let inputs = dcgm_otel::export::otel::OtelInputs {
+                cli: &cli,
+                counters: &counters,
+                store: SnapshotStore::new(),
+                self_metrics: self_metrics.clone(),
+                collect_interval: interval,
+                hostname: hostname.as_deref(),
+                node_name: node_name.as_deref(),
+            };
     let status = CollectorStatus::new(interval);
     let store = SnapshotStore::new();
 

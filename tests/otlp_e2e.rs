@@ -1078,3 +1078,47 @@ fn rotel_receives_grpc_and_http() {
         );
     }
 }
+
+#[test]
+fn prometheus_format_otel_serves_collector_names() {
+    let exporter = common::start(
+        &["--simulate", "-c", "200", "--prometheus-format", "otel"],
+        &[("OTEL_RESOURCE_ATTRIBUTES", "deployment.environment=ci")],
+    );
+    let deadline = Instant::now() + WAIT;
+    let body = loop {
+        let t = common::get(exporter.port, "/metrics").unwrap().text();
+        if t.contains("DCGM_FI_DEV_SM_CLOCK") {
+            break t;
+        }
+        assert!(Instant::now() < deadline, "no GPU metrics:\n{t}");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    for needle in [
+        "# TYPE DCGM_FI_DEV_POWER_USAGE_watts gauge",
+        "# TYPE DCGM_FI_DEV_GPU_TEMP_celsius gauge",
+        "# TYPE DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION_total counter",
+        "# HELP DCGM_FI_DEV_SM_CLOCK Streaming multiprocessor clock in MHz.",
+        "# TYPE target_info gauge",
+        "dcgm_otel_collect_duration_seconds",
+    ] {
+        assert!(body.contains(needle), "/metrics lacks '{needle}':\n{body}");
+    }
+    let sm = body
+        .lines()
+        .find(|l| l.starts_with("DCGM_FI_DEV_SM_CLOCK{"))
+        .unwrap();
+    assert!(
+        sm.contains("hw_id=\"GPU-") && sm.contains("nvidia_gpu_index=\"0\""),
+        "{sm}"
+    );
+    let target = body
+        .lines()
+        .find(|l| l.starts_with("target_info{"))
+        .unwrap();
+    assert!(
+        target.contains("service_name=\"dcgm-otel\"")
+            && target.contains("deployment_environment=\"ci\""),
+        "{target}"
+    );
+}

@@ -43,6 +43,13 @@ pub enum OtelResourceMode {
     Host,
 }
 
+/// Format of the /metrics body.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum PrometheusFormat {
+    Dcgm,
+    Otel,
+}
+
 /// Attribute names on OTLP resources and data points.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum OtelAttributeStyle {
@@ -275,6 +282,12 @@ pub struct Cli {
     /// service.name of the pushed resources [default: dcgm-otel] [env: OTEL_SERVICE_NAME].
     #[arg(long = "otel-service-name", value_name = "NAME", help_heading = "OTLP")]
     pub otel_service_name: Option<String>,
+
+    /// /metrics format: dcgm (dcgm-exporter's names and labels) or otel (through the OpenTelemetry
+    /// Prometheus bridge: unit suffixes, _total, target_info, as an OTel Collector would write them).
+    #[arg(long = "prometheus-format", env = "DCGM_OTEL_PROMETHEUS_FORMAT", value_enum, default_value = "dcgm",
+          help_heading = "Server")]
+    pub prometheus_format: PrometheusFormat,
 }
 
 /// dcgm-exporter flags that dcgm-otel accepts so existing command lines and manifests keep starting,

@@ -19,6 +19,7 @@ pub mod config;
 pub mod convert;
 pub mod instruments;
 pub mod otlp;
+pub mod prom_bridge;
 pub mod resource;
 pub mod transport;
 pub mod units;
@@ -212,6 +213,39 @@ pub fn start(inputs: OtelInputs<'_>) -> Result<Option<OtelExport>, OtelError> {
         done: done_rx,
         drain_timeout: cfg.timeout.min(Duration::from_secs(5)),
     }))
+}
+
+/// The `--prometheus-format otel` renderer, publishing into `body` (the cell the HTTP server reads).
+pub fn prometheus_bridge(
+    inputs: &OtelInputs<'_>,
+    body: Arc<arc_swap::ArcSwap<crate::export::prometheus::RenderedBody>>,
+) -> Result<Arc<prom_bridge::OtelPrometheus>, OtelError> {
+    let env = |k: &str| std::env::var(k).ok();
+    let label_style = LabelStyle::from_cli(inputs.cli);
+    let base = resource::base_resource(
+        &resource::BaseResourceInput {
+            style: inputs.cli.otel_attribute_style,
+            hostname: inputs.hostname,
+            host_label: label_style.hostname_label.as_str(),
+            node_name: inputs.node_name,
+            service_name_flag: inputs.cli.otel_service_name.as_deref(),
+        },
+        &env,
+    )?;
+    let naming = resource::Naming::new(
+        inputs.cli.otel_attribute_style,
+        label_style,
+        inputs.counters,
+    );
+    let bridge = prom_bridge::OtelPrometheus::new(
+        inputs.counters,
+        naming,
+        base,
+        body,
+        (!inputs.cli.no_self_metrics).then(|| inputs.self_metrics.clone()),
+    )
+    .map_err(|e| OtelError::Thread(e.to_string()))?;
+    Ok(Arc::new(bridge))
 }
 
 impl OtelExport {
