@@ -22,7 +22,7 @@ use opentelemetry_proto::tonic::collector::metrics::v1::metrics_service_server::
     MetricsService, MetricsServiceServer,
 };
 use opentelemetry_proto::tonic::collector::metrics::v1::{
-    ExportMetricsServiceRequest, ExportMetricsServiceResponse,
+    ExportMetricsPartialSuccess, ExportMetricsServiceRequest, ExportMetricsServiceResponse,
 };
 use opentelemetry_proto::tonic::common::v1::{any_value, KeyValue};
 use opentelemetry_proto::tonic::metrics::v1::{
@@ -40,7 +40,24 @@ struct Received {
     req: ExportMetricsServiceRequest,
 }
 
-type Store = Arc<Mutex<Vec<Received>>>;
+/// What a receiver got, and how it answers: the first `fail_first` requests fail retryably (gRPC
+/// UNAVAILABLE, HTTP 503 with `Retry-After: 1`), later ones succeed, partially when `reject_points` > 0.
+#[derive(Default)]
+struct Shared {
+    got: Vec<Received>,
+    fail_first: usize,
+    failed: usize,
+    reject_points: i64,
+}
+
+type Store = Arc<Mutex<Shared>>;
+
+fn partial(reject_points: i64) -> Option<ExportMetricsPartialSuccess> {
+    (reject_points > 0).then(|| ExportMetricsPartialSuccess {
+        rejected_data_points: reject_points,
+        error_message: "test receiver rejects some points".into(),
+    })
+}
 
 struct GrpcSink(Store);
 
@@ -60,14 +77,19 @@ impl MetricsService for GrpcSink {
         let gzip = headers
             .iter()
             .any(|(k, v)| k == "grpc-encoding" && v == "gzip");
-        self.0.lock().unwrap().push(Received {
+        let mut shared = self.0.lock().unwrap();
+        if shared.failed < shared.fail_first {
+            shared.failed += 1;
+            return Err(tonic::Status::unavailable("test receiver warming up"));
+        }
+        shared.got.push(Received {
             via: "grpc",
             headers,
             gzip,
             req: request.into_inner(),
         });
         Ok(tonic::Response::new(ExportMetricsServiceResponse {
-            partial_success: None,
+            partial_success: partial(shared.reject_points),
         }))
     }
 }
@@ -191,8 +213,15 @@ impl Sink {
         }
     }
 
+    /// Fail the first `n` requests retryably; then reject `points` data points of each request.
+    fn behave(&self, fail_first: usize, reject_points: i64) {
+        let mut s = self.store.lock().unwrap();
+        s.fail_first = fail_first;
+        s.reject_points = reject_points;
+    }
+
     fn received(&self) -> Vec<Received> {
-        self.store.lock().unwrap().clone()
+        self.store.lock().unwrap().got.clone()
     }
 
     /// Wait until at least `n` requests arrived; panics after `limit`.
@@ -259,7 +288,16 @@ async fn handle_http(
     let Ok(decoded) = ExportMetricsServiceRequest::decode(&raw[..]) else {
         return reply(400, Vec::new());
     };
-    store.lock().unwrap().push(Received {
+    let mut shared = store.lock().unwrap();
+    if shared.failed < shared.fail_first {
+        shared.failed += 1;
+        return Ok(hyper::Response::builder()
+            .status(503)
+            .header("retry-after", "1")
+            .body(http_body_util::Full::new(bytes::Bytes::new()))
+            .unwrap());
+    }
+    shared.got.push(Received {
         via: "http",
         headers,
         gzip,
@@ -268,7 +306,7 @@ async fn handle_http(
     reply(
         200,
         ExportMetricsServiceResponse {
-            partial_success: None,
+            partial_success: partial(shared.reject_points),
         }
         .encode_to_vec(),
     )
@@ -1121,4 +1159,48 @@ fn prometheus_format_otel_serves_collector_names() {
             && target.contains("deployment_environment=\"ci\""),
         "{target}"
     );
+}
+
+/// Read one self-metric sample (`name{...}` or `name`) from /metrics.
+fn self_metric(port: u16, prefix: &str) -> f64 {
+    let m = common::get(port, "/metrics").unwrap().text();
+    m.lines()
+        .filter(|l| l.starts_with(prefix))
+        .filter_map(|l| l.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok()))
+        .sum()
+}
+
+#[test]
+fn retryable_failures_are_retried_and_partial_success_counted() {
+    for (protocol, sink) in [
+        ("grpc", Sink::grpc(0, None)),
+        ("http/protobuf", Sink::http(0, None)),
+    ] {
+        sink.behave(2, 3);
+        let exporter = start_exporter(
+            &otlp_args(
+                &format!("http://{}", sink.addr),
+                &["--otlp-protocol", protocol],
+            ),
+            &[],
+        );
+        let got = sink.wait_for(2, WAIT);
+        assert_eq!(got[0].req.resource_metrics.len(), 4);
+        let deadline = Instant::now() + WAIT;
+        loop {
+            let retries = self_metric(exporter.port, "dcgm_otel_otlp_retries_total{");
+            let rejected = self_metric(exporter.port, "dcgm_otel_otlp_rejected_data_points_total{");
+            let partials = self_metric(exporter.port, "dcgm_otel_otlp_partial_successes_total{");
+            let exports = self_metric(exporter.port, "dcgm_otel_otlp_exports_total{");
+            if retries >= 2.0 && rejected >= 6.0 && partials >= 2.0 && exports >= 2.0 {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{protocol}: retries {retries}, rejected {rejected}, partial {partials}, exports {exports}"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        drop(exporter);
+    }
 }
