@@ -204,7 +204,6 @@ impl DcgmSource {
             None => Mode::Embedded,
         };
         let mut lib = Library::open(opts.library.as_deref())?;
-
         lib.init().map_err(step("dcgmInit"))?;
         tracing::info!(
             library = lib.path(),
@@ -221,7 +220,7 @@ impl DcgmSource {
         let selected = opts.devices.select(&inv.slots())?;
         log_inventory(&inv, &selected, &opts.devices);
         if inv.gpus.is_empty() {
-            tracing::warn!("DCGM reports no supported GPU; serving no GPU series until one appears after a reconnect");
+            tracing::warn!("DCGM reports no supported GPU; no GPU series will be served");
         }
         let dropped = probe_profiling(&conn, &inv, counters);
         let mut source = DcgmSource {
