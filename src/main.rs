@@ -92,9 +92,10 @@ fn run(cli: Cli, collectors_explicit: bool, started: Instant) -> Result<(), Fata
     for (line, name) in &counter_set.unsupported_exporter_fields {
         tracing::warn!(origin = %counter_set.origin, line, field = %name, "DCGM_EXP_* metrics are not yet supported by dcgm-otel; row skipped");
     }
-    // Remote host engine: the host part of -r, like dcgm-exporter 4.8.3 (loopback/unix → local name).
+    // Remote host engine: the host part of -r, like dcgm-exporter 4.8.3 (loopback/unix → local name);
+    // with -k the node name wins, as there.
     let remote_host = match (&cli.simulate, &cli.remote_hostengine_info) {
-        (None, Some(r)) => dcgm::remote_hostname(r),
+        (None, Some(r)) if !cli.kubernetes => dcgm::remote_hostname(r),
         _ => None,
     };
     let hostname = (!cli.no_hostname).then(|| remote_host.unwrap_or_else(config::local_hostname));
