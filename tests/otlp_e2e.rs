@@ -403,15 +403,16 @@ fn points(m: &Metric) -> &[NumberDataPoint] {
     }
 }
 
-/// Every data point of a request, flattened: (resource attributes + point attributes, metric, point).
-fn flatten(
-    req: &ExportMetricsServiceRequest,
-) -> Vec<(
+/// One data point: resource attributes, point attributes, its metric, its value.
+type Point<'a> = (
     BTreeMap<String, String>,
     BTreeMap<String, String>,
-    &Metric,
+    &'a Metric,
     f64,
-)> {
+);
+
+/// Every data point of a request, flattened.
+fn flatten(req: &ExportMetricsServiceRequest) -> Vec<Point<'_>> {
     let mut out = Vec::new();
     for rm in &req.resource_metrics {
         let r = attrs(&rm.resource.as_ref().unwrap().attributes);
