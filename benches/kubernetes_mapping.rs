@@ -164,7 +164,7 @@ fn main() {
     for _ in 0..runs {
         reset(&mut e);
         let t = Instant::now();
-        let m = Mapping::build(&reply, &rules);
+        let m = Mapping::build(&reply, &rules, None);
         apply(&m, GpuIdType::Uid, &mut e);
         wall.push(t.elapsed());
         std::hint::black_box(&e);
@@ -200,7 +200,7 @@ fn main() {
         KubernetesConfig {
             socket,
             rules,
-            enable_pod_uid: false,
+            pod_uid_checkpoint: None,
             deadline: Duration::from_secs(10),
         },
         &registry,

@@ -181,7 +181,9 @@ fn run(cli: Cli, collectors_explicit: bool, started: Instant) -> Result<(), Fata
                     .collect(),
                 id_type: cli.kubernetes_gpu_id_type,
             },
-            enable_pod_uid: cli.kubernetes_enable_pod_uid,
+            pod_uid_checkpoint: cli
+                .kubernetes_enable_pod_uid
+                .then(|| cli.kubelet_device_checkpoint.clone()),
             deadline: k8s::KubernetesConfig::deadline_for(interval),
         };
         let enricher = k8s::KubernetesEnricher::new(k8s_config, &self_metrics)

@@ -556,6 +556,16 @@ fn shared_gpu_gets_one_series_per_pod_and_unallocated_gpus_none() {
             ),
         ]),
     );
+    // The kubelet's device checkpoint knows replica-0's allocation (and an unrelated one); replica-1's is
+    // missing, so only replica-0 gets pod_uid.
+    let checkpoint = dir.path().join("kubelet_internal_checkpoint");
+    std::fs::write(
+        &checkpoint,
+        format!(
+            r#"{{"Data":{{"PodDeviceEntries":[{{"PodUID":"7e1c2f4a-0000-4000-8000-00000000000a","ContainerName":"w","ResourceName":"nvidia.com/gpu","DeviceIDs":{{"0":["{u0}::0"]}},"AllocResp":"CgA="}},{{"PodUID":"other","ContainerName":"x","ResourceName":"nvidia.com/gpu","DeviceIDs":["{u0}::7"],"AllocResp":"CgA="}}],"RegisteredDevices":{{"nvidia.com/gpu":["{u0}::0","{u0}::1"]}}}},"Checksum":3141592653}}"#
+        ),
+    )
+    .unwrap();
     let ex = exporter(
         dir.path(),
         "default",
@@ -564,21 +574,110 @@ fn shared_gpu_gets_one_series_per_pod_and_unallocated_gpus_none() {
             "--pod-resources-kubelet-socket",
             sock.to_str().unwrap(),
             "--kubernetes-enable-pod-uid",
+            "--kubelet-device-checkpoint",
+            checkpoint.to_str().unwrap(),
         ],
     );
     let body = scrape_until(ex.port, "pod labels", |b| b.contains("pod=\"replica-0\""));
+    let uid0 = ",pod_uid=\"7e1c2f4a-0000-4000-8000-00000000000a\"";
     assert_eq!(
         series(&body, "DCGM_FI_DEV_GPU_TEMP"),
         vec![
-            temp_line(&f, 0, None, &pod_attrs("w", "a-team", "replica-0")),
+            temp_line(&f, 0, None, &(pod_attrs("w", "a-team", "replica-0") + uid0)),
             temp_line(&f, 0, None, &pod_attrs("w", "b-team", "replica-1")),
             temp_line(&f, 1, Some(0), ""),
             temp_line(&f, 1, Some(1), ""),
             temp_line(&f, 1, Some(2), ""),
         ]
     );
-    // pod-resources v1 carries no pod UID: no pod_uid label even with --kubernetes-enable-pod-uid
-    assert!(!body.contains("pod_uid="));
+}
+
+#[test]
+fn no_pod_uid_without_the_flag_or_without_a_readable_checkpoint() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = fleet("default");
+    let sock = socket_in(dir.path());
+    let checkpoint = dir.path().join("kubelet_internal_checkpoint");
+    std::fs::write(
+        &checkpoint,
+        format!(
+            r#"{{"Data":{{"PodDeviceEntries":[{{"PodUID":"u-1","ContainerName":"w","ResourceName":"nvidia.com/gpu","DeviceIDs":{{"0":["{}"]}}}}]}},"Checksum":1}}"#,
+            f.gpu_uuid[0]
+        ),
+    )
+    .unwrap();
+    let _kubelet = FakeKubelet::start(
+        &sock,
+        pods(vec![pod(
+            "ns",
+            "p",
+            vec![container("w", "nvidia.com/gpu", &[&f.gpu_uuid[0]])],
+        )]),
+    );
+    let sock_arg = sock.to_str().unwrap();
+    let ckpt_arg = checkpoint.to_str().unwrap();
+    let missing = dir.path().join("missing");
+    // the checkpoint is there, but --kubernetes-enable-pod-uid is not given
+    let ex = exporter(
+        dir.path(),
+        "default",
+        &[
+            "-k",
+            "--pod-resources-kubelet-socket",
+            sock_arg,
+            "--kubelet-device-checkpoint",
+            ckpt_arg,
+        ],
+    );
+    let body = scrape_until(ex.port, "pod labels", |b| b.contains("pod=\"p\""));
+    assert_eq!(
+        series(&body, "DCGM_FI_DEV_GPU_TEMP")[0],
+        temp_line(&f, 0, None, &pod_attrs("w", "ns", "p"))
+    );
+    drop(ex);
+    // the flag is given, the checkpoint is missing: pod labels, no pod_uid, one warning
+    let ex = exporter(
+        dir.path(),
+        "default",
+        &[
+            "-k",
+            "--pod-resources-kubelet-socket",
+            sock_arg,
+            "--kubernetes-enable-pod-uid",
+            "--kubelet-device-checkpoint",
+            missing.to_str().unwrap(),
+        ],
+    );
+    let body = scrape_until(ex.port, "two kubelet replies", |b| requests(b, "ok") >= 3.0);
+    assert_eq!(
+        series(&body, "DCGM_FI_DEV_GPU_TEMP")[0],
+        temp_line(&f, 0, None, &pod_attrs("w", "ns", "p"))
+    );
+    assert_eq!(log_count(&ex, "pod UIDs unavailable"), 1);
+    drop(ex);
+    // with both: pod_uid
+    let ex = exporter(
+        dir.path(),
+        "default",
+        &[
+            "-k",
+            "--pod-resources-kubelet-socket",
+            sock_arg,
+            "--kubernetes-enable-pod-uid",
+            "--kubelet-device-checkpoint",
+            ckpt_arg,
+        ],
+    );
+    let body = scrape_until(ex.port, "pod labels", |b| b.contains("pod=\"p\""));
+    assert_eq!(
+        series(&body, "DCGM_FI_DEV_GPU_TEMP")[0],
+        temp_line(
+            &f,
+            0,
+            None,
+            &(pod_attrs("w", "ns", "p") + ",pod_uid=\"u-1\"")
+        )
+    );
 }
 
 /// Count of log lines containing `needle`.

@@ -192,10 +192,16 @@ pub struct Cli {
           default_value = "uid", help_heading = "Kubernetes")]
     pub kubernetes_gpu_id_type: crate::enrich::kubernetes::GpuIdType,
 
-    /// Add the pod_uid label when the pod's UID is known (the pod-resources v1 API carries none).
+    /// Add the pod_uid label (UIDs read from --kubelet-device-checkpoint).
     #[arg(long = "kubernetes-enable-pod-uid", env = "DCGM_EXPORTER_KUBERNETES_ENABLE_POD_UID",
           action = ArgAction::SetTrue, help_heading = "Kubernetes")]
     pub kubernetes_enable_pod_uid: bool,
+
+    /// The kubelet's device-manager checkpoint, where --kubernetes-enable-pod-uid reads pod UIDs from
+    /// (the pod-resources v1 API carries none).
+    #[arg(long = "kubelet-device-checkpoint", env = "DCGM_OTEL_KUBELET_DEVICE_CHECKPOINT", value_name = "PATH",
+          default_value = crate::enrich::kubernetes::checkpoint::DEFAULT_CHECKPOINT, help_heading = "Kubernetes")]
+    pub kubelet_device_checkpoint: PathBuf,
 
     /// The kubelet's pod-resources socket.
     #[arg(long = "pod-resources-kubelet-socket", env = "DCGM_POD_RESOURCES_KUBELET_SOCKET", value_name = "PATH",

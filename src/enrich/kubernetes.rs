@@ -11,9 +11,11 @@
 //! answers again. Each outage is logged once when it starts, once when the mapping is dropped, and once
 //! when it ends. Every call is counted in `dcgm_otel_kubelet_requests_total{result}`.
 //!
-//! Pod UIDs: the pod-resources v1 API carries none, so `pod_uid` is only written when a UID is known;
-//! `--kubernetes-enable-pod-uid` is accepted for compatibility (see `deploy/kubernetes/README.md`).
+//! Pod UIDs: the pod-resources v1 API carries none. With `--kubernetes-enable-pod-uid` they are joined in
+//! from the kubelet's device-manager checkpoint ([`checkpoint`]); a series whose pod's UID is not
+//! known there has no `pod_uid` label.
 
+pub mod checkpoint;
 pub mod mapping;
 pub mod podresources;
 
@@ -39,8 +41,8 @@ pub struct KubernetesConfig {
     /// `--pod-resources-kubelet-socket`.
     pub socket: PathBuf,
     pub rules: MatchRules,
-    /// `--kubernetes-enable-pod-uid`.
-    pub enable_pod_uid: bool,
+    /// `--kubernetes-enable-pod-uid`: the kubelet device checkpoint to read pod UIDs from.
+    pub pod_uid_checkpoint: Option<PathBuf>,
     /// Deadline of one `List` call.
     pub deadline: Duration,
 }
@@ -106,6 +108,8 @@ pub struct KubernetesEnricher {
     failures: u32,
     metrics: KubeletMetrics,
     warned_unknown: bool,
+    /// The device checkpoint could not be used at the last attempt (logged once per outage).
+    checkpoint_failing: bool,
 }
 
 impl KubernetesEnricher {
@@ -124,9 +128,10 @@ impl KubernetesEnricher {
             deadline_ms = config.deadline.as_millis() as u64,
             "Kubernetes pod mapping on: the kubelet's pod-resources API is asked once per collect interval"
         );
-        if config.enable_pod_uid {
-            tracing::warn!(
-                "--kubernetes-enable-pod-uid: the kubelet pod-resources v1 API carries no pod UID, so no pod_uid label can be written yet"
+        if let Some(path) = &config.pod_uid_checkpoint {
+            tracing::info!(
+                checkpoint = %path.display(),
+                "pod_uid on: pod UIDs are read from the kubelet's device checkpoint once per collect interval"
             );
         }
         Ok(KubernetesEnricher {
@@ -136,6 +141,7 @@ impl KubernetesEnricher {
             mapping: None,
             failures: 0,
             warned_unknown: false,
+            checkpoint_failing: false,
         })
     }
 
@@ -150,7 +156,8 @@ impl KubernetesEnricher {
         match result {
             Ok(reply) => {
                 self.metrics.ok.inc();
-                let mapping = Mapping::build(&reply, &self.config.rules);
+                let uids = self.pod_uids();
+                let mapping = Mapping::build(&reply, &self.config.rules, uids.as_ref());
                 if !mapping.unknown_ids.is_empty() && !self.warned_unknown {
                     tracing::warn!(ids = ?mapping.unknown_ids, "kubelet reports NVIDIA device ids of an unknown form; they are not attributed (logged once)");
                     self.warned_unknown = true;
@@ -187,6 +194,29 @@ impl KubernetesEnricher {
         self.metrics
             .pods
             .set(self.mapping.as_ref().map_or(0.0, |m| m.pods as f64));
+    }
+}
+
+impl KubernetesEnricher {
+    /// Pod UIDs from the device checkpoint, when `--kubernetes-enable-pod-uid` asks for them.
+    fn pod_uids(&mut self) -> Option<checkpoint::UidIndex> {
+        let path = self.config.pod_uid_checkpoint.as_ref()?;
+        match checkpoint::UidIndex::read(path) {
+            Ok(index) => {
+                if self.checkpoint_failing {
+                    tracing::info!(checkpoint = %path.display(), "kubelet device checkpoint readable again; pod_uid labels back");
+                    self.checkpoint_failing = false;
+                }
+                Some(index)
+            }
+            Err(e) => {
+                if !self.checkpoint_failing {
+                    tracing::warn!(error = %e, "pod UIDs unavailable: series carry no pod_uid label until the kubelet device checkpoint can be read (mount /var/lib/kubelet/device-plugins read-only)");
+                    self.checkpoint_failing = true;
+                }
+                None
+            }
+        }
     }
 }
 

@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # Offline checks of deploy/kubernetes/ (no cluster needed), run by tests/run-all.sh:
 #  1. every core-API manifest validates with `kubernetes-validate --strict` (bundled schemas);
-#  2. the DaemonSet with patch-profiling.yaml applied validates too (the patch alone is not a resource);
+#  2. the DaemonSet with each patch-*.yaml applied validates too (a patch alone is not a resource);
 #  3. servicemonitor.yaml (CRD monitoring.coreos.com/v1: kubernetes-validate has no schema for it) is
 #     checked structurally against the Service it selects;
 #  4. the counters ConfigMap holds exactly src/config/default-counters.csv;
-#  5. every flag variable the DaemonSet sets (or shows commented out) is one the binary knows.
+#  5. every flag variable the DaemonSet and its patches set (or show commented out) is one the binary knows.
 # Usage: tests/kubernetes/check-manifests.sh [path/to/dcgm-otel]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -25,6 +25,6 @@ done
 "$venv/kubernetes-validate" --strict --quiet "${core[@]}"
 
 "$venv/python" tests/kubernetes/check_manifests.py "$dir" "$tmp" "$bin"
-"$venv/kubernetes-validate" --strict --quiet "$tmp"/daemonset-profiling.yaml
-echo "kubernetes manifests: ${#core[@]} core-API files and the profiling variant pass kubernetes-validate --strict;" \
+"$venv/kubernetes-validate" --strict --quiet "$tmp"/daemonset-profiling.yaml "$tmp"/daemonset-pod-uid.yaml
+echo "kubernetes manifests: ${#core[@]} core-API files and the profiling and pod-uid variants pass kubernetes-validate --strict;" \
      "servicemonitor.yaml checked structurally (no schema for the monitoring.coreos.com/v1 CRD in kubernetes-validate)"

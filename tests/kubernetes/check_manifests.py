@@ -15,15 +15,18 @@ def load(name):
         return yaml.safe_load(f)
 
 
-def merge_containers(base, patch):
-    """Strategic merge of a container list (merge key: name)."""
+MERGE_KEYS = {"containers": "name", "env": "name", "volumes": "name", "volumeMounts": "mountPath"}
+
+
+def merge_list(base, patch, key):
+    """Strategic merge of a list of objects by its merge key (containers, env, volumes, mounts)."""
     out = copy.deepcopy(base)
-    for pc in patch:
-        target = next((c for c in out if c["name"] == pc["name"]), None)
+    for item in patch:
+        target = next((b for b in out if b.get(key) == item.get(key)), None)
         if target is None:
-            fail.append(f"patch names container {pc['name']!r}, which the DaemonSet does not have")
-            continue
-        deep_merge(target, pc)
+            out.append(copy.deepcopy(item))
+        else:
+            deep_merge(target, item)
     return out
 
 
@@ -31,22 +34,40 @@ def deep_merge(base, patch):
     for k, v in patch.items():
         if isinstance(v, dict) and isinstance(base.get(k), dict):
             deep_merge(base[k], v)
-        elif k == "containers":
-            base[k] = merge_containers(base.get(k, []), v)
+        elif k in MERGE_KEYS and isinstance(v, list):
+            base[k] = merge_list(base.get(k, []), v, MERGE_KEYS[k])
         else:
             base[k] = copy.deepcopy(v)
 
 
-# 2. the profiling variant
+# 2. the patched variants: each patch only adds to the DaemonSet's one container, and the result is
+# written out for kubernetes-validate
 ds = load("daemonset.yaml")
-patch = load("patch-profiling.yaml")
-patched = copy.deepcopy(ds)
-deep_merge(patched, patch)
-caps = patched["spec"]["template"]["spec"]["containers"][0]["securityContext"]["capabilities"]
-if caps.get("add") != ["SYS_ADMIN"]:
-    fail.append(f"patch-profiling.yaml does not add SYS_ADMIN: {caps}")
-with open(f"{tmp}/daemonset-profiling.yaml", "w") as f:
-    yaml.safe_dump(patched, f)
+ds_containers = {c["name"] for c in ds["spec"]["template"]["spec"]["containers"]}
+variants = {"patch-profiling.yaml": "daemonset-profiling.yaml", "patch-pod-uid.yaml": "daemonset-pod-uid.yaml"}
+patched = {}
+for patch_file, out_name in variants.items():
+    patch = load(patch_file)
+    for c in patch["spec"]["template"]["spec"]["containers"]:
+        if c["name"] not in ds_containers:
+            fail.append(f"{patch_file} names container {c['name']!r}, which the DaemonSet does not have")
+    merged = copy.deepcopy(ds)
+    deep_merge(merged, patch)
+    patched[patch_file] = merged
+    with open(f"{tmp}/{out_name}", "w") as f:
+        yaml.safe_dump(merged, f)
+c = patched["patch-profiling.yaml"]["spec"]["template"]["spec"]["containers"][0]
+if c["securityContext"]["capabilities"].get("add") != ["SYS_ADMIN"]:
+    fail.append(f"patch-profiling.yaml does not add SYS_ADMIN: {c['securityContext']}")
+spec = patched["patch-pod-uid.yaml"]["spec"]["template"]["spec"]
+c = spec["containers"][0]
+mounts = {m["name"]: m for m in c["volumeMounts"]}
+if not mounts.get("device-plugins", {}).get("readOnly") or "pod-resources" not in mounts:
+    fail.append("patch-pod-uid.yaml: device-plugins must be mounted read-only, next to pod-resources")
+if {v["name"] for v in spec["volumes"]} != {"pod-resources", "counters", "device-plugins"}:
+    fail.append(f"patch-pod-uid.yaml: unexpected volumes {[v['name'] for v in spec['volumes']]}")
+if "DCGM_EXPORTER_KUBERNETES" not in {e["name"] for e in c["env"]}:
+    fail.append("patch-pod-uid.yaml replaced the DaemonSet's env instead of adding to it")
 
 # 3. ServiceMonitor against the Service and the DaemonSet
 sm, svc = load("servicemonitor.yaml"), load("service.yaml")
@@ -80,8 +101,10 @@ if cm["data"]["metrics"] != csv:
     fail.append("configmap-counters.yaml data.metrics differs from src/config/default-counters.csv")
 
 # 5. variables set or suggested by the DaemonSet are known to the binary
-with open(f"{src}/daemonset.yaml") as f:
-    names = set(re.findall(r"name: ((?:DCGM|NVIDIA|OTEL)_[A-Z_]+)", f.read()))
+names = set()
+for name in ["daemonset.yaml", *variants]:
+    with open(f"{src}/{name}") as f:
+        names |= set(re.findall(r"name: ((?:DCGM|NVIDIA|OTEL)_[A-Z_]+)", f.read()))
 help_text = subprocess.run([binary, "--help"], capture_output=True, text=True, check=True).stdout
 for n in sorted(names):
     if n not in help_text:
@@ -90,5 +113,5 @@ for n in sorted(names):
 if fail:
     print("\n".join("FAIL: " + m for m in fail))
     sys.exit(1)
-print(f"kubernetes manifests: profiling variant built, ServiceMonitor/Service/DaemonSet wired, "
+print(f"kubernetes manifests: profiling and pod-uid variants built, ServiceMonitor/Service/DaemonSet wired, "
       f"ConfigMap == default CSV, {len(names)} environment variables known to the binary")

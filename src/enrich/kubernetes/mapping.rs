@@ -21,7 +21,8 @@
 
 use std::collections::HashMap;
 
-use super::podresources::ListPodResourcesResponse;
+use super::checkpoint::UidIndex;
+use super::podresources::{ContainerResources, ListPodResourcesResponse};
 use crate::snapshot::{Entity, EntityKind, PodRef};
 
 /// How whole GPUs are named in kubelet device ids (`--kubernetes-gpu-id-type`).
@@ -123,6 +124,16 @@ pub fn parse_device_id(id: &str) -> Option<DeviceKey> {
     None
 }
 
+/// The pod UID of one listed container: that of any of its NVIDIA allocations in the checkpoint.
+fn container_uid(uids: &UidIndex, c: &ContainerResources, rules: &MatchRules) -> Option<String> {
+    c.devices
+        .iter()
+        .filter(|d| rules.is_nvidia_resource(&d.resource_name))
+        .flat_map(|d| d.device_ids.iter().map(move |id| (d, id)))
+        .find_map(|(d, id)| uids.uid(&d.resource_name, id, &c.name))
+        .map(str::to_string)
+}
+
 /// Pods by device, built from one `List` reply. Every pod list is sorted and free of duplicates.
 #[derive(Debug, Default, Clone)]
 pub struct Mapping {
@@ -138,8 +149,13 @@ pub struct Mapping {
 }
 
 impl Mapping {
-    /// Index a `List` reply. Pod UIDs are not part of pod-resources v1, so `PodRef::uid` stays empty.
-    pub fn build(reply: &ListPodResourcesResponse, rules: &MatchRules) -> Mapping {
+    /// Index a `List` reply. Pod UIDs are not part of pod-resources v1: `PodRef::uid` is filled from
+    /// `uids` (the kubelet's device checkpoint) when given and it knows the allocation, else left empty.
+    pub fn build(
+        reply: &ListPodResourcesResponse,
+        rules: &MatchRules,
+        uids: Option<&UidIndex>,
+    ) -> Mapping {
         let mut m = Mapping::default();
         for pod in &reply.pod_resources {
             let mut holds_any = false;
@@ -163,7 +179,9 @@ impl Mapping {
                                 namespace: pod.namespace.clone(),
                                 name: pod.name.clone(),
                                 container: c.name.clone(),
-                                uid: String::new(),
+                                uid: uids
+                                    .and_then(|u| container_uid(u, c, rules))
+                                    .unwrap_or_default(),
                             })
                             .clone();
                         match key {
@@ -239,7 +257,7 @@ impl Mapping {
 mod tests {
     use std::sync::Arc;
 
-    use super::super::podresources::{ContainerDevices, ContainerResources, PodResources};
+    use super::super::podresources::{ContainerDevices, PodResources};
     use super::*;
     use crate::snapshot::{GpuIdentity, MigIdentity};
 
@@ -323,7 +341,7 @@ mod tests {
             extra_resource_names: vec!["nvidia.com/a100".into()],
             id_type: GpuIdType::Uid,
         };
-        let m = Mapping::build(&reply, &rules);
+        let m = Mapping::build(&reply, &rules, None);
         assert_eq!(m.pods, 6);
         assert_eq!(m.unknown_ids, vec!["weird".to_string()]);
         let uid = GpuIdType::Uid;
@@ -377,7 +395,7 @@ mod tests {
             extra_resource_names: vec![],
             id_type: GpuIdType::DeviceName,
         };
-        let m = Mapping::build(&reply, &rules);
+        let m = Mapping::build(&reply, &rules, None);
         assert_eq!(
             names(&m.pods_for(&Entity::gpu(gpu(3)), GpuIdType::DeviceName)),
             ["a", "b"]
