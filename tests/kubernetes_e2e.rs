@@ -221,6 +221,11 @@ fn free_port() -> u16 {
 /// Start `dcgm-otel --simulate[=scenario] --simulate-seed 1 -c 200 -a 127.0.0.1:<port> <extra>` with
 /// NODE_NAME=node-a and a clean environment; its log goes to `<dir>/exporter.log`.
 fn exporter(dir: &Path, scenario: &str, extra: &[&str]) -> Exporter {
+    exporter_env(dir, scenario, extra, &[])
+}
+
+/// [`exporter`] with extra environment variables.
+fn exporter_env(dir: &Path, scenario: &str, extra: &[&str], env: &[(&str, &str)]) -> Exporter {
     let port = free_port();
     let log = dir.join("exporter.log");
     let log_file = std::fs::File::create(&log).unwrap();
@@ -240,6 +245,7 @@ fn exporter(dir: &Path, scenario: &str, extra: &[&str]) -> Exporter {
         .args(&args)
         .env_clear()
         .env("NODE_NAME", "node-a")
+        .envs(env.iter().copied())
         .stdout(Stdio::null())
         .stderr(log_file)
         .spawn()
@@ -500,6 +506,56 @@ fn old_namespace_labels_and_device_name_ids_with_gke_mig_forms() {
             old(temp_line(&f, 1, Some(0), "")),
             old(temp_line(&f, 1, Some(1), &attrs("gke-slice"))),
             old(temp_line(&f, 1, Some(2), "")),
+        ]
+    );
+}
+
+#[test]
+fn settings_from_dcgm_exporter_environment_variables() {
+    // The DaemonSet configures the exporter through these variables, not flags.
+    let dir = tempfile::tempdir().unwrap();
+    let f = fleet("default");
+    let sock = socket_in(dir.path());
+    let _kubelet = FakeKubelet::start(
+        &sock,
+        pods(vec![
+            pod(
+                "ns",
+                "by-index",
+                vec![container("c", "example.com/gpu", &["nvidia0"])],
+            ),
+            pod(
+                "ns",
+                "other",
+                vec![container("c", "example.com/fpga", &[&f.mig[1][0].2])],
+            ),
+            pod(
+                "ns",
+                "slice",
+                vec![container("c", "nvidia.com/a100", &[&f.mig[1][2].2])],
+            ),
+        ]),
+    );
+    let ex = exporter_env(
+        dir.path(),
+        "default",
+        &[],
+        &[
+            ("DCGM_EXPORTER_KUBERNETES", "true"),
+            ("DCGM_POD_RESOURCES_KUBELET_SOCKET", sock.to_str().unwrap()),
+            ("DCGM_EXPORTER_KUBERNETES_GPU_ID_TYPE", "device-name"),
+            ("NVIDIA_RESOURCE_NAMES", "example.com/gpu,nvidia.com/a100"),
+            ("DCGM_EXPORTER_USE_OLD_NAMESPACE", "false"),
+        ],
+    );
+    let body = scrape_until(ex.port, "pod labels", |b| b.contains("pod=\"by-index\""));
+    assert_eq!(
+        series(&body, "DCGM_FI_DEV_GPU_TEMP"),
+        vec![
+            temp_line(&f, 0, None, &pod_attrs("c", "ns", "by-index")),
+            temp_line(&f, 1, Some(0), ""),
+            temp_line(&f, 1, Some(1), ""),
+            temp_line(&f, 1, Some(2), &pod_attrs("c", "ns", "slice")),
         ]
     );
 }
