@@ -36,8 +36,9 @@ impl Server {
         self.dir.join("web.yml")
     }
     fn signal(&self, sig: &str) {
-        let ok = Command::new("kill")
-            .args([sig, &self.child.id().to_string()])
+        // The shell's kill builtin: no procps needed.
+        let ok = Command::new("sh")
+            .args(["-c", &format!("kill {sig} {}", self.child.id())])
             .status()
             .map(|s| s.success())
             .unwrap_or(false);
