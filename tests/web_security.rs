@@ -751,3 +751,36 @@ fn connection_cap_answers_503_at_once_and_slow_headers_are_cut_off() {
         .unwrap_or("missing");
     assert!(line.ends_with(" 1"), "{line}");
 }
+
+#[test]
+fn requests_over_the_in_flight_cap_get_503_not_a_queue() {
+    // Cost 12: each wrong password holds its request slot for a bcrypt of a few hundred ms.
+    let hash = htpasswd("prom", "pw", 12);
+    let s = start(
+        Some(&format!("basic_auth_users:\n  prom: {hash}\n")),
+        &["--web-max-requests", "1"],
+        |_| {},
+    );
+    let port = s.port;
+    let wrong = format!(
+        "Basic {}",
+        base64::Engine::encode(&base64::engine::general_purpose::STANDARD, "prom:wrong")
+    );
+    let codes: Vec<u16> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..8)
+            .map(|_| {
+                let wrong = wrong.clone();
+                scope.spawn(move || {
+                    common::get_with(port, "/metrics", &[("Authorization", &wrong)])
+                        .map(|r| r.status)
+                        .unwrap_or(0)
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap_or(0)).collect()
+    });
+    println!("8 concurrent wrong passwords with --web-max-requests 1: {codes:?}");
+    assert!(codes.iter().all(|c| *c == 401 || *c == 503), "{codes:?}");
+    assert!(codes.contains(&503), "{codes:?}");
+    assert!(codes.contains(&401), "{codes:?}");
+}
