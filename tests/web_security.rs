@@ -784,3 +784,50 @@ fn requests_over_the_in_flight_cap_get_503_not_a_queue() {
     assert!(codes.contains(&503), "{codes:?}");
     assert!(codes.contains(&401), "{codes:?}");
 }
+
+#[test]
+fn verify_client_cert_if_given_and_tls12_only() {
+    let web = "tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\n  \
+               client_auth_type: VerifyClientCertIfGiven\n  client_ca_file: ca.crt\n  max_version: TLS12\n  \
+               cipher_suites: [TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256]\n  curve_preferences: [CurveP256]\n";
+    let s = start(Some(web), &[], make_certs);
+    let url = format!("https://127.0.0.1:{}/metrics", s.port);
+    let d = &s.dir;
+    let (code, _, err) = curl(d, &["-v", "--cacert", "ca.crt", &url]);
+    assert_eq!(code, "200", "no client cert is fine: {err}");
+    assert!(err.contains("TLSv1.2"), "{err}");
+    let (code, _, _) = curl(
+        d,
+        &[
+            "--cacert",
+            "ca.crt",
+            "--cert",
+            "client.crt",
+            "--key",
+            "client.key",
+            &url,
+        ],
+    );
+    assert_eq!(code, "200");
+    let (code, rc, _) = curl(
+        d,
+        &[
+            "--cacert",
+            "ca.crt",
+            "--cert",
+            "badclient.crt",
+            "--key",
+            "badclient.key",
+            &url,
+        ],
+    );
+    assert!(
+        code == "000" && rc != 0,
+        "a cert from another CA is refused, got {code}"
+    );
+    let (code, rc, _) = curl(d, &["--cacert", "ca.crt", "--tlsv1.3", &url]);
+    assert!(
+        code == "000" && rc != 0,
+        "TLS 1.3 is off (max_version TLS12), got {code}"
+    );
+}
