@@ -12,7 +12,7 @@
 
 use std::fmt::Write as _;
 use std::io::Write as _;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Instant;
 
 use arc_swap::ArcSwap;
@@ -20,9 +20,11 @@ use bytes::Bytes;
 
 use super::self_metrics::{Metric, SelfMetrics};
 use super::SnapshotConsumer;
-use crate::config::counters::MetricKind;
+use crate::config::counters::{CounterSet, MetricKind};
 use crate::config::LabelStyle;
-use crate::snapshot::{Attribution, EntityKind, EntityReading, FieldValue, HostInfo, Snapshot};
+use crate::snapshot::{
+    Attribution, Entity, EntityKind, EntityReading, FieldValue, HostInfo, Snapshot,
+};
 
 /// A finished /metrics body.
 #[derive(Debug, Clone, Default)]
@@ -38,6 +40,24 @@ pub struct RenderedBody {
 
 /// Write a float the way Prometheus reads it: shortest round-trip digits, integers without a dot.
 pub fn write_f64(out: &mut String, v: f64) {
+    match whole_f64(v) {
+        Some(i) => out.push_str(itoa::Buffer::new().format(i)),
+        None => write_f64_slow(out, v),
+    }
+}
+
+/// `Some(i)` when `v` is a whole number below 2^53 (and not -0): then its shortest round-trip digits are
+/// exactly its integer digits, which itoa writes far faster than `{}`. (Non-whole values keep `{}`:
+/// ryu, for one, breaks ties between equally short digit strings differently.)
+fn whole_f64(v: f64) -> Option<i64> {
+    const TWO_POW_53: f64 = 9_007_199_254_740_992.0;
+    (v.trunc() == v && v.abs() < TWO_POW_53 && !(v == 0.0 && v.is_sign_negative()))
+        .then_some(v as i64)
+}
+
+/// The reference formatting: `{}` (shortest round-trip digits) in the range Prometheus reads as plain
+/// decimals, `{:e}` outside it.
+fn write_f64_slow(out: &mut String, v: f64) {
     if v.is_nan() {
         out.push_str("NaN");
     } else if v.is_infinite() {
@@ -85,7 +105,47 @@ fn push_label(out: &mut String, first: &mut bool, name: &str, value: &str) {
     out.push('"');
 }
 
+/// The families of a counter set in output order (by field id, then row), the first row of each metric
+/// name, label rows left out — with their header text.
+fn families(counters: &CounterSet) -> Vec<FamilyLayout> {
+    let mut order: Vec<usize> = (0..counters.rows.len()).collect();
+    order.sort_by_key(|&i| (counters.rows[i].field.id, i));
+    let mut seen: Vec<&str> = Vec::new();
+    let mut out = Vec::new();
+    for i in order {
+        let row = &counters.rows[i];
+        if row.kind == MetricKind::Label || seen.contains(&row.name.as_str()) {
+            continue;
+        }
+        seen.push(&row.name);
+        let mut header = String::with_capacity(row.name.len() * 2 + row.help.len() + 24);
+        header.push_str("# HELP ");
+        header.push_str(&row.name);
+        header.push(' ');
+        escape_help(&row.help, &mut header);
+        header.push_str("\n# TYPE ");
+        header.push_str(&row.name);
+        header.push(' ');
+        header.push_str(row.kind.as_str());
+        header.push('\n');
+        let mut open = String::with_capacity(row.name.len() + 1);
+        open.push_str(&row.name);
+        open.push('{');
+        out.push(FamilyLayout {
+            row: i,
+            header,
+            open,
+        });
+    }
+    out
+}
+
 /// Renders snapshots into dcgm-exporter-shaped text.
+///
+/// The work that depends only on the inventory — family headers, and each entity's label strings — is
+/// kept between renders in a [`RenderCache`] and redone only for what changed (a new counter set, host,
+/// entity, attribution or label-field value). A render then copies cached strings and formats numbers
+/// on the stack; the body buffers come back to a small pool when the last reader drops them.
 pub struct Renderer {
     style: LabelStyle,
     self_metrics: Option<Arc<SelfMetrics>>,
@@ -93,6 +153,138 @@ pub struct Renderer {
     render_seconds: Option<Arc<Metric>>,
     body_bytes: Option<Arc<Metric>>,
     series_gauge: Option<Arc<Metric>>,
+    cache: Mutex<RenderCache>,
+    text_pool: Arc<BufferPool>,
+    gzip_pool: Arc<BufferPool>,
+}
+
+/// Family headers and per-entity label strings of the last render.
+#[derive(Default)]
+struct RenderCache {
+    /// The counter set the families were computed from.
+    counters: Option<Arc<CounterSet>>,
+    host: Option<Arc<HostInfo>>,
+    families: Vec<FamilyLayout>,
+    /// Rows of kind `label`, in row order.
+    label_rows: Vec<usize>,
+    entities: Vec<EntityLabels>,
+}
+
+/// One metric family: the row whose values it carries and its ready-made text.
+struct FamilyLayout {
+    row: usize,
+    /// `# HELP …\n# TYPE …\n`.
+    header: String,
+    /// `name{`.
+    open: String,
+}
+
+/// The label strings of one entity and what they were built from.
+struct EntityLabels {
+    entity: Arc<Entity>,
+    attribution: Arc<Attribution>,
+    /// Text of each label row (in `RenderCache::label_rows` order) when the strings were built.
+    label_values: Vec<Option<Box<str>>>,
+    /// One per (pod × job) combination, or one when unattributed: `labels} `, ready to follow `name{`.
+    sets: Vec<String>,
+}
+
+impl EntityLabels {
+    fn matches(&self, e: &EntityReading, label_rows: &[usize]) -> bool {
+        (Arc::ptr_eq(&self.entity, &e.entity) || self.entity == e.entity)
+            && (Arc::ptr_eq(&self.attribution, &e.attribution) || self.attribution == e.attribution)
+            && label_rows.len() == self.label_values.len()
+            && label_rows
+                .iter()
+                .zip(&self.label_values)
+                .all(|(&i, old)| e.values.get(i).and_then(FieldValue::as_text) == old.as_deref())
+    }
+}
+
+/// Spare body buffers. A body's bytes return here when the last `Bytes` referring to them is dropped
+/// (the next render usually, or a slow scrape finishing), so steady-state renders do not allocate.
+#[derive(Default)]
+struct BufferPool {
+    free: Mutex<Vec<Vec<u8>>>,
+}
+
+/// Spare buffers kept per pool: the published body and one a slow scraper may still hold.
+const POOL_SPARES: usize = 2;
+
+impl BufferPool {
+    fn take(&self, min_capacity: usize) -> Vec<u8> {
+        let buf = match self.free.lock() {
+            Ok(mut f) => f.pop(),
+            Err(p) => p.into_inner().pop(),
+        };
+        let mut buf = buf.unwrap_or_default();
+        buf.clear();
+        buf.reserve(min_capacity);
+        buf
+    }
+
+    fn give(&self, mut buf: Vec<u8>) {
+        buf.clear();
+        let mut free = match self.free.lock() {
+            Ok(f) => f,
+            Err(p) => p.into_inner(),
+        };
+        if free.len() < POOL_SPARES {
+            free.push(buf);
+        }
+    }
+}
+
+/// A body buffer on loan to `Bytes`; goes back to its pool when dropped.
+struct Pooled {
+    buf: Vec<u8>,
+    pool: Weak<BufferPool>,
+}
+
+impl AsRef<[u8]> for Pooled {
+    fn as_ref(&self) -> &[u8] {
+        &self.buf
+    }
+}
+
+impl Drop for Pooled {
+    fn drop(&mut self) {
+        if let Some(pool) = self.pool.upgrade() {
+            pool.give(std::mem::take(&mut self.buf));
+        }
+    }
+}
+
+fn pooled_bytes(buf: Vec<u8>, pool: &Arc<BufferPool>) -> Bytes {
+    Bytes::from_owner(Pooled {
+        buf,
+        pool: Arc::downgrade(pool),
+    })
+}
+
+/// Formats one sample value without allocating.
+#[derive(Default)]
+struct ValueFormatter {
+    int: itoa::Buffer,
+    slow: String,
+}
+
+impl ValueFormatter {
+    /// The value's text, or `None` for values that are never written (text, absent, NaN, ±Inf).
+    fn format<'a>(&'a mut self, v: &FieldValue) -> Option<&'a str> {
+        match v {
+            FieldValue::Int(n) => Some(self.int.format(*n)),
+            FieldValue::Double(d) if d.is_finite() => Some(match whole_f64(*d) {
+                Some(i) => self.int.format(i),
+                None => {
+                    self.slow.clear();
+                    write_f64_slow(&mut self.slow, *d);
+                    &self.slow
+                }
+            }),
+            _ => None,
+        }
+    }
 }
 
 impl Renderer {
@@ -125,6 +317,9 @@ impl Renderer {
             render_seconds,
             body_bytes,
             series_gauge,
+            cache: Mutex::new(RenderCache::default()),
+            text_pool: Arc::new(BufferPool::default()),
+            gzip_pool: Arc::new(BufferPool::default()),
         }
     }
 
@@ -135,60 +330,90 @@ impl Renderer {
 
     /// Render a snapshot's GPU metrics (without self-metrics) into `out`. Returns the sample count.
     pub fn render_metrics(&self, snap: &Snapshot, out: &mut String) -> usize {
-        let prefixes: Vec<Vec<String>> = snap
-            .entities
-            .iter()
-            .map(|e| self.label_sets(e, &snap.host, snap))
-            .collect();
-        let mut order: Vec<usize> = (0..snap.counters.rows.len()).collect();
-        order.sort_by_key(|&i| (snap.counters.rows[i].field.id, i));
-        let mut seen_names: Vec<&str> = Vec::new();
+        let mut cache = match self.cache.lock() {
+            Ok(c) => c,
+            Err(p) => p.into_inner(),
+        };
+        self.refresh(&mut cache, snap);
+        let mut fmt = ValueFormatter::default();
         let mut samples = 0;
-        for i in order {
-            let row = &snap.counters.rows[i];
-            if row.kind == MetricKind::Label || seen_names.contains(&row.name.as_str()) {
-                continue;
-            }
-            seen_names.push(&row.name);
-            let start = out.len();
+        for fam in &cache.families {
             let mut wrote_any = false;
-            for (e, sets) in snap.entities.iter().zip(&prefixes) {
-                let Some(v) = e.values.get(i) else { continue };
-                let mut value = String::new();
-                match v {
-                    FieldValue::Int(n) => {
-                        let _ = write!(value, "{n}");
-                    }
-                    FieldValue::Double(d) if d.is_finite() => write_f64(&mut value, *d),
-                    _ => continue,
-                }
+            for (e, labels) in snap.entities.iter().zip(&cache.entities) {
+                let Some(v) = e.values.get(fam.row) else {
+                    continue;
+                };
+                let Some(value) = fmt.format(v) else { continue };
                 if !wrote_any {
-                    out.push_str("# HELP ");
-                    out.push_str(&row.name);
-                    out.push(' ');
-                    escape_help(&row.help, out);
-                    out.push_str("\n# TYPE ");
-                    out.push_str(&row.name);
-                    out.push(' ');
-                    out.push_str(row.kind.as_str());
-                    out.push('\n');
+                    out.push_str(&fam.header);
                     wrote_any = true;
                 }
-                for labels in sets {
-                    out.push_str(&row.name);
-                    out.push('{');
-                    out.push_str(labels);
-                    out.push_str("} ");
-                    out.push_str(&value);
+                for set in &labels.sets {
+                    out.push_str(&fam.open);
+                    out.push_str(set);
+                    out.push_str(value);
                     out.push('\n');
-                    samples += 1;
                 }
-            }
-            if !wrote_any {
-                out.truncate(start);
+                samples += labels.sets.len();
             }
         }
         samples
+    }
+
+    /// Bring the cache in line with `snap`: rebuild what its counters, host and entities changed.
+    fn refresh(&self, cache: &mut RenderCache, snap: &Snapshot) {
+        let same_counters = cache
+            .counters
+            .as_ref()
+            .is_some_and(|c| Arc::ptr_eq(c, &snap.counters) || **c == *snap.counters);
+        if !same_counters {
+            cache.families = families(&snap.counters);
+            cache.label_rows = (0..snap.counters.rows.len())
+                .filter(|&i| snap.counters.rows[i].kind == MetricKind::Label)
+                .collect();
+            cache.counters = Some(snap.counters.clone());
+            cache.entities.clear();
+        }
+        let same_host = cache
+            .host
+            .as_ref()
+            .is_some_and(|h| Arc::ptr_eq(h, &snap.host) || **h == *snap.host);
+        if !same_host {
+            cache.host = Some(snap.host.clone());
+            cache.entities.clear();
+        }
+        cache.entities.truncate(snap.entities.len());
+        for (i, e) in snap.entities.iter().enumerate() {
+            if cache
+                .entities
+                .get(i)
+                .is_some_and(|c| c.matches(e, &cache.label_rows))
+            {
+                continue;
+            }
+            let built = EntityLabels {
+                entity: e.entity.clone(),
+                attribution: e.attribution.clone(),
+                label_values: cache
+                    .label_rows
+                    .iter()
+                    .map(|&r| e.values.get(r).and_then(FieldValue::as_text).map(Box::from))
+                    .collect(),
+                sets: self
+                    .label_sets(e, &snap.host, snap)
+                    .into_iter()
+                    .map(|mut s| {
+                        s.push_str("} ");
+                        s
+                    })
+                    .collect(),
+            };
+            if i < cache.entities.len() {
+                cache.entities[i] = built;
+            } else {
+                cache.entities.push(built);
+            }
+        }
     }
 
     /// The label strings of one entity: one per (pod × job) combination, or one when unattributed.
@@ -210,7 +435,11 @@ impl Renderer {
             }
             EntityKind::Gpu | EntityKind::GpuInstance => {
                 push_label(&mut base, &mut first, "gpu", &gpu.index.to_string());
-                let uuid_name = if self.style.use_old_namespace { "uuid" } else { "UUID" };
+                let uuid_name = if self.style.use_old_namespace {
+                    "uuid"
+                } else {
+                    "UUID"
+                };
                 push_label(&mut base, &mut first, uuid_name, &gpu.uuid);
                 push_label(&mut base, &mut first, "pci_bus_id", &gpu.pci_bus_id);
                 push_label(&mut base, &mut first, "device", &gpu.device());
@@ -261,8 +490,14 @@ impl Renderer {
             for job in &jobs {
                 let mut attrs: Vec<(&str, &str)> = Vec::new();
                 if let Some(p) = pod {
-                    attrs.push((if old { "container_name" } else { "container" }, &p.container));
-                    attrs.push((if old { "pod_namespace" } else { "namespace" }, &p.namespace));
+                    attrs.push((
+                        if old { "container_name" } else { "container" },
+                        &p.container,
+                    ));
+                    attrs.push((
+                        if old { "pod_namespace" } else { "namespace" },
+                        &p.namespace,
+                    ));
                     attrs.push((if old { "pod_name" } else { "pod" }, &p.name));
                     if !p.uid.is_empty() {
                         attrs.push(("pod_uid", &p.uid));
@@ -286,7 +521,9 @@ impl Renderer {
     /// Render a full body (metrics + self-metrics) and publish it.
     pub fn publish(&self, snap: &Snapshot) {
         let started = Instant::now();
-        let mut text = String::with_capacity(self.body.load().text.len() + 4096);
+        let previous = self.body.load().text.len();
+        // A pooled buffer is empty, so this conversion checks nothing and keeps its capacity.
+        let mut text = String::from_utf8(self.text_pool.take(previous + 4096)).unwrap_or_default();
         let series = self.render_metrics(snap, &mut text);
         if let Some(s) = &self.series_gauge {
             s.set(series as f64);
@@ -295,12 +532,10 @@ impl Renderer {
             m.render(&mut text);
         }
         let gzip = {
-            let mut enc = flate2::write::GzEncoder::new(
-                Vec::with_capacity(text.len() / 4),
-                flate2::Compression::fast(),
-            );
+            let buf = self.gzip_pool.take(text.len() / 8);
+            let mut enc = flate2::write::GzEncoder::new(buf, flate2::Compression::fast());
             match enc.write_all(text.as_bytes()).and_then(|_| enc.finish()) {
-                Ok(v) => Bytes::from(v),
+                Ok(v) => pooled_bytes(v, &self.gzip_pool),
                 Err(_) => Bytes::new(),
             }
         };
@@ -308,7 +543,7 @@ impl Renderer {
             b.set(text.len() as f64);
         }
         self.body.store(Arc::new(RenderedBody {
-            text: Bytes::from(text),
+            text: pooled_bytes(text.into_bytes(), &self.text_pool),
             gzip,
             seq: snap.seq,
             series,
@@ -341,5 +576,70 @@ mod tests {
         assert_eq!(f(0.0), "0");
         assert_eq!(f(1.5e22), "1.5e22");
         assert_eq!(f(2.5e-9), "2.5e-9");
+        assert_eq!(f(-0.0), "-0");
+        assert_eq!(f(1e-5), "0.00001");
+        assert_eq!(f(f64::NAN), "NaN");
+        assert_eq!(f(f64::NEG_INFINITY), "-Inf");
+        assert_eq!(f(1_152_921_504_606_846_976.0), "1152921504606847000");
+    }
+
+    /// The fast path (itoa for whole numbers) writes exactly what the reference `{}` / `{:e}` formatting writes.
+    #[test]
+    fn fast_float_paths_match_the_reference() {
+        let check = |v: f64| {
+            let (mut fast, mut slow) = (String::new(), String::new());
+            write_f64(&mut fast, v);
+            write_f64_slow(&mut slow, v);
+            assert_eq!(fast, slow, "bits {:#x}", v.to_bits());
+            let mut f = ValueFormatter::default();
+            assert_eq!(
+                f.format(&FieldValue::Double(v)).unwrap_or("NaN/Inf"),
+                if v.is_finite() {
+                    slow.as_str()
+                } else {
+                    "NaN/Inf"
+                }
+            );
+        };
+        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+        let mut next = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        for _ in 0..200_000 {
+            let r = next();
+            // any bit pattern
+            check(f64::from_bits(r));
+            // values around the switch points and the sim's rounded decimals
+            let m = (r >> 11) as f64 / (1u64 << 53) as f64;
+            let e = (r % 48) as i32 - 24;
+            check(m * 10f64.powi(e));
+            check(-(m * 10f64.powi(e)));
+            check(((m * 1e6).round()) / 1e6);
+            check(((m * 1e9).round()) / 1e3);
+            check((r % 100_000_000) as f64 / 1000.0);
+        }
+        for v in [
+            1e-5,
+            9.999_999_999e-6,
+            1e-6,
+            0.1,
+            0.3,
+            2f64.powi(52) - 0.5,
+            2f64.powi(53),
+            2f64.powi(53) - 1.0,
+            1e16,
+            1e21,
+            1e22,
+            123.456,
+            f64::MIN_POSITIVE,
+            f64::MAX,
+            5e-324,
+        ] {
+            check(v);
+            check(-v);
+        }
     }
 }
