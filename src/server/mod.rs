@@ -199,6 +199,8 @@ impl Default for Limits {
 
 /// Largest request head (request line and headers) read; hyper answers 431 above it.
 pub const MAX_REQUEST_HEAD: usize = 16 * 1024;
+/// Connections over the cap being answered 503 at once, at most (each takes up to a second).
+pub const REJECTING_MAX: usize = 256;
 /// How long open connections get to finish once shutdown begins (main waits 5 s in all).
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(3);
 
@@ -261,6 +263,7 @@ pub async fn serve_with(
     };
     let max_connections = limits.max_connections.clamp(1, u32::MAX as usize >> 3);
     let connection_slots = Arc::new(Semaphore::new(max_connections));
+    let rejecting = Arc::new(Semaphore::new(REJECTING_MAX));
     let shared = Arc::new(Shared {
         state,
         web: opts.web,
@@ -284,7 +287,13 @@ pub async fn serve_with(
         let web = shared.web.load_full();
         let Ok(slot) = connection_slots.clone().try_acquire_owned() else {
             shared.metrics.rejected_max_connections.inc();
-            tokio::spawn(io::reject_busy(stream, web.tls.is_none()));
+            // The 503 answers are bounded too: past REJECTING_MAX at once, excess sockets just close.
+            if let Ok(answering) = rejecting.clone().try_acquire_owned() {
+                tokio::spawn(async move {
+                    io::reject_busy(stream, web.tls.is_none()).await;
+                    drop(answering);
+                });
+            }
             continue;
         };
         let _ = stream.set_nodelay(true);
