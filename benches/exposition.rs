@@ -403,6 +403,210 @@ fn bench_compare(cases: &[Case], ours: &[(String, Stats)]) {
     }
 }
 
+// ---- OTLP: the OTLP engineer's export path, end to end into a loopback sink --------------------------
+
+/// A minimal OTLP/HTTP receiver on 127.0.0.1: reads each request (keep-alive), answers 200 with an empty
+/// `ExportMetricsServiceResponse`, and reports the body size it received.
+fn otlp_sink() -> std::io::Result<(u16, std::sync::mpsc::Receiver<usize>)> {
+    let listener = TcpListener::bind("127.0.0.1:0")?;
+    let port = listener.local_addr()?.port();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { return };
+            let tx = tx.clone();
+            std::thread::spawn(move || {
+                let mut buf = Vec::new();
+                let mut chunk = vec![0u8; 1 << 16];
+                loop {
+                    let head_end = loop {
+                        if let Some(p) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                            break p + 4;
+                        }
+                        match stream.read(&mut chunk) {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                        }
+                    };
+                    let head = String::from_utf8_lossy(&buf[..head_end]).to_ascii_lowercase();
+                    let len: usize = head
+                        .lines()
+                        .find_map(|l| {
+                            l.strip_prefix("content-length:")
+                                .and_then(|v| v.trim().parse().ok())
+                        })
+                        .unwrap_or(0);
+                    while buf.len() < head_end + len {
+                        match stream.read(&mut chunk) {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                        }
+                    }
+                    buf.drain(..head_end + len);
+                    let reply = "HTTP/1.1 200 OK\r\ncontent-type: application/x-protobuf\r\ncontent-length: 0\r\n\r\n";
+                    if stream.write_all(reply.as_bytes()).is_err() {
+                        return;
+                    }
+                    let _ = tx.send(len);
+                }
+            });
+        }
+    });
+    Ok((port, rx))
+}
+
+/// One OTLP export of the large snapshot through the real pieces of `src/export/otel/`: SDK
+/// collection (instrument callbacks over the snapshot, aggregation) on the PeriodicReader thread,
+/// `convert` to one request regrouped per entity resource, protobuf encoding, the bounded queue, and
+/// the sender's HTTP/protobuf transport to a loopback receiver.
+fn bench_otlp(large: &Case) {
+    use dcgm_otel::config::cli::OtelAttributeStyle;
+    use dcgm_otel::export::otel::config::{OtlpConfig, Protocol, TlsFiles};
+    use dcgm_otel::export::otel::{instruments, otlp, resource, transport};
+    use dcgm_otel::pipeline::SnapshotStore;
+    use opentelemetry::metrics::MeterProvider as _;
+    use opentelemetry_sdk::metrics::{PeriodicReader, SdkMeterProvider, Temporality};
+
+    for gzip in [false, true] {
+        let Ok((port, received)) = otlp_sink() else {
+            println!("otlp: cannot bind a loopback receiver");
+            return;
+        };
+        let cfg = OtlpConfig {
+            protocol: Protocol::HttpProtobuf,
+            endpoint: format!("http://127.0.0.1:{port}/v1/metrics"),
+            headers: Vec::new(),
+            timeout: Duration::from_secs(10),
+            gzip,
+            tls: TlsFiles::default(),
+            interval: Duration::from_secs(3600),
+            temporality: Temporality::Cumulative,
+            max_pending: 8,
+        };
+        let store = SnapshotStore::new();
+        store.publish(large.snap.clone());
+        let counters = large.snap.counters.clone();
+        let naming =
+            resource::Naming::new(OtelAttributeStyle::Otel, common::default_style(), &counters);
+        let keys = naming.resource_keys();
+        let view = instruments::SnapshotView::new(store.clone(), naming);
+        let registry = SelfMetrics::new();
+        let metrics = Arc::new(otlp::ExportMetrics::new(&registry, "http/protobuf"));
+        let queue = otlp::Queue::new(cfg.max_pending, metrics.clone());
+        let sender = {
+            let (cfg, queue, metrics) = (cfg.clone(), queue.clone(), metrics.clone());
+            std::thread::spawn(move || {
+                let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                else {
+                    return;
+                };
+                let Ok(t) = rt.block_on(async { transport::Transport::new(&cfg) }) else {
+                    return;
+                };
+                rt.block_on(otlp::run_sender(t, queue, metrics, cfg.endpoint.clone()));
+            })
+        };
+        let exporter = otlp::QueueExporter {
+            view: view.clone(),
+            resource_keys: keys,
+            queue: queue.clone(),
+            temporality: Temporality::Cumulative,
+            metrics: metrics.clone(),
+            shut_down: std::sync::atomic::AtomicBool::new(false),
+        };
+        let reader = PeriodicReader::builder(exporter)
+            .with_interval(cfg.interval)
+            .build();
+        let provider = SdkMeterProvider::builder()
+            .with_resource(
+                opentelemetry_sdk::Resource::builder_empty()
+                    .with_attributes([opentelemetry::KeyValue::new("host.name", "bench-node-01")])
+                    .build(),
+            )
+            .with_view(|_: &opentelemetry_sdk::metrics::Instrument| {
+                opentelemetry_sdk::metrics::Stream::builder()
+                    .with_cardinality_limit(100_000)
+                    .build()
+                    .ok()
+            })
+            .with_reader(reader)
+            .build();
+        let meter = provider.meter("dcgm-otel");
+        instruments::register(&meter, &counters, &view);
+
+        let (w, r) = runs(60);
+        let (mut flush, mut total, mut collect, mut encode, mut send) =
+            (vec![], vec![], vec![], vec![], vec![]);
+        let mut body_bytes = 0;
+        let mut ok = true;
+        for i in 0..w + r {
+            // A new snapshot each export, as in production (the per-entity attribute sets are rebuilt).
+            store.publish(Arc::new((*large.snap).clone()));
+            let t0 = Instant::now();
+            let _ = provider.force_flush();
+            let t1 = t0.elapsed();
+            match received.recv_timeout(Duration::from_secs(10)) {
+                Ok(n) => body_bytes = n,
+                Err(_) => {
+                    ok = false;
+                    break;
+                }
+            }
+            let t2 = t0.elapsed();
+            // The sender sets its gauge after the answer; give it a moment.
+            std::thread::sleep(Duration::from_millis(2));
+            if i >= w {
+                flush.push(t1);
+                total.push(t2);
+                collect.push(Duration::from_secs_f64(metrics.collect_seconds.get()));
+                encode.push(Duration::from_secs_f64(metrics.encode_seconds.get()));
+                send.push(Duration::from_secs_f64(metrics.send_seconds.get()));
+            }
+        }
+        let points = metrics.data_points.get() as usize;
+        let req = metrics.request_bytes.get() as usize;
+        let z = if gzip { "gzip" } else { "none" };
+        report(
+            &format!("otlp SDK collect (callbacks+aggregation) {z}"),
+            &Stats::from_samples(collect),
+            points,
+            req,
+        );
+        report(
+            &format!("otlp convert + protobuf encode {z}"),
+            &Stats::from_samples(encode),
+            points,
+            req,
+        );
+        report(
+            &format!("otlp collect+convert+encode (flush) {z}"),
+            &Stats::from_samples(flush),
+            points,
+            req,
+        );
+        report(
+            &format!("otlp send (sender: request → answer) {z}"),
+            &Stats::from_samples(send),
+            points,
+            body_bytes,
+        );
+        report(
+            &format!("otlp flush → received by sink {z}"),
+            &Stats::from_samples(total),
+            points,
+            body_bytes,
+        );
+        if !ok {
+            println!("otlp: the loopback receiver got nothing within 10 s");
+        }
+        let _ = provider.shutdown();
+        queue.close();
+        let _ = sender.join();
+    }
+}
+
 // ---- serving, through the real binary over loopback ---------------------------------------------------
 
 struct Exporter(Child);
@@ -661,6 +865,10 @@ fn main() {
     if selected("serve") {
         bench_serve();
     }
-    println!("otlp encode: not benched (src/export/otel/ has no encode function yet)");
-    println!("kubernetes join: not benched (no enricher in src/enrich/ yet)");
+    if selected("otlp") {
+        if let Some(large) = cases.iter().find(|c| c.name.starts_with("large")) {
+            bench_otlp(large);
+        }
+    }
+    println!("kubernetes mapping join: see `cargo bench --bench kubernetes_mapping` (issue 5's own bench)");
 }
