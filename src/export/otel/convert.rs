@@ -12,6 +12,7 @@
 //! (host mode) the result is one ResourceMetrics, as the stock exporter would send.
 
 use std::collections::{HashMap, HashSet};
+use std::hash::{Hash, Hasher};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use opentelemetry::{KeyValue, Value};
@@ -67,7 +68,8 @@ struct Builder<'a> {
     resource_keys: &'a HashSet<String>,
     base: Vec<PKeyValue>,
     schema_url: String,
-    index: HashMap<IdentityKey, usize>,
+    /// Identity hash → (identity, output slot); collisions are told apart by comparing identities.
+    index: HashMap<u64, Vec<(IdentityKey, usize)>>,
     out: Vec<(Vec<PKeyValue>, Vec<Metric>)>,
     data_points: usize,
 }
@@ -96,13 +98,29 @@ impl<'a> Builder<'a> {
             }
         }
         identity.sort_by(|a, b| a.key.as_str().cmp(b.key.as_str()));
+        // Look the identity up by hash without allocating (most points hit an existing resource).
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        for kv in &identity {
+            kv.key.as_str().hash(&mut hasher);
+            kv.value.as_str().hash(&mut hasher);
+        }
+        let hash = hasher.finish();
+        if let Some(candidates) = self.index.get(&hash) {
+            let same = |key: &IdentityKey| {
+                key.len() == identity.len()
+                    && key
+                        .iter()
+                        .zip(&identity)
+                        .all(|((k, v), kv)| k == kv.key.as_str() && *v == kv.value.as_str())
+            };
+            if let Some((_, i)) = candidates.iter().find(|(key, _)| same(key)) {
+                return (*i, rest);
+            }
+        }
         let key: IdentityKey = identity
             .iter()
-            .map(|kv| (kv.key.as_str().to_string(), kv.value.to_string()))
+            .map(|kv| (kv.key.as_str().to_string(), kv.value.as_str().into_owned()))
             .collect();
-        if let Some(&i) = self.index.get(&key) {
-            return (i, rest);
-        }
         let mut attrs: Vec<PKeyValue> = self
             .base
             .iter()
@@ -111,7 +129,10 @@ impl<'a> Builder<'a> {
             .collect();
         attrs.extend(identity.iter().map(|kv| pkv(kv)));
         self.out.push((attrs, Vec::new()));
-        self.index.insert(key, self.out.len() - 1);
+        self.index
+            .entry(hash)
+            .or_default()
+            .push((key, self.out.len() - 1));
         (self.out.len() - 1, rest)
     }
 
