@@ -19,6 +19,7 @@ command -v npm >/dev/null || need_apt+=(npm)
 command -v curl >/dev/null || need_apt+=(curl)
 command -v openssl >/dev/null || need_apt+=(openssl)
 command -v htpasswd >/dev/null || need_apt+=(apache2-utils)
+command -v wrk >/dev/null || need_apt+=(wrk)  # benches/load.sh (issue 8)
 if [ ${#need_apt[@]} -gt 0 ]; then
   log "installing Debian packages: ${need_apt[*]}"
   SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
@@ -79,5 +80,9 @@ log "stack test: compose files, collector configs, dashboards, live dashboard qu
 
 log "kubernetes manifests: kubernetes-validate --strict, ServiceMonitor, ConfigMap (tests/kubernetes)"
 ./tests/kubernetes/check-manifests.sh target/debug/dcgm-otel
+
+log "benches: smoke runs (compile and run, a few iterations, no timing asserted; figures in docs/performance.md)"
+cargo test --bench exposition --bench cycle -- --smoke
+DCGM_OTEL_BIN=target/debug/dcgm-otel ./benches/load.sh --short
 
 log "all tests passed"
