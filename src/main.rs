@@ -163,6 +163,17 @@ fn run(cli: Cli, collectors_explicit: bool, started: Instant) -> Result<(), Fata
                 hostname: hostname.as_deref(),
                 node_name: node_name.as_deref(),
             };
+            let bridge = dcgm_otel::export::otel::prometheus_bridge(&inputs, renderer.body())
+                .map_err(|e| {
+                    if e.is_bad_input() {
+                        usage(e)
+                    } else {
+                        failure(e)
+                    }
+                })?;
+            vec![bridge as Arc<dyn SnapshotConsumer>]
+        }
+    };
     let status = CollectorStatus::new(interval);
     let store = SnapshotStore::new();
 

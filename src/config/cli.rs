@@ -291,8 +291,13 @@ pub struct Cli {
 
     /// /metrics format: dcgm (dcgm-exporter's names and labels) or otel (through the OpenTelemetry
     /// Prometheus bridge: unit suffixes, _total, target_info, as an OTel Collector would write them).
-    #[arg(long = "prometheus-format", env = "DCGM_OTEL_PROMETHEUS_FORMAT", value_enum, default_value = "dcgm",
-          help_heading = "Server")]
+    #[arg(
+        long = "prometheus-format",
+        env = "DCGM_OTEL_PROMETHEUS_FORMAT",
+        value_enum,
+        default_value = "dcgm",
+        help_heading = "Server"
+    )]
     pub prometheus_format: PrometheusFormat,
 }
 
