@@ -252,7 +252,11 @@ pub struct Cli {
     pub otlp_certificate: Option<PathBuf>,
 
     /// PEM client certificate for mTLS [env: OTEL_EXPORTER_OTLP_(METRICS_)CLIENT_CERTIFICATE].
-    #[arg(long = "otlp-client-certificate", value_name = "PATH", help_heading = "OTLP")]
+    #[arg(
+        long = "otlp-client-certificate",
+        value_name = "PATH",
+        help_heading = "OTLP"
+    )]
     pub otlp_client_certificate: Option<PathBuf>,
 
     /// PEM private key of the client certificate [env: OTEL_EXPORTER_OTLP_(METRICS_)CLIENT_KEY].
@@ -260,12 +264,20 @@ pub struct Cli {
     pub otlp_client_key: Option<PathBuf>,
 
     /// Export interval in milliseconds [default: the collect interval] [env: OTEL_METRIC_EXPORT_INTERVAL].
-    #[arg(long = "otlp-export-interval", value_name = "MS", help_heading = "OTLP")]
+    #[arg(
+        long = "otlp-export-interval",
+        value_name = "MS",
+        help_heading = "OTLP"
+    )]
     pub otlp_export_interval: Option<u64>,
 
     /// cumulative, delta or lowmemory [default: cumulative]
     /// [env: OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE].
-    #[arg(long = "otlp-temporality", value_name = "PREFERENCE", help_heading = "OTLP")]
+    #[arg(
+        long = "otlp-temporality",
+        value_name = "PREFERENCE",
+        help_heading = "OTLP"
+    )]
     pub otlp_temporality: Option<String>,
 
     /// Export requests kept while the collector is unreachable; the oldest is dropped beyond this.
@@ -275,14 +287,24 @@ pub struct Cli {
 
     /// per-entity: one OTLP Resource per GPU / MIG instance (and pod); host: one host Resource, entity
     /// identity as data-point attributes.
-    #[arg(long = "otel-resource-mode", env = "DCGM_OTEL_RESOURCE_MODE", value_enum, default_value = "per-entity",
-          help_heading = "OTLP")]
+    #[arg(
+        long = "otel-resource-mode",
+        env = "DCGM_OTEL_RESOURCE_MODE",
+        value_enum,
+        default_value = "per-entity",
+        help_heading = "OTLP"
+    )]
     pub otel_resource_mode: OtelResourceMode,
 
     /// otel: semantic-convention names (hw.id, k8s.pod.name, nvidia.*); dcgm: dcgm-exporter label names
     /// (gpu, UUID, modelName, pod, ...).
-    #[arg(long = "otel-attribute-style", env = "DCGM_OTEL_ATTRIBUTE_STYLE", value_enum, default_value = "otel",
-          help_heading = "OTLP")]
+    #[arg(
+        long = "otel-attribute-style",
+        env = "DCGM_OTEL_ATTRIBUTE_STYLE",
+        value_enum,
+        default_value = "otel",
+        help_heading = "OTLP"
+    )]
     pub otel_attribute_style: OtelAttributeStyle,
 
     /// service.name of the pushed resources [default: dcgm-otel] [env: OTEL_SERVICE_NAME].
