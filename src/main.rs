@@ -214,9 +214,18 @@ fn run(cli: Cli, collectors_explicit: bool, started: Instant) -> Result<(), Fata
         self_metrics: self_metrics.clone(),
         collect_interval: interval,
         hostname: hostname.as_deref(),
-        node_name: std::env::var("NODE_NAME").ok().filter(|n| !n.is_empty()).as_deref(),
+        node_name: std::env::var("NODE_NAME")
+            .ok()
+            .filter(|n| !n.is_empty())
+            .as_deref(),
     })
-    .map_err(|e| if e.is_bad_input() { usage(e) } else { failure(e) })?;
+    .map_err(|e| {
+        if e.is_bad_input() {
+            usage(e)
+        } else {
+            failure(e)
+        }
+    })?;
 
     // ---- collector thread --------------------------------------------------------------------------
     let pipeline = Pipeline {
