@@ -1205,3 +1205,27 @@ fn retryable_failures_are_retried_and_partial_success_counted() {
         drop(exporter);
     }
 }
+
+#[test]
+fn shutdown_sends_the_last_collection() {
+    // An export interval far beyond the test: the only export is the one SIGTERM triggers.
+    let sink = Sink::grpc(0, None);
+    let mut exporter = start_exporter(
+        &otlp_args(
+            &format!("http://{}", sink.addr),
+            &["--otlp-export-interval", "3600000"],
+        ),
+        &[],
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(sink.received().is_empty());
+    let status = std::process::Command::new("kill")
+        .args(["-TERM", &exporter.child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let code = exporter.child.wait().unwrap();
+    assert!(code.success(), "{code:?}");
+    let got = sink.wait_for(1, WAIT);
+    assert_eq!(got[0].req.resource_metrics.len(), 4);
+}
