@@ -657,3 +657,23 @@ fn same_series_as_the_simulated_source_including_nvlinks() {
         );
     }
 }
+
+#[test]
+fn uri_forms_go_through_dcgm_connect_v3() {
+    let fake = Fake::new();
+    let e = start_with(
+        &["-c", "60000", "-r", "tcp://gpu-node-9:5555"],
+        &fake.ld_env(&[]),
+    );
+    let (gpu, _) = mem_clock_lines("gpu-node-9");
+    assert!(scrape(e.port).lines().any(|l| l == gpu));
+    let calls = fake.calls();
+    assert!(
+        calls.iter().any(
+            |c| c.starts_with("dcgmConnect_v3 address=tcp://gpu-node-9:5555 ")
+                && c.ends_with("rc=0")
+        ),
+        "{calls:#?}"
+    );
+    assert!(!calls.iter().any(|c| c.starts_with("dcgmConnect_v2")));
+}
