@@ -94,9 +94,9 @@ fn cycle_of_eight_gpus_with_seven_mig_instances_each() {
     std::env::set_var("FAKE_DCGM_SCENARIO", "large");
     std::env::set_var("FAKE_DCGM_CALL_LOG", &log);
     let large = counters::parse(builtin_counters("large").unwrap(), "large counters").unwrap();
-    measure("large counters", large, &log, 200);
+    measure("large counters", large, &log, 40);
     let default = counters::parse(counters::DEFAULT_COUNTERS_CSV, "default counters").unwrap();
-    measure("default counters", default, &log, 200);
+    measure("default counters", default, &log, 100);
     let mut used: BTreeMap<String, usize> = BTreeMap::new();
     for c in calls(&log) {
         *used
