@@ -41,13 +41,65 @@ struct Probe {
     state: Mutex<ProbeState>,
 }
 
+/// Samples in 1 µs buckets up to 100 ms, allocated and touched up front, so recording a sample never
+/// allocates and the RSS trace shows the pipeline's memory, not the bench's.
+struct Hist {
+    counts: Vec<u32>,
+    samples: usize,
+    max: Duration,
+}
+
+const HIST_BUCKETS: usize = 100_000;
+
+impl Default for Hist {
+    fn default() -> Self {
+        let mut counts = vec![1u32; HIST_BUCKETS];
+        counts.iter_mut().for_each(|c| *c = std::hint::black_box(0));
+        Hist {
+            counts,
+            samples: 0,
+            max: Duration::ZERO,
+        }
+    }
+}
+
+impl Hist {
+    fn add(&mut self, d: Duration) {
+        let b = (d.as_micros() as usize).min(HIST_BUCKETS - 1);
+        self.counts[b] += 1;
+        self.samples += 1;
+        self.max = self.max.max(d);
+    }
+
+    fn stats(&self) -> Stats {
+        let at = |q: f64| {
+            let rank = ((self.samples.max(1) - 1) as f64 * q).round() as usize;
+            let mut seen = 0usize;
+            for (b, &c) in self.counts.iter().enumerate() {
+                seen += c as usize;
+                if seen > rank {
+                    return Duration::from_micros(b as u64);
+                }
+            }
+            self.max
+        };
+        Stats {
+            runs: self.samples,
+            min: at(0.0),
+            median: at(0.5),
+            p99: at(0.99),
+            max: self.max,
+        }
+    }
+}
+
 #[derive(Default)]
 struct ProbeState {
     seen: u64,
     start_cpu: u64,
     start_wall: Option<Instant>,
-    cpu: Vec<Duration>,
-    wall: Vec<Duration>,
+    cpu: Hist,
+    wall: Hist,
     rss: Vec<(u64, u64)>,
     series: usize,
 }
@@ -61,7 +113,7 @@ impl Probe {
         };
         if st.seen > self.warmup && st.start_wall.is_some() {
             let d = Duration::from_nanos(cpu.saturating_sub(st.start_cpu));
-            st.cpu.push(d);
+            st.cpu.add(d);
         }
         st.start_cpu = cpu;
         st.start_wall = Some(Instant::now());
@@ -93,7 +145,7 @@ impl SnapshotConsumer for Probe {
         st.seen += 1;
         if st.seen > self.warmup {
             if let Some(w) = st.start_wall {
-                st.wall.push(now - w);
+                st.wall.add(now - w);
             }
         }
         let every = (self.cycles / 50).max(1);
@@ -145,7 +197,10 @@ fn main() {
         cycles,
         warmup,
         stop: Mutex::new(Some(stop_tx)),
-        state: Mutex::new(ProbeState::default()),
+        state: Mutex::new(ProbeState {
+            rss: Vec::with_capacity(64),
+            ..ProbeState::default()
+        }),
     });
     // The interval only paces the loop here (1 µs: back to back); the source steps 30 s per poll.
     let interval = Duration::from_micros(1);
@@ -176,8 +231,8 @@ fn main() {
 
     let Ok(st) = probe.state.lock() else { return };
     let b = body.load();
-    let cpu = Stats::from_samples(st.cpu.clone());
-    let wall = Stats::from_samples(st.wall.clone());
+    let cpu = st.cpu.stats();
+    let wall = st.wall.stats();
     println!(
         "cycle CPU (collector thread)  median {:>7.3} ms  p99 {:>7.3} ms  min {:>7.3} ms  max {:>7.3} ms  cycles {}",
         ms(cpu.median),

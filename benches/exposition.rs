@@ -607,6 +607,122 @@ fn bench_otlp(large: &Case) {
     }
 }
 
+/// Not the product: how long one OTLP request of the same 10k points takes when built straight from the
+/// snapshot with the opentelemetry-proto types (one ResourceMetrics per entity with cached resource
+/// attributes, one Metric per row, no SDK aggregation, no regrouping), then prost-encoded and gzipped.
+/// A yardstick for the OTLP path's 15 ms target.
+fn bench_otlp_direct(large: &Case) {
+    use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
+    use opentelemetry_proto::tonic::common::v1::{
+        any_value, AnyValue, InstrumentationScope, KeyValue,
+    };
+    use opentelemetry_proto::tonic::metrics::v1::{
+        metric, number_data_point, AggregationTemporality, Gauge, Metric, NumberDataPoint,
+        ResourceMetrics, ScopeMetrics, Sum,
+    };
+    use opentelemetry_proto::tonic::resource::v1::Resource;
+    use prost::Message;
+
+    let snap = &large.snap;
+    let kv = |k: &str, v: &str| KeyValue {
+        key: k.to_string(),
+        value: Some(AnyValue {
+            value: Some(any_value::Value::StringValue(v.to_string())),
+        }),
+        ..Default::default()
+    };
+    let resources: Vec<Resource> = label_pairs(snap)
+        .into_iter()
+        .map(|set| Resource {
+            attributes: set.iter().map(|(k, v)| kv(k, v)).collect(),
+            ..Default::default()
+        })
+        .collect();
+    let fams = families(&snap.counters);
+    let scope = InstrumentationScope {
+        name: "dcgm-otel".into(),
+        version: env!("CARGO_PKG_VERSION").into(),
+        ..Default::default()
+    };
+    let now = 1_763_700_000_000_000_000u64;
+    let mut bytes = 0;
+    let mut gz = 0;
+    let mut points = 0;
+    let (w, r) = runs(200);
+    let build = |points: &mut usize| -> Vec<u8> {
+        let mut req = ExportMetricsServiceRequest::default();
+        for (e, res) in snap.entities.iter().zip(&resources) {
+            let mut metrics = Vec::new();
+            for &i in &fams {
+                let row = &snap.counters.rows[i];
+                let value = match e.values.get(i) {
+                    Some(FieldValue::Int(n)) => number_data_point::Value::AsInt(*n),
+                    Some(v) => match v.as_f64() {
+                        Some(f) => number_data_point::Value::AsDouble(f),
+                        None => continue,
+                    },
+                    None => continue,
+                };
+                let dp = vec![NumberDataPoint {
+                    start_time_unix_nano: now - 30_000_000_000,
+                    time_unix_nano: now,
+                    value: Some(value),
+                    ..Default::default()
+                }];
+                *points += 1;
+                let data = if row.kind == MetricKind::Counter {
+                    metric::Data::Sum(Sum {
+                        data_points: dp,
+                        aggregation_temporality: AggregationTemporality::Cumulative as i32,
+                        is_monotonic: true,
+                    })
+                } else {
+                    metric::Data::Gauge(Gauge { data_points: dp })
+                };
+                metrics.push(Metric {
+                    name: row.name.clone(),
+                    description: row.help.clone(),
+                    data: Some(data),
+                    ..Default::default()
+                });
+            }
+            req.resource_metrics.push(ResourceMetrics {
+                resource: Some(res.clone()),
+                scope_metrics: vec![ScopeMetrics {
+                    scope: Some(scope.clone()),
+                    metrics,
+                    ..Default::default()
+                }],
+                ..Default::default()
+            });
+        }
+        req.encode_to_vec()
+    };
+    let st = measure(w, r, || {
+        points = 0;
+        let body = build(&mut points);
+        bytes = body.len();
+        std::hint::black_box(body);
+    });
+    report("otlp direct prototype: build + encode", &st, points, bytes);
+    let st = measure(w, r, || {
+        points = 0;
+        let body = build(&mut points);
+        let mut enc = flate2::write::GzEncoder::new(
+            Vec::with_capacity(body.len() / 8),
+            flate2::Compression::fast(),
+        );
+        let _ = enc.write_all(&body);
+        gz = enc.finish().map(|v| v.len()).unwrap_or(0);
+    });
+    report(
+        "otlp direct prototype: build + encode + gzip",
+        &st,
+        points,
+        gz,
+    );
+}
+
 // ---- serving, through the real binary over loopback ---------------------------------------------------
 
 struct Exporter(Child);
@@ -865,9 +981,12 @@ fn main() {
     if selected("serve") {
         bench_serve();
     }
-    if selected("otlp") {
-        if let Some(large) = cases.iter().find(|c| c.name.starts_with("large")) {
+    if let Some(large) = cases.iter().find(|c| c.name.starts_with("large")) {
+        if selected("otlp-sdk") {
             bench_otlp(large);
+        }
+        if selected("otlp-direct") {
+            bench_otlp_direct(large);
         }
     }
     println!("kubernetes mapping join: see `cargo bench --bench kubernetes_mapping` (issue 5's own bench)");
