@@ -1229,3 +1229,49 @@ fn shutdown_sends_the_last_collection() {
     let got = sink.wait_for(1, WAIT);
     assert_eq!(got[0].req.resource_metrics.len(), 4);
 }
+
+#[test]
+fn hpc_jobs_make_one_resource_per_gpu_and_job() {
+    // Attribution end to end: GPU 0 runs two HPC jobs (--hpc-job-mapping-dir) → two resources for it.
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("0"), "job-a\njob-b\n").unwrap();
+    let sink = Sink::grpc(0, None);
+    let jobs_dir = dir.path().display().to_string();
+    let exporter = start_exporter(
+        &otlp_args(
+            &format!("http://{}", sink.addr),
+            &["--hpc-job-mapping-dir", &jobs_dir],
+        ),
+        &[],
+    );
+    let deadline = Instant::now() + WAIT;
+    let resources = loop {
+        let got = sink.received();
+        if let Some(r) = got.iter().rev().find(|r| r.req.resource_metrics.len() == 5) {
+            break r
+                .req
+                .resource_metrics
+                .iter()
+                .map(|rm| attrs(&rm.resource.as_ref().unwrap().attributes))
+                .collect::<Vec<_>>();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no request with 5 resources (GPU 0 × 2 jobs + 3 MIG): {:?}",
+            got.last().map(|r| r.req.resource_metrics.len())
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    drop(exporter);
+    let mut jobs: Vec<&str> = resources
+        .iter()
+        .filter(|r| r["nvidia.gpu.index"] == "0")
+        .map(|r| r.get("hpc.job.id").map(String::as_str).unwrap_or("-"))
+        .collect();
+    jobs.sort();
+    assert_eq!(jobs, vec!["job-a", "job-b"]);
+    assert!(resources
+        .iter()
+        .filter(|r| r["nvidia.gpu.index"] == "1")
+        .all(|r| !r.contains_key("hpc.job.id")));
+}
