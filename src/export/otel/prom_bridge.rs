@@ -46,6 +46,9 @@ pub struct OtelPrometheus {
     body: Arc<ArcSwap<RenderedBody>>,
     self_metrics: Option<Arc<SelfMetrics>>,
     render_seconds: Option<Arc<Metric>>,
+    /// The renderer's `dcgm_otel_exposition_bytes` and `dcgm_otel_series` (same names, same handles).
+    body_bytes: Option<Arc<Metric>>,
+    series_gauge: Option<Arc<Metric>>,
 }
 
 impl OtelPrometheus {
@@ -81,7 +84,23 @@ impl OtelPrometheus {
                 &[],
             )
         });
+        let body_bytes = self_metrics.as_ref().map(|m| {
+            m.gauge(
+                "dcgm_otel_exposition_bytes",
+                "Size of the previous /metrics body (uncompressed), in bytes.",
+                &[],
+            )
+        });
+        let series_gauge = self_metrics.as_ref().map(|m| {
+            m.gauge(
+                "dcgm_otel_series",
+                "GPU series in the previous /metrics body.",
+                &[],
+            )
+        });
         Ok(OtelPrometheus {
+            body_bytes,
+            series_gauge,
             provider,
             registry,
             store,
@@ -114,6 +133,9 @@ impl OtelPrometheus {
             tracing::error!(error = %e, "OTel Prometheus bridge could not encode; body not updated");
             return;
         }
+        if let Some(g) = &self.series_gauge {
+            g.set(series as f64);
+        }
         let mut text = String::from_utf8_lossy(&buf).into_owned();
         if let Some(m) = &self.self_metrics {
             m.render(&mut text);
@@ -128,6 +150,9 @@ impl OtelPrometheus {
                 Err(_) => Bytes::new(),
             }
         };
+        if let Some(b) = &self.body_bytes {
+            b.set(text.len() as f64);
+        }
         self.body.store(Arc::new(RenderedBody {
             text: Bytes::from(text),
             gzip,
