@@ -1151,6 +1151,12 @@ fn prometheus_format_otel_serves_collector_names() {
         sm.contains("hw_id=\"GPU-") && sm.contains("nvidia_gpu_index=\"0\""),
         "{sm}"
     );
+    let series: f64 = body
+        .lines()
+        .find_map(|l| l.strip_prefix("dcgm_otel_series "))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0.0);
+    assert!(series > 0.0, "dcgm_otel_series not set in the otel format");
     let target = body
         .lines()
         .find(|l| l.starts_with("target_info{"))
