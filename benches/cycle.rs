@@ -7,6 +7,8 @@
 //! (poll start → last consumer), and the process RSS over the run (`VmRSS`), so growth shows.
 //!
 //! Run: `cargo bench --bench cycle` (100,000 cycles, several minutes), `-- --cycles 5000`,
+//! `-- --source fake` (the DCGM source over tests/fake-libdcgm instead of the simulated source;
+//! `cargo build --release -p fake-libdcgm` first),
 //! `-- --smoke` (20 cycles: proves it runs). See docs/performance.md.
 
 mod common;
@@ -16,13 +18,17 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::{ms, Stats};
+use dcgm_otel::config::counters::CounterSet;
+use dcgm_otel::config::devices::DeviceSelection;
 use dcgm_otel::export::prometheus::Renderer;
 use dcgm_otel::export::self_metrics::SelfMetrics;
 use dcgm_otel::export::SnapshotConsumer;
 use dcgm_otel::pipeline::{CollectorStatus, Pipeline, SnapshotStore};
 use dcgm_otel::snapshot::{Reading, Snapshot};
+use dcgm_otel::source::dcgm::{DcgmOptions, DcgmSource};
 use dcgm_otel::source::sim::SimSource;
 use dcgm_otel::source::{Source, SourceError};
+use std::path::PathBuf;
 
 /// CPU time this thread has run, in nanoseconds (first field of /proc/thread-self/schedstat).
 fn thread_cpu_ns() -> u64 {
@@ -102,6 +108,8 @@ struct ProbeState {
     wall: Hist,
     rss: Vec<(u64, u64)>,
     series: usize,
+    in_dcgm: Duration,
+    dcgm_polls: u32,
 }
 
 impl Probe {
@@ -120,20 +128,72 @@ impl Probe {
     }
 }
 
-/// The simulated source, with the probe's start mark in front of each poll.
+/// The source under test: the simulated fleet, or the DCGM source over the fake libdcgm.
+enum Inner {
+    Sim(Box<SimSource>),
+    Dcgm(Box<DcgmSource>),
+}
+
+/// The source, with the probe's start mark in front of each poll.
 struct TimedSource {
-    inner: SimSource,
+    inner: Inner,
     probe: Arc<Probe>,
 }
 
 impl Source for TimedSource {
     fn name(&self) -> &'static str {
-        self.inner.name()
+        match &self.inner {
+            Inner::Sim(s) => s.name(),
+            Inner::Dcgm(d) => d.name(),
+        }
     }
     fn poll(&mut self) -> Result<Reading, SourceError> {
         self.probe.cycle_start();
-        self.inner.poll()
+        match &mut self.inner {
+            Inner::Sim(s) => s.poll(),
+            Inner::Dcgm(d) => {
+                let r = d.poll();
+                if let Ok(mut st) = self.probe.state.lock() {
+                    st.in_dcgm += d.dcgm_time_last_poll();
+                    st.dcgm_polls += 1;
+                }
+                r
+            }
+        }
     }
+    fn shutdown(&mut self) {
+        if let Inner::Dcgm(d) = &mut self.inner {
+            d.shutdown();
+        }
+    }
+}
+
+/// `--source fake`: the DCGM source over tests/fake-libdcgm (scenario `large`), found next to the
+/// benched binary (`cargo build --release -p fake-libdcgm`) or at `DCGM_OTEL_FAKE_LIB`.
+fn fake_source(counters: &mut CounterSet) -> Result<DcgmSource, String> {
+    let lib = std::env::var_os("DCGM_OTEL_FAKE_LIB")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(env!("CARGO_BIN_EXE_dcgm-otel"))
+                .parent()
+                .map(|d| d.join("libfake_libdcgm.so"))
+                .unwrap_or_default()
+        });
+    if !lib.exists() {
+        return Err(format!(
+            "{} missing: cargo build --release -p fake-libdcgm",
+            lib.display()
+        ));
+    }
+    // Single-threaded here: nothing else reads the environment yet.
+    std::env::set_var("FAKE_DCGM_SCENARIO", "large");
+    let opts = DcgmOptions {
+        library: Some(lib),
+        remote: None,
+        interval: Duration::from_secs(30),
+        devices: DeviceSelection::Flex,
+    };
+    DcgmSource::connect(opts, counters).map_err(|e| e.to_string())
 }
 
 impl SnapshotConsumer for Probe {
@@ -181,11 +241,30 @@ fn main() {
             .unwrap_or(100_000)
     };
     let warmup = (cycles / 100).clamp(1, 100);
-    println!("# collector cycle, scenario large, {cycles} cycles back to back (first {warmup} not counted)");
+    println!(
+        "# collector cycle, scenario large, source {}, {cycles} cycles back to back (first {warmup} not counted)",
+        if args.iter().any(|a| a == "fake") { "DCGM over the fake libdcgm" } else { "simulated" }
+    );
 
-    let counters = Arc::new(common::large_counters());
-    let scenario = common::large_scenario();
-    let sim = common::source(&scenario, &counters);
+    let fake = args
+        .windows(2)
+        .any(|w| w[0] == "--source" && w[1] == "fake");
+    let mut counter_set = common::large_counters();
+    let inner = if fake {
+        match fake_source(&mut counter_set) {
+            Ok(d) => Inner::Dcgm(Box::new(d)),
+            Err(e) => {
+                println!("fake libdcgm source unavailable: {e}");
+                return;
+            }
+        }
+    } else {
+        Inner::Sim(Box::new(common::source(
+            &common::large_scenario(),
+            &Arc::new(counter_set.clone()),
+        )))
+    };
+    let counters = Arc::new(counter_set);
     let self_metrics = SelfMetrics::new();
     let renderer = Arc::new(Renderer::new(
         common::default_style(),
@@ -206,7 +285,7 @@ fn main() {
     let interval = Duration::from_micros(1);
     let pipeline = Pipeline {
         source: Box::new(TimedSource {
-            inner: sim,
+            inner,
             probe: probe.clone(),
         }),
         enrichers: Vec::new(),
@@ -257,6 +336,12 @@ fn main() {
         b.text.len(),
         b.gzip.len()
     );
+    if st.dcgm_polls > 0 {
+        println!(
+            "time inside libdcgm (the fake) per poll: mean {:.3} ms (wall; included in the cycle figures above)",
+            ms(st.in_dcgm / st.dcgm_polls)
+        );
+    }
     let after_warmup = st.rss.first().map(|r| r.1).unwrap_or(0);
     let max = st.rss.iter().map(|r| r.1).max().unwrap_or(0);
     let last = st.rss.last().map(|r| r.1).unwrap_or(0);

@@ -11,7 +11,6 @@
 //! (plain and gzip) with one atomic swap; the HTTP server only copies those bytes.
 
 use std::fmt::Write as _;
-use std::io::Write as _;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Instant;
 
@@ -156,6 +155,8 @@ pub struct Renderer {
     cache: Mutex<RenderCache>,
     text_pool: Arc<BufferPool>,
     gzip_pool: Arc<BufferPool>,
+    /// The deflate state (a few hundred KiB of tables), reset and reused for every body.
+    deflate: Mutex<Option<flate2::Compress>>,
 }
 
 /// Family headers and per-entity label strings of the last render.
@@ -262,6 +263,38 @@ fn pooled_bytes(buf: Vec<u8>, pool: &Arc<BufferPool>) -> Bytes {
     })
 }
 
+/// Gzip `text` into `out` (RFC 1952: the header `GzEncoder` writes at the fast level, raw deflate, CRC-32
+/// and size) with a reused compressor. False when deflate fails or stops making progress.
+fn gzip_into(deflate: &mut flate2::Compress, text: &[u8], out: &mut Vec<u8>) -> bool {
+    deflate.reset();
+    out.clear();
+    out.extend_from_slice(&[0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 4, 255]);
+    let mut input = text;
+    loop {
+        if out.capacity() - out.len() < 4096 {
+            out.reserve(out.capacity().max(64 * 1024));
+        }
+        let (in_before, out_before) = (deflate.total_in(), out.len());
+        let status = match deflate.compress_vec(input, out, flate2::FlushCompress::Finish) {
+            Ok(s) => s,
+            Err(_) => return false,
+        };
+        let consumed = (deflate.total_in() - in_before) as usize;
+        input = input.get(consumed..).unwrap_or_default();
+        if status == flate2::Status::StreamEnd {
+            break;
+        }
+        if consumed == 0 && out.len() == out_before && out.capacity() - out.len() >= 4096 {
+            return false;
+        }
+    }
+    let mut crc = flate2::Crc::new();
+    crc.update(text);
+    out.extend_from_slice(&crc.sum().to_le_bytes());
+    out.extend_from_slice(&(text.len() as u32).to_le_bytes());
+    true
+}
+
 /// Formats one sample value without allocating.
 #[derive(Default)]
 struct ValueFormatter {
@@ -320,6 +353,7 @@ impl Renderer {
             cache: Mutex::new(RenderCache::default()),
             text_pool: Arc::new(BufferPool::default()),
             gzip_pool: Arc::new(BufferPool::default()),
+            deflate: Mutex::new(None),
         }
     }
 
@@ -532,11 +566,17 @@ impl Renderer {
             m.render(&mut text);
         }
         let gzip = {
-            let buf = self.gzip_pool.take(text.len() / 8);
-            let mut enc = flate2::write::GzEncoder::new(buf, flate2::Compression::fast());
-            match enc.write_all(text.as_bytes()).and_then(|_| enc.finish()) {
-                Ok(v) => pooled_bytes(v, &self.gzip_pool),
-                Err(_) => Bytes::new(),
+            let mut buf = self.gzip_pool.take(text.len() / 16);
+            let mut deflate = match self.deflate.lock() {
+                Ok(d) => d,
+                Err(p) => p.into_inner(),
+            };
+            let deflate = deflate
+                .get_or_insert_with(|| flate2::Compress::new(flate2::Compression::fast(), false));
+            if gzip_into(deflate, text.as_bytes(), &mut buf) {
+                pooled_bytes(buf, &self.gzip_pool)
+            } else {
+                Bytes::new()
             }
         };
         if let Some(b) = &self.body_bytes {
@@ -581,6 +621,29 @@ mod tests {
         assert_eq!(f(f64::NAN), "NaN");
         assert_eq!(f(f64::NEG_INFINITY), "-Inf");
         assert_eq!(f(1_152_921_504_606_846_976.0), "1152921504606847000");
+    }
+
+    #[test]
+    fn gzip_body_decodes_to_the_text() {
+        use std::io::Read as _;
+        let mut deflate = flate2::Compress::new(flate2::Compression::fast(), false);
+        let mut text = String::new();
+        for i in 0..50_000 {
+            text.push_str(&format!(
+                "DCGM_FI_DEV_SM_CLOCK{{gpu=\"{}\"}} {}\n",
+                i % 8,
+                i * 7
+            ));
+        }
+        for input in [&b""[..], b"x", text.as_bytes()] {
+            let mut out = Vec::new();
+            assert!(gzip_into(&mut deflate, input, &mut out));
+            let mut back = Vec::new();
+            flate2::read::GzDecoder::new(&out[..])
+                .read_to_end(&mut back)
+                .unwrap();
+            assert_eq!(back, input);
+        }
     }
 
     /// The fast path (itoa for whole numbers) writes exactly what the reference `{}` / `{:e}` formatting writes.
