@@ -486,14 +486,9 @@ const DCGM: Style = Style {
     mig_id: "GPU_I_ID",
 };
 
-/// Assert that every data point of `req` equals the simulated value of one and the same poll.
-fn assert_values_from_one_poll(
-    req: &ExportMetricsServiceRequest,
-    style: &Style,
-    expected: &Expected,
-) {
+/// The first simulated poll whose values all data points of `req` equal.
+fn poll_of(req: &ExportMetricsServiceRequest, style: &Style, expected: &Expected) -> Option<usize> {
     let flat = flatten(req);
-    assert!(!flat.is_empty());
     let matches = |poll: &HashMap<(String, Option<u32>), HashMap<String, f64>>| {
         flat.iter().all(|(r, p, m, v)| {
             let uuid = r
@@ -508,9 +503,19 @@ fn assert_values_from_one_poll(
             poll.get(&(uuid, mig)).and_then(|vals| vals.get(&m.name)) == Some(v)
         })
     };
-    let found = expected.iter().position(matches);
+    expected.iter().position(matches)
+}
+
+/// Assert that every data point of `req` equals the simulated value of one and the same poll.
+fn assert_values_from_one_poll(
+    req: &ExportMetricsServiceRequest,
+    style: &Style,
+    expected: &Expected,
+) {
+    let flat = flatten(req);
+    assert!(!flat.is_empty());
     assert!(
-        found.is_some(),
+        poll_of(req, style, expected).is_some(),
         "no simulated poll matches all {} data points of the request (first: {:?})",
         flat.len(),
         flat.first().map(|(r, p, m, v)| (r, p, &m.name, v))
@@ -541,12 +546,39 @@ fn start_exporter(args: &[String], env: &[(&str, &str)]) -> common::Exporter {
 
 const WAIT: Duration = Duration::from_secs(30);
 
+/// `args` with `--otlp-pipeline <pipeline>` appended.
+fn piped(mut args: Vec<String>, pipeline: &str) -> Vec<String> {
+    args.extend(["--otlp-pipeline".to_string(), pipeline.to_string()]);
+    args
+}
+
+/// One test per pipeline (`<name>::direct`, `<name>::sdk`) running the same case: every assertion on
+/// what the receiver gets holds for both ways of building the request.
+macro_rules! both_pipelines {
+    ($name:ident, $case:ident) => {
+        mod $name {
+            #[test]
+            fn direct() {
+                super::$case("direct");
+            }
+            #[test]
+            fn sdk() {
+                super::$case("sdk");
+            }
+        }
+    };
+}
+
 // ---- tests ---------------------------------------------------------------------------------------
 
-#[test]
-fn grpc_per_entity_otel_attributes() {
+both_pipelines!(
+    grpc_per_entity_otel_attributes,
+    grpc_per_entity_otel_attributes_case
+);
+
+fn grpc_per_entity_otel_attributes_case(pipeline: &str) {
     let sink = Sink::grpc(0, None);
-    let args = otlp_args(&format!("http://{}", sink.addr), &[]);
+    let args = piped(otlp_args(&format!("http://{}", sink.addr), &[]), pipeline);
     let exporter = start_exporter(
         &args,
         &[("OTEL_RESOURCE_ATTRIBUTES", "deployment.environment=ci")],
@@ -643,8 +675,12 @@ fn grpc_per_entity_otel_attributes() {
     }
 }
 
-#[test]
-fn http_host_mode_dcgm_attributes_with_env_config() {
+both_pipelines!(
+    http_host_mode_dcgm_attributes_with_env_config,
+    http_host_mode_dcgm_attributes_with_env_config_case
+);
+
+fn http_host_mode_dcgm_attributes_with_env_config_case(pipeline: &str) {
     let sink = Sink::http(0, None);
     let exporter = start_exporter(
         &[
@@ -671,6 +707,7 @@ fn http_host_mode_dcgm_attributes_with_env_config() {
             ),
             ("OTEL_SERVICE_NAME", "gpu-fleet"),
             ("OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE", "delta"),
+            ("DCGM_OTEL_OTLP_PIPELINE", pipeline),
         ],
     );
     let got = sink.wait_for(3, WAIT);
@@ -740,13 +777,20 @@ fn http_host_mode_dcgm_attributes_with_env_config() {
     assert_values_from_one_poll(&gauges_only, &DCGM, &expected);
 }
 
-#[test]
-fn grpc_host_mode_otel_and_http_per_entity_dcgm() {
+both_pipelines!(
+    grpc_host_mode_otel_and_http_per_entity_dcgm,
+    grpc_host_mode_otel_and_http_per_entity_dcgm_case
+);
+
+fn grpc_host_mode_otel_and_http_per_entity_dcgm_case(pipeline: &str) {
     // gRPC, host mode, otel names: one resource, identity on the points.
     let sink = Sink::grpc(0, None);
-    let args = otlp_args(
-        &format!("http://{}", sink.addr),
-        &["--otel-resource-mode", "host"],
+    let args = piped(
+        otlp_args(
+            &format!("http://{}", sink.addr),
+            &["--otel-resource-mode", "host"],
+        ),
+        pipeline,
     );
     let exporter = start_exporter(&args, &[]);
     let got = sink.wait_for(2, WAIT);
@@ -763,14 +807,17 @@ fn grpc_host_mode_otel_and_http_per_entity_dcgm() {
 
     // HTTP, per-entity, dcgm names: four resources keyed by dcgm labels.
     let sink = Sink::http(0, None);
-    let args = otlp_args(
-        &format!("http://{}", sink.addr),
-        &[
-            "--otlp-protocol",
-            "http/protobuf",
-            "--otel-attribute-style",
-            "dcgm",
-        ],
+    let args = piped(
+        otlp_args(
+            &format!("http://{}", sink.addr),
+            &[
+                "--otlp-protocol",
+                "http/protobuf",
+                "--otel-attribute-style",
+                "dcgm",
+            ],
+        ),
+        pipeline,
     );
     let exporter = start_exporter(&args, &[]);
     let got = sink.wait_for(2, WAIT);
@@ -924,12 +971,19 @@ fn vm_rss_kib(pid: u32) -> u64 {
         .unwrap()
 }
 
-#[test]
-fn collector_down_at_start_then_up() {
+both_pipelines!(
+    collector_down_at_start_then_up,
+    collector_down_at_start_then_up_case
+);
+
+fn collector_down_at_start_then_up_case(pipeline: &str) {
     let port = common::free_port();
-    let args = otlp_args(
-        &format!("http://127.0.0.1:{port}"),
-        &["--otlp-max-pending", "2"],
+    let args = piped(
+        otlp_args(
+            &format!("http://127.0.0.1:{port}"),
+            &["--otlp-max-pending", "2"],
+        ),
+        pipeline,
     );
     let exporter = start_exporter(&args, &[]);
     let pid = exporter.child.id();
@@ -971,6 +1025,114 @@ fn collector_down_at_start_then_up() {
     drop(exporter);
 }
 
+/// Timestamps out (each process has its own clock and start), everything sorted: resources by their
+/// attributes, metrics by name, data points by their attributes, attribute lists by key.
+fn normalized(req: &ExportMetricsServiceRequest) -> ExportMetricsServiceRequest {
+    let mut req = req.clone();
+    let sort_kv = |kvs: &mut Vec<KeyValue>| kvs.sort_by(|a, b| a.key.cmp(&b.key));
+    for rm in &mut req.resource_metrics {
+        if let Some(r) = rm.resource.as_mut() {
+            sort_kv(&mut r.attributes);
+        }
+        for sm in &mut rm.scope_metrics {
+            sm.metrics.sort_by(|a, b| a.name.cmp(&b.name));
+            for m in &mut sm.metrics {
+                let dps = match &mut m.data {
+                    Some(Data::Gauge(g)) => &mut g.data_points,
+                    Some(Data::Sum(s)) => &mut s.data_points,
+                    _ => continue,
+                };
+                for dp in dps.iter_mut() {
+                    dp.start_time_unix_nano = 0;
+                    dp.time_unix_nano = 0;
+                    sort_kv(&mut dp.attributes);
+                }
+                dps.sort_by_cached_key(|dp| format!("{:?}", dp.attributes));
+            }
+        }
+    }
+    req.resource_metrics
+        .sort_by_cached_key(|rm| format!("{:?}", rm.resource));
+    req
+}
+
+#[test]
+fn direct_and_sdk_pipelines_send_equal_requests() {
+    // Both pipelines side by side on the same simulated fleet: a request of each made from the same
+    // poll must be equal once timestamps are set aside and the order is normalized.
+    let expected = expected_polls(400);
+    for (extra, style) in [
+        (&[][..], &OTEL),
+        (
+            &[
+                "--otel-resource-mode",
+                "host",
+                "--otel-attribute-style",
+                "dcgm",
+            ][..],
+            &DCGM,
+        ),
+    ] {
+        let direct = Sink::grpc(0, None);
+        let sdk = Sink::grpc(0, None);
+        let d = start_exporter(
+            &piped(
+                otlp_args(&format!("http://{}", direct.addr), extra),
+                "direct",
+            ),
+            &[],
+        );
+        let s = start_exporter(
+            &piped(otlp_args(&format!("http://{}", sdk.addr), extra), "sdk"),
+            &[],
+        );
+        let deadline = Instant::now() + WAIT;
+        let (a, b) = loop {
+            let by_poll = |sink: &Sink| -> HashMap<usize, ExportMetricsServiceRequest> {
+                sink.received()
+                    .into_iter()
+                    .filter_map(|r| Some((poll_of(&r.req, style, &expected)?, r.req)))
+                    .collect()
+            };
+            let (dp, sp) = (by_poll(&direct), by_poll(&sdk));
+            if let Some((a, b)) = dp
+                .iter()
+                .find_map(|(p, a)| Some((a.clone(), sp.get(p)?.clone())))
+            {
+                break (a, b);
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{extra:?}: no poll exported by both pipelines (direct {:?}, sdk {:?})",
+                dp.keys().collect::<Vec<_>>(),
+                sp.keys().collect::<Vec<_>>()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        };
+        // The self-metrics tell the same story in both (the /metrics body is rendered at collection,
+        // so the gauges of an export show from the next one on).
+        for (name, port) in [("direct", d.port), ("sdk", s.port)] {
+            let deadline = Instant::now() + WAIT;
+            for gauge in [
+                "dcgm_otel_otlp_data_points{",
+                "dcgm_otel_otlp_request_bytes{",
+                "dcgm_otel_otlp_resources{",
+                "dcgm_otel_otlp_encode_duration_seconds{",
+                "dcgm_otel_otlp_collect_duration_seconds{",
+            ] {
+                while self_metric(port, gauge) <= 0.0 {
+                    assert!(Instant::now() < deadline, "{name}: {gauge} not set");
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+            }
+        }
+        drop(d);
+        drop(s);
+        assert!(!a.resource_metrics.is_empty());
+        assert_eq!(normalized(&a), normalized(&b), "{extra:?}");
+    }
+}
+
 #[test]
 fn bad_otlp_settings_exit_2_naming_the_input() {
     let (code, err) = common::run_to_exit(
@@ -992,6 +1154,12 @@ fn bad_otlp_settings_exit_2_naming_the_input() {
     );
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("OTEL_EXPORTER_OTLP_ENDPOINT"), "{err}");
+    let (code, err) = common::run_to_exit(
+        &["--simulate", "-a", "127.0.0.1:0", "--otlp"],
+        &[("DCGM_OTEL_OTLP_PIPELINE", "fast")],
+    );
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("--otlp-pipeline"), "{err}");
 }
 
 // ---- rotel: an independent OTLP receiver ----------------------------------------------------------
@@ -1177,17 +1345,24 @@ fn self_metric(port: u16, prefix: &str) -> f64 {
         .sum()
 }
 
-#[test]
-fn retryable_failures_are_retried_and_partial_success_counted() {
+both_pipelines!(
+    retryable_failures_are_retried_and_partial_success_counted,
+    retryable_failures_are_retried_and_partial_success_counted_case
+);
+
+fn retryable_failures_are_retried_and_partial_success_counted_case(pipeline: &str) {
     for (protocol, sink) in [
         ("grpc", Sink::grpc(0, None)),
         ("http/protobuf", Sink::http(0, None)),
     ] {
         sink.behave(2, 3);
         let exporter = start_exporter(
-            &otlp_args(
-                &format!("http://{}", sink.addr),
-                &["--otlp-protocol", protocol],
+            &piped(
+                otlp_args(
+                    &format!("http://{}", sink.addr),
+                    &["--otlp-protocol", protocol],
+                ),
+                pipeline,
             ),
             &[],
         );
@@ -1212,14 +1387,21 @@ fn retryable_failures_are_retried_and_partial_success_counted() {
     }
 }
 
-#[test]
-fn shutdown_sends_the_last_collection() {
+both_pipelines!(
+    shutdown_sends_the_last_collection,
+    shutdown_sends_the_last_collection_case
+);
+
+fn shutdown_sends_the_last_collection_case(pipeline: &str) {
     // An export interval far beyond the test: the only export is the one SIGTERM triggers.
     let sink = Sink::grpc(0, None);
     let mut exporter = start_exporter(
-        &otlp_args(
-            &format!("http://{}", sink.addr),
-            &["--otlp-export-interval", "3600000"],
+        &piped(
+            otlp_args(
+                &format!("http://{}", sink.addr),
+                &["--otlp-export-interval", "3600000"],
+            ),
+            pipeline,
         ),
         &[],
     );
@@ -1236,17 +1418,24 @@ fn shutdown_sends_the_last_collection() {
     assert_eq!(got[0].req.resource_metrics.len(), 4);
 }
 
-#[test]
-fn hpc_jobs_make_one_resource_per_gpu_and_job() {
+both_pipelines!(
+    hpc_jobs_make_one_resource_per_gpu_and_job,
+    hpc_jobs_make_one_resource_per_gpu_and_job_case
+);
+
+fn hpc_jobs_make_one_resource_per_gpu_and_job_case(pipeline: &str) {
     // Attribution end to end: GPU 0 runs two HPC jobs (--hpc-job-mapping-dir) → two resources for it.
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("0"), "job-a\njob-b\n").unwrap();
     let sink = Sink::grpc(0, None);
     let jobs_dir = dir.path().display().to_string();
     let exporter = start_exporter(
-        &otlp_args(
-            &format!("http://{}", sink.addr),
-            &["--hpc-job-mapping-dir", &jobs_dir],
+        &piped(
+            otlp_args(
+                &format!("http://{}", sink.addr),
+                &["--hpc-job-mapping-dir", &jobs_dir],
+            ),
+            pipeline,
         ),
         &[],
     );

@@ -57,6 +57,15 @@ pub enum OtelAttributeStyle {
     Dcgm,
 }
 
+/// How OTLP requests are built (see `export::otel`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum OtlpPipeline {
+    /// Straight from the published snapshot, no OpenTelemetry SDK state.
+    Direct,
+    /// Through the OpenTelemetry SDK's observable instruments and PeriodicReader.
+    Sdk,
+}
+
 pub const DEFAULT_COLLECTORS: &str = "/etc/dcgm-exporter/default-counters.csv";
 
 #[derive(Debug, Clone, Parser)]
@@ -284,6 +293,17 @@ pub struct Cli {
     #[arg(long = "otlp-max-pending", env = "DCGM_OTEL_OTLP_MAX_PENDING", value_name = "N", default_value_t = 8,
           value_parser = clap::value_parser!(u64).range(1..=1000), help_heading = "OTLP")]
     pub otlp_max_pending: u64,
+
+    /// direct: build each request straight from the newest snapshot (fast, little memory); sdk: through
+    /// the OpenTelemetry SDK's observable instruments (the earlier path; more CPU and memory per series).
+    #[arg(
+        long = "otlp-pipeline",
+        env = "DCGM_OTEL_OTLP_PIPELINE",
+        value_enum,
+        default_value = "direct",
+        help_heading = "OTLP"
+    )]
+    pub otlp_pipeline: OtlpPipeline,
 
     /// per-entity: one OTLP Resource per GPU / MIG instance (and pod); host: one host Resource, entity
     /// identity as data-point attributes.

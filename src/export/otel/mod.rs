@@ -1,7 +1,18 @@
 //! OpenTelemetry-native export: OTel instruments over the published snapshots, pushed over OTLP with
 //! one Resource per GPU / MIG instance (and pod), in ONE request per export.
 //!
+//! Two pipelines build the requests (`--otlp-pipeline`):
+//! - `direct` (the default, [`direct`]): each export builds the request straight from the newest
+//!   snapshot, with per-entity resources cached between exports; no OpenTelemetry SDK state at all
+//!   (about 10× less CPU per export and about 35 MB less memory at 10,000 series, docs/performance.md).
+//! - `sdk`: OTel observable instruments collected by the SDK's `PeriodicReader`, then regrouped; kept
+//!   for comparison and for what only the SDK does (its cardinality limit, its delta bookkeeping).
+//!
+//! Both send the same metrics, types, units, attributes and resources (tests/otlp_e2e.rs runs every
+//! case through both) through the same queue and sender.
+//!
 //! The pieces, in data-flow order:
+//! - [`direct`]: snapshot → one `ExportMetricsServiceRequest`, on its own export thread.
 //! - [`instruments`]: one observable instrument per counters-CSV row; callbacks read the newest
 //!   snapshot (pinned for the whole collection), never a source.
 //! - [`resource`]: attribute names (semantic conventions or dcgm-exporter labels), per-entity attribute
@@ -12,16 +23,17 @@
 //! - [`config`]: `--otlp-*` flags and `OTEL_EXPORTER_OTLP_*` variables.
 //! - [`units`]: DCGM unit / help text → UCUM.
 //!
-//! Each instrument keeps the SDK's default cardinality limit of 2000 attribute sets (entities × pods ×
+//! In the `sdk` pipeline, each instrument keeps the SDK's default cardinality limit of 2000 attribute sets (entities × pods ×
 //! jobs); beyond it the SDK folds series into `otel.metric.overflow=true`. The SDK preallocates its
 //! tracker map to the limit, so a larger limit costs memory on every instrument (100,000 cost about
 //! 100 MB on the `large` scenario).
 //!
-//! The SDK's `PeriodicReader` runs collections on its own thread at the export interval; the sender runs
-//! on another thread with its own runtime. Neither touches the collector thread or the :9400 server.
+//! The direct export thread (or the SDK's `PeriodicReader` thread) runs at the export interval; the sender
+//! runs on another thread with its own runtime. None touches the collector thread or the :9400 server.
 
 pub mod config;
 pub mod convert;
+pub mod direct;
 pub mod instruments;
 pub mod otlp;
 pub mod prom_bridge;
@@ -39,7 +51,7 @@ use opentelemetry::InstrumentationScope;
 use opentelemetry_sdk::metrics::{PeriodicReader, SdkMeterProvider};
 use opentelemetry_sdk::Resource;
 
-use crate::config::cli::OtelResourceMode;
+use crate::config::cli::{OtelResourceMode, OtlpPipeline};
 use crate::config::counters::CounterSet;
 use crate::config::{Cli, LabelStyle};
 use crate::export::self_metrics::SelfMetrics;
@@ -79,9 +91,15 @@ pub struct OtelInputs<'a> {
     pub node_name: Option<&'a str>,
 }
 
+/// What produces the requests.
+enum Producer {
+    Direct(direct::DirectExport),
+    Sdk(SdkMeterProvider),
+}
+
 /// A running OTLP export; [`OtelExport::shutdown`] sends the last collection and stops.
 pub struct OtelExport {
-    provider: SdkMeterProvider,
+    producer: Producer,
     queue: Arc<otlp::Queue>,
     done: mpsc::Receiver<()>,
     drain_timeout: Duration,
@@ -169,31 +187,60 @@ pub fn start(inputs: OtelInputs<'_>) -> Result<Option<OtelExport>, OtelError> {
         }
     }
 
-    let view = instruments::SnapshotView::new(inputs.store, naming);
-    let exporter = otlp::QueueExporter {
-        view: view.clone(),
-        resource_keys,
-        queue: queue.clone(),
-        temporality: cfg.temporality,
-        metrics,
-        shut_down: AtomicBool::new(false),
+    let pipeline = inputs.cli.otlp_pipeline;
+    let (producer, n) = match pipeline {
+        OtlpPipeline::Direct => {
+            let counters = Arc::new(inputs.counters.clone());
+            let builder = direct::DirectBuilder::new(
+                naming,
+                resource_keys,
+                &base,
+                counters.clone(),
+                cfg.temporality,
+                std::time::SystemTime::now(),
+            );
+            let n = builder.instrument_count();
+            let export = direct::spawn(builder, inputs.store, queue.clone(), metrics, cfg.interval)
+                .map_err(|e| OtelError::Thread(e.to_string()));
+            let export = match export {
+                Ok(e) => e,
+                Err(e) => {
+                    queue.close();
+                    return Err(e);
+                }
+            };
+            (Producer::Direct(export), n)
+        }
+        OtlpPipeline::Sdk => {
+            let view = instruments::SnapshotView::new(inputs.store, naming);
+            let exporter = otlp::QueueExporter {
+                view: view.clone(),
+                resource_keys,
+                queue: queue.clone(),
+                temporality: cfg.temporality,
+                metrics,
+                shut_down: AtomicBool::new(false),
+            };
+            let reader = PeriodicReader::builder(exporter)
+                .with_interval(cfg.interval)
+                .build();
+            let provider = SdkMeterProvider::builder()
+                .with_resource(Resource::builder_empty().with_attributes(base).build())
+                .with_reader(reader)
+                .build();
+            let meter = provider.meter_with_scope(
+                InstrumentationScope::builder("dcgm-otel")
+                    .with_version(env!("CARGO_PKG_VERSION"))
+                    .build(),
+            );
+            let n = instruments::register(&meter, inputs.counters, &view);
+            (Producer::Sdk(provider), n)
+        }
     };
-    let reader = PeriodicReader::builder(exporter)
-        .with_interval(cfg.interval)
-        .build();
-    let provider = SdkMeterProvider::builder()
-        .with_resource(Resource::builder_empty().with_attributes(base).build())
-        .with_reader(reader)
-        .build();
-    let meter = provider.meter_with_scope(
-        InstrumentationScope::builder("dcgm-otel")
-            .with_version(env!("CARGO_PKG_VERSION"))
-            .build(),
-    );
-    let n = instruments::register(&meter, inputs.counters, &view);
     tracing::info!(
         endpoint = %cfg.endpoint,
         protocol,
+        pipeline = ?pipeline,
         interval_ms = cfg.interval.as_millis() as u64,
         instruments = n,
         resource_mode = ?inputs.cli.otel_resource_mode,
@@ -203,7 +250,7 @@ pub fn start(inputs: OtelInputs<'_>) -> Result<Option<OtelExport>, OtelError> {
         "OTLP push enabled"
     );
     Ok(Some(OtelExport {
-        provider,
+        producer,
         queue,
         done: done_rx,
         drain_timeout: cfg.timeout.min(Duration::from_secs(5)),
@@ -247,8 +294,13 @@ impl OtelExport {
     /// Export the last collection, then give the sender up to the request timeout (at most 5 s) to
     /// deliver what is pending. Blocks; call it outside any async runtime.
     pub fn shutdown(self) {
-        if let Err(e) = self.provider.shutdown() {
-            tracing::debug!(error = %e, "OTel meter provider shutdown");
+        match self.producer {
+            Producer::Direct(d) => d.shutdown(),
+            Producer::Sdk(provider) => {
+                if let Err(e) = provider.shutdown() {
+                    tracing::debug!(error = %e, "OTel meter provider shutdown");
+                }
+            }
         }
         self.queue.close();
         if self.done.recv_timeout(self.drain_timeout).is_err() {

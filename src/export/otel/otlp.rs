@@ -1,7 +1,8 @@
 //! The OTLP push path: a custom SDK `PushMetricExporter` (driven by the SDK's `PeriodicReader` thread)
 //! that converts each collection into one regrouped request ([`super::convert`]), encodes it once and
 //! hands it to a bounded queue; and a sender thread with its own single-threaded tokio runtime that
-//! delivers the queue through [`super::transport`].
+//! delivers the queue through [`super::transport`]. The direct pipeline ([`super::direct`]) pushes its
+//! encoded requests into the same queue.
 //!
 //! Nothing here runs on the collector thread or on the HTTP server's runtime, so a slow or down
 //! collector never delays a scrape of :9400 nor a collection. The queue holds at most `max_pending`
@@ -99,12 +100,12 @@ impl ExportMetrics {
             resources: r.gauge("dcgm_otel_otlp_resources", "Resources in the last OTLP request.", &p),
             encode_seconds: r.gauge(
                 "dcgm_otel_otlp_encode_duration_seconds",
-                "Time to convert and encode the last OTLP request (after the SDK collection).",
+                "Time to encode the last OTLP request after its collection (sdk pipeline: conversion and encoding).",
                 &p,
             ),
             collect_seconds: r.gauge(
                 "dcgm_otel_otlp_collect_duration_seconds",
-                "Time of the last OTel SDK collection (instrument callbacks and aggregation).",
+                "Time of the last collection: building the request from the snapshot (direct pipeline) or the OTel SDK collection (sdk pipeline: callbacks and aggregation).",
                 &p,
             ),
             send_seconds: r.gauge(

@@ -175,15 +175,31 @@ impl Naming {
                         .unwrap_or_default(),
                     _ => self.label_attrs(e),
                 };
-                let mut sets = self.entity_sets(e, labels);
-                // Sorted by key, as the SDK stores them: it then keeps one tracker key per series
-                // instead of two (the given order and the sorted one), about 10 MB less at 10,000 series.
-                for set in &mut sets {
-                    set.sort_by(|a, b| a.key.cmp(&b.key));
-                }
-                sets
+                self.entity_attribute_sets(e, labels)
             })
             .collect()
+    }
+
+    /// The attribute sets of one entity (one per pod × job combination, or one when unattributed),
+    /// each sorted by key, given its `label`-row attributes ([`Naming::label_attributes`]; an NvLink
+    /// takes its GPU's).
+    pub fn entity_attribute_sets(
+        &self,
+        e: &EntityReading,
+        labels: Vec<KeyValue>,
+    ) -> Vec<Vec<KeyValue>> {
+        let mut sets = self.entity_sets(e, labels);
+        // Sorted by key, as the SDK stores them: it then keeps one tracker key per series
+        // instead of two (the given order and the sorted one), about 10 MB less at 10,000 series.
+        for set in &mut sets {
+            set.sort_by(|a, b| a.key.cmp(&b.key));
+        }
+        sets
+    }
+
+    /// The attributes an entity's `label` rows give it (the driver version, ...), first row per key wins.
+    pub fn label_attributes(&self, e: &EntityReading) -> Vec<KeyValue> {
+        self.label_attrs(e)
     }
 
     fn label_attrs(&self, e: &EntityReading) -> Vec<KeyValue> {

@@ -1,0 +1,966 @@
+//! `--otlp-pipeline direct` (the default): each export builds the ONE `ExportMetricsServiceRequest`
+//! straight from the newest published snapshot — no OpenTelemetry SDK, no per-series SDK state.
+//!
+//! What is sent is what the SDK path ([`super::instruments`] → [`super::convert`]) sends for the same
+//! snapshot: the same metric names, descriptions, UCUM units ([`super::units`]), types (`gauge` → Gauge
+//! of double points; `counter` → monotonic Sum, int points for integer fields and double points
+//! otherwise), the same value filters (absent, text and non-finite values send no point; negative
+//! values send none on a counter), the same resources and attributes ([`super::resource`], both
+//! resource modes and both attribute styles) and the same scope. The differences are in the clock and
+//! in bookkeeping the SDK does for instruments it cannot see the source of:
+//! - `time_unix_nano` is the snapshot's time (when the values were read), not the collection time;
+//!   `start_time_unix_nano` is the time OTLP export started, the same for every series (the SDK sets
+//!   a gauge's start to its previous collection; OTLP ignores a gauge's start time).
+//! - Delta temporality (`--otlp-temporality delta`; counters only, as in the SDK) keeps the previous
+//!   value of every counter series and sends the difference, starting at the previous export of that
+//!   series; a series seen for the first time sends its whole value since the start. A value lower than
+//!   the previous one is a counter reset: its delta is the new value (the SDK would send a negative,
+//!   or for integers a wrapped, difference).
+//! - A snapshot already exported is not exported again (no new values); the SDK re-sends the same
+//!   values with a new timestamp.
+//! - No cardinality limit: the SDK folds series beyond 2000 per instrument into
+//!   `otel.metric.overflow=true`; here every series of the snapshot is sent.
+//!
+//! The per-entity work — attribute sets, their split into resource identity and data-point attributes,
+//! the proto `Resource`s — is cached between exports and redone only when the entity list, an entity,
+//! its attribution or a `label`-row value changes (`Arc` identity first, then equality), as the
+//! Prometheus renderer caches its label strings. An export then clones cached proto values and writes
+//! numbers.
+//!
+//! [`spawn`] runs the exports on their own thread at the export interval; encoded requests go to the
+//! same bounded queue and sender as the SDK path ([`super::otlp`]). Never on the collector thread or the
+//! HTTP server.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::mpsc;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use opentelemetry::{KeyValue, Value};
+use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
+use opentelemetry_proto::tonic::common::v1::{
+    any_value, AnyValue, InstrumentationScope, KeyValue as PKeyValue,
+};
+use opentelemetry_proto::tonic::metrics::v1::{
+    metric::Data, number_data_point, AggregationTemporality, Gauge, Metric, NumberDataPoint,
+    ResourceMetrics, ScopeMetrics, Sum,
+};
+use opentelemetry_proto::tonic::resource::v1::Resource;
+use opentelemetry_sdk::metrics::Temporality;
+use prost::Message;
+
+use super::otlp::{ExportMetrics, Queue};
+use super::resource::Naming;
+use super::units::unit_for;
+use crate::config::counters::{CounterSet, MetricKind};
+use crate::fields::ValueType;
+use crate::pipeline::SnapshotStore;
+use crate::snapshot::{Attribution, Entity, EntityKind, FieldValue, Snapshot};
+
+/// How one instrument reads its row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    /// f64 gauge.
+    Gauge,
+    /// Monotonic sum of an integer field: non-negative ints only, int points.
+    IntCounter,
+    /// Monotonic sum of a double field: non-negative finite values, double points.
+    DoubleCounter,
+}
+
+/// One instrument: a counters-CSV metric row (the first row of a name wins, as in the SDK path).
+struct Instrument {
+    row: usize,
+    kind: Kind,
+    name: String,
+    description: String,
+    unit: String,
+}
+
+fn instruments(counters: &CounterSet) -> Vec<Instrument> {
+    let mut seen: HashSet<&str> = HashSet::new();
+    let mut out = Vec::new();
+    for (row, c) in counters.rows.iter().enumerate() {
+        if c.kind == MetricKind::Label || !seen.insert(c.name.as_str()) {
+            continue;
+        }
+        let kind = match c.kind {
+            MetricKind::Gauge => Kind::Gauge,
+            MetricKind::Counter if c.field.value_type == ValueType::Int64 => Kind::IntCounter,
+            MetricKind::Counter => Kind::DoubleCounter,
+            MetricKind::Label => continue,
+        };
+        out.push(Instrument {
+            row,
+            kind,
+            name: c.name.clone(),
+            description: c.help.clone(),
+            unit: unit_for(c).to_string(),
+        });
+    }
+    out
+}
+
+/// A value as the instrument of `kind` observes it (the same filters as the SDK callbacks).
+fn observe(kind: Kind, v: &FieldValue) -> Option<number_data_point::Value> {
+    match kind {
+        Kind::Gauge => v.as_f64().map(number_data_point::Value::AsDouble),
+        Kind::IntCounter => match v {
+            FieldValue::Int(i) if *i >= 0 => Some(number_data_point::Value::AsInt(*i)),
+            _ => None,
+        },
+        Kind::DoubleCounter => v
+            .as_f64()
+            .filter(|f| *f >= 0.0)
+            .map(number_data_point::Value::AsDouble),
+    }
+}
+
+fn nanos(t: SystemTime) -> u64 {
+    t.duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0)
+}
+
+fn pkv(kv: &KeyValue) -> PKeyValue {
+    let value = match &kv.value {
+        Value::Bool(b) => any_value::Value::BoolValue(*b),
+        Value::I64(i) => any_value::Value::IntValue(*i),
+        Value::F64(f) => any_value::Value::DoubleValue(*f),
+        Value::String(s) => any_value::Value::StringValue(s.as_str().to_string()),
+        other => any_value::Value::StringValue(other.to_string()),
+    };
+    PKeyValue {
+        key: kv.key.as_str().to_string(),
+        value: Some(AnyValue { value: Some(value) }),
+        key_strindex: 0,
+    }
+}
+
+/// One attribute set of one entity, ready to be written.
+struct SetLayout {
+    /// Index into [`Layout::resources`].
+    resource: usize,
+    /// The data-point attributes: the non-identity ones (per-entity mode) or all of them (host mode).
+    point_attributes: Vec<PKeyValue>,
+    /// The whole set rendered, sorted by key: the series' key for delta temporality.
+    series: Arc<str>,
+}
+
+/// The cached layout of one entity and what it was built from.
+struct EntityLayout {
+    entity: Arc<Entity>,
+    attribution: Arc<Attribution>,
+    /// Its label-row attributes when built (an NvLink's are its GPU's).
+    labels: Vec<KeyValue>,
+    sets: Vec<SetLayout>,
+}
+
+/// The per-entity work of the last export, valid while every entity still matches.
+#[derive(Default)]
+struct Layout {
+    entities: Vec<EntityLayout>,
+    /// One per distinct resource identity (one in host mode), in first-seen order.
+    resources: Vec<Resource>,
+}
+
+/// Builds requests from snapshots; keeps the cached layout and, for delta temporality, the previous
+/// value of every counter series.
+pub struct DirectBuilder {
+    naming: Naming,
+    /// Identity keys moved into the Resource (per-entity mode); empty in host mode.
+    resource_keys: HashSet<String>,
+    base: Vec<PKeyValue>,
+    scope: InstrumentationScope,
+    instruments: Vec<Instrument>,
+    /// The counter set `instruments` was made from.
+    counters: Arc<CounterSet>,
+    start_nanos: u64,
+    delta: bool,
+    layout: Layout,
+    /// Delta temporality: (instrument, series) → (last value, its time).
+    previous: HashMap<(usize, Arc<str>), (number_data_point::Value, u64)>,
+}
+
+/// One built request and what the self-metrics report about it.
+pub struct Built {
+    pub request: ExportMetricsServiceRequest,
+    pub data_points: usize,
+}
+
+impl DirectBuilder {
+    /// `base`: the host resource attributes; `resource_keys`: identity keys moved into per-entity
+    /// resources (empty: host mode); `temporality`: the exporter's preference (delta applies to
+    /// counters only, as the SDK's selector does; lowmemory keeps observable counters cumulative).
+    pub fn new(
+        naming: Naming,
+        resource_keys: HashSet<String>,
+        base: &[KeyValue],
+        counters: Arc<CounterSet>,
+        temporality: Temporality,
+        start: SystemTime,
+    ) -> DirectBuilder {
+        DirectBuilder {
+            naming,
+            resource_keys,
+            base: base.iter().map(pkv).collect(),
+            scope: InstrumentationScope {
+                name: "dcgm-otel".to_string(),
+                version: env!("CARGO_PKG_VERSION").to_string(),
+                attributes: Vec::new(),
+                dropped_attributes_count: 0,
+            },
+            instruments: instruments(&counters),
+            counters,
+            start_nanos: nanos(start),
+            delta: temporality == Temporality::Delta,
+            layout: Layout::default(),
+            previous: HashMap::new(),
+        }
+    }
+
+    /// How many instruments (metric rows with distinct names) the requests carry.
+    pub fn instrument_count(&self) -> usize {
+        self.instruments.len()
+    }
+
+    /// Label-row attributes of every entity (an NvLink takes its GPU's: label fields are not read on
+    /// links), index-aligned with `snap.entities`.
+    fn labels(&self, snap: &Snapshot) -> Vec<Vec<KeyValue>> {
+        let mut gpu_labels: HashMap<u32, Vec<KeyValue>> = HashMap::new();
+        for e in &snap.entities {
+            if e.entity.kind == EntityKind::Gpu {
+                gpu_labels.insert(e.entity.gpu.index, self.naming.label_attributes(e));
+            }
+        }
+        snap.entities
+            .iter()
+            .map(|e| match e.entity.kind {
+                EntityKind::NvLink => gpu_labels
+                    .get(&e.entity.gpu.index)
+                    .cloned()
+                    .unwrap_or_default(),
+                _ => self.naming.label_attributes(e),
+            })
+            .collect()
+    }
+
+    fn layout_matches(&self, snap: &Snapshot, labels: &[Vec<KeyValue>]) -> bool {
+        self.layout.entities.len() == snap.entities.len()
+            && self
+                .layout
+                .entities
+                .iter()
+                .zip(&snap.entities)
+                .zip(labels)
+                .all(|((c, e), l)| {
+                    (Arc::ptr_eq(&c.entity, &e.entity) || c.entity == e.entity)
+                        && (Arc::ptr_eq(&c.attribution, &e.attribution)
+                            || c.attribution == e.attribution)
+                        && c.labels == *l
+                })
+    }
+
+    /// Rebuild the whole layout (entities, attribution or label values changed).
+    fn rebuild_layout(&mut self, snap: &Snapshot, labels: Vec<Vec<KeyValue>>) {
+        let mut resources: Vec<Resource> = Vec::new();
+        let mut index: HashMap<Vec<(String, String)>, usize> = HashMap::new();
+        let mut entities = Vec::with_capacity(snap.entities.len());
+        for (e, labels) in snap.entities.iter().zip(labels) {
+            let sets = self
+                .naming
+                .entity_attribute_sets(e, labels.clone())
+                .into_iter()
+                .map(|set| {
+                    let series: String = set
+                        .iter()
+                        .map(|kv| format!("{}={}\u{1}", kv.key.as_str(), kv.value.as_str()))
+                        .collect();
+                    let (identity, rest): (Vec<&KeyValue>, Vec<&KeyValue>) = set
+                        .iter()
+                        .partition(|kv| self.resource_keys.contains(kv.key.as_str()));
+                    // Sets are sorted by key, so the identity is too.
+                    let key: Vec<(String, String)> = identity
+                        .iter()
+                        .map(|kv| (kv.key.as_str().to_string(), kv.value.as_str().into_owned()))
+                        .collect();
+                    let resource = *index.entry(key).or_insert_with(|| {
+                        let mut attributes: Vec<PKeyValue> = self
+                            .base
+                            .iter()
+                            .filter(|b| !identity.iter().any(|kv| kv.key.as_str() == b.key))
+                            .cloned()
+                            .collect();
+                        attributes.extend(identity.iter().map(|kv| pkv(kv)));
+                        resources.push(Resource {
+                            attributes,
+                            dropped_attributes_count: 0,
+                            entity_refs: Vec::new(),
+                        });
+                        resources.len() - 1
+                    });
+                    SetLayout {
+                        resource,
+                        point_attributes: rest.into_iter().map(pkv).collect(),
+                        series: Arc::from(series),
+                    }
+                })
+                .collect();
+            entities.push(EntityLayout {
+                entity: e.entity.clone(),
+                attribution: e.attribution.clone(),
+                labels,
+                sets,
+            });
+        }
+        self.layout = Layout {
+            entities,
+            resources,
+        };
+    }
+
+    /// The request for `snap`: one ResourceMetrics per identity that has at least one point.
+    pub fn build(&mut self, snap: &Snapshot) -> Built {
+        if !Arc::ptr_eq(&self.counters, &snap.counters) {
+            if *self.counters != *snap.counters {
+                self.instruments = instruments(&snap.counters);
+                self.layout = Layout::default();
+            }
+            // Equal or not, keep the snapshot's Arc: the next export compares pointers only.
+            self.counters = snap.counters.clone();
+        }
+        let labels = self.labels(snap);
+        if !self.layout_matches(snap, &labels) {
+            self.rebuild_layout(snap, labels);
+        }
+        let time = nanos(snap.taken_at);
+        let start = self.start_nanos;
+        let n_res = self.layout.resources.len();
+        // Per resource: its metrics, and the instrument of its last metric.
+        let mut metrics: Vec<Vec<Metric>> = (0..n_res).map(|_| Vec::new()).collect();
+        let mut last: Vec<usize> = vec![usize::MAX; n_res];
+        let mut previous = if self.delta {
+            HashMap::with_capacity(self.previous.len())
+        } else {
+            HashMap::new()
+        };
+        let mut data_points = 0usize;
+        for (k, inst) in self.instruments.iter().enumerate() {
+            let counter = inst.kind != Kind::Gauge;
+            for (e, layout) in snap.entities.iter().zip(&self.layout.entities) {
+                let Some(v) = e.values.get(inst.row).and_then(|v| observe(inst.kind, v)) else {
+                    continue;
+                };
+                for set in &layout.sets {
+                    let (value, start_time) = if counter && self.delta {
+                        let key = (k, set.series.clone());
+                        let out = match self.previous.get(&key) {
+                            Some((prev, prev_time)) => (difference(v, *prev), *prev_time),
+                            None => (v, start),
+                        };
+                        previous.insert(key, (v, time));
+                        out
+                    } else {
+                        (v, start)
+                    };
+                    let point = NumberDataPoint {
+                        attributes: set.point_attributes.clone(),
+                        start_time_unix_nano: start_time,
+                        time_unix_nano: time,
+                        exemplars: Vec::new(),
+                        flags: 0,
+                        value: Some(value),
+                    };
+                    data_points += 1;
+                    let r = set.resource;
+                    let ms = &mut metrics[r];
+                    if last[r] == k {
+                        if let Some(m) = ms.last_mut() {
+                            match &mut m.data {
+                                Some(Data::Gauge(g)) => g.data_points.push(point),
+                                Some(Data::Sum(s)) => s.data_points.push(point),
+                                _ => {}
+                            }
+                        }
+                        continue;
+                    }
+                    last[r] = k;
+                    let data = if counter {
+                        Data::Sum(Sum {
+                            data_points: vec![point],
+                            aggregation_temporality: if self.delta {
+                                AggregationTemporality::Delta as i32
+                            } else {
+                                AggregationTemporality::Cumulative as i32
+                            },
+                            is_monotonic: true,
+                        })
+                    } else {
+                        Data::Gauge(Gauge {
+                            data_points: vec![point],
+                        })
+                    };
+                    ms.push(Metric {
+                        name: inst.name.clone(),
+                        description: inst.description.clone(),
+                        unit: inst.unit.clone(),
+                        metadata: Vec::new(),
+                        data: Some(data),
+                    });
+                }
+            }
+        }
+        if self.delta {
+            self.previous = previous;
+        }
+        let resource_metrics = self
+            .layout
+            .resources
+            .iter()
+            .zip(metrics)
+            .filter(|(_, m)| !m.is_empty())
+            .map(|(r, metrics)| ResourceMetrics {
+                resource: Some(r.clone()),
+                scope_metrics: vec![ScopeMetrics {
+                    scope: Some(self.scope.clone()),
+                    metrics,
+                    schema_url: String::new(),
+                }],
+                schema_url: String::new(),
+            })
+            .collect();
+        Built {
+            request: ExportMetricsServiceRequest { resource_metrics },
+            data_points,
+        }
+    }
+}
+
+/// A counter's delta; a value below the previous one is a reset (the delta is the new value).
+fn difference(
+    v: number_data_point::Value,
+    prev: number_data_point::Value,
+) -> number_data_point::Value {
+    use number_data_point::Value::{AsDouble, AsInt};
+    match (v, prev) {
+        (AsInt(now), AsInt(before)) if now >= before => AsInt(now - before),
+        (AsDouble(now), AsDouble(before)) if now >= before => AsDouble(now - before),
+        (now, _) => now,
+    }
+}
+
+/// The export thread of the direct pipeline; [`DirectExport::shutdown`] exports once more and stops.
+pub struct DirectExport {
+    stop: mpsc::Sender<()>,
+    thread: std::thread::JoinHandle<()>,
+}
+
+/// What one export reports to the self-metrics and the queue.
+struct Exporter {
+    builder: DirectBuilder,
+    store: Arc<SnapshotStore>,
+    queue: Arc<Queue>,
+    metrics: Arc<ExportMetrics>,
+    /// The snapshot exported last (not exported twice).
+    last_seq: Option<u64>,
+}
+
+impl Exporter {
+    fn export(&mut self) {
+        let Some(snap) = self.store.latest() else {
+            return;
+        };
+        if self.last_seq == Some(snap.seq) {
+            return;
+        }
+        self.last_seq = Some(snap.seq);
+        let started = Instant::now();
+        let built = self.builder.build(&snap);
+        let built_in = started.elapsed();
+        if built.data_points == 0 {
+            return;
+        }
+        let encode_started = Instant::now();
+        let body = Bytes::from(built.request.encode_to_vec());
+        self.metrics.collect_seconds.set(built_in.as_secs_f64());
+        self.metrics
+            .encode_seconds
+            .set(encode_started.elapsed().as_secs_f64());
+        self.metrics.request_bytes.set(body.len() as f64);
+        self.metrics.data_points.set(built.data_points as f64);
+        self.metrics
+            .resources
+            .set(built.request.resource_metrics.len() as f64);
+        self.queue.push(body);
+    }
+
+    /// One export; a panic (a bug) skips this export instead of ending all of them.
+    fn export_guarded(&mut self) {
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.export()));
+        if r.is_err() {
+            tracing::error!("building the OTLP request panicked; this export is skipped");
+        }
+    }
+}
+
+/// Start the export thread: an export every `interval` (the first one `interval` after start).
+pub fn spawn(
+    builder: DirectBuilder,
+    store: Arc<SnapshotStore>,
+    queue: Arc<Queue>,
+    metrics: Arc<ExportMetrics>,
+    interval: Duration,
+) -> std::io::Result<DirectExport> {
+    let (stop, stop_rx) = mpsc::channel::<()>();
+    let mut exporter = Exporter {
+        builder,
+        store,
+        queue,
+        metrics,
+        last_seq: None,
+    };
+    let thread = std::thread::Builder::new()
+        .name("otlp-direct".into())
+        .spawn(move || {
+            let mut next = Instant::now() + interval;
+            loop {
+                let wait = next.saturating_duration_since(Instant::now());
+                match stop_rx.recv_timeout(wait) {
+                    Err(mpsc::RecvTimeoutError::Timeout) => {
+                        exporter.export_guarded();
+                        next += interval;
+                        let now = Instant::now();
+                        if next < now {
+                            // Behind (a long stall): skip the missed ticks instead of bursting.
+                            next = now + interval;
+                        }
+                    }
+                    // Shutdown: the last export, then stop.
+                    Ok(()) | Err(mpsc::RecvTimeoutError::Disconnected) => {
+                        exporter.export_guarded();
+                        return;
+                    }
+                }
+            }
+        })?;
+    Ok(DirectExport { stop, thread })
+}
+
+impl DirectExport {
+    /// Export the newest snapshot (if not exported yet) and end the thread.
+    pub fn shutdown(self) {
+        let _ = self.stop.send(());
+        if self.thread.join().is_err() {
+            tracing::warn!("the OTLP export thread ended with a panic");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The direct builder against the SDK path on the same hand-made snapshot: equal requests once
+    //! timestamps are set aside and resources, metrics and points are put in one order.
+    use std::sync::Mutex;
+
+    use opentelemetry::metrics::MeterProvider as _;
+    use opentelemetry_sdk::error::OTelSdkResult;
+    use opentelemetry_sdk::metrics::data::ResourceMetrics as SdkResourceMetrics;
+    use opentelemetry_sdk::metrics::exporter::PushMetricExporter;
+    use opentelemetry_sdk::metrics::{PeriodicReader, SdkMeterProvider};
+
+    use super::*;
+    use crate::config::cli::OtelAttributeStyle;
+    use crate::config::counters;
+    use crate::config::{HostnameLabel, LabelStyle};
+    use crate::export::otel::convert::convert;
+    use crate::export::otel::instruments::{register, SnapshotView};
+    use crate::snapshot::*;
+
+    const CSV: &str = "DCGM_FI_DEV_SM_CLOCK, gauge, SM clock in MHz.\n\
+                       DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION, counter, Energy in mJ.\n\
+                       DCGM_FI_DEV_NVLINK_PPRM_OPER_RECOVERY, gauge, Link recovery status.\n\
+                       DCGM_FI_DEV_POWER_USAGE, gauge, Power draw in W.\n\
+                       DCGM_FI_DRIVER_VERSION, label, Driver version.\n";
+
+    fn snapshot(counters: Arc<CounterSet>, seq: u64, energy: i64) -> Snapshot {
+        let gpu = Arc::new(GpuIdentity {
+            index: 0,
+            uuid: "GPU-aaa".into(),
+            pci_bus_id: "00000000:18:00.0".into(),
+            model: "NVIDIA H100 80GB HBM3".into(),
+        });
+        let pod = |n: &str| PodRef {
+            namespace: "ml".into(),
+            name: n.into(),
+            container: "main".into(),
+            uid: format!("uid-{n}"),
+        };
+        let gpu_reading = EntityReading {
+            entity: Arc::new(Entity::gpu(gpu.clone())),
+            values: vec![
+                FieldValue::Int(1410),
+                FieldValue::Int(energy),
+                FieldValue::Absent(Absent::NotApplicable),
+                FieldValue::Double(312.5),
+                FieldValue::Text("550.1".into()),
+            ],
+            attribution: Arc::new(Attribution {
+                pods: vec![pod("a"), pod("b")],
+                hpc_jobs: vec![],
+            }),
+        };
+        let link = |l: u32| EntityReading {
+            entity: Arc::new(Entity::nvlink(gpu.clone(), 100 + l, l)),
+            values: vec![
+                FieldValue::Absent(Absent::NotApplicable),
+                FieldValue::Absent(Absent::NotApplicable),
+                FieldValue::Int(l as i64),
+                FieldValue::Absent(Absent::NotApplicable),
+                FieldValue::Absent(Absent::NotApplicable),
+            ],
+            attribution: Arc::new(Attribution::default()),
+        };
+        let gpu2 = Arc::new(GpuIdentity {
+            index: 1,
+            uuid: "GPU-bbb".into(),
+            pci_bus_id: "00000000:2A:00.0".into(),
+            model: "NVIDIA H100 80GB HBM3".into(),
+        });
+        let other = EntityReading {
+            entity: Arc::new(Entity::gpu(gpu2)),
+            values: vec![
+                FieldValue::Absent(Absent::Blank),
+                FieldValue::Int(-4),
+                FieldValue::Absent(Absent::NotApplicable),
+                FieldValue::Double(f64::NAN),
+                FieldValue::Text("550.1".into()),
+            ],
+            attribution: Arc::new(Attribution {
+                pods: vec![],
+                hpc_jobs: vec!["job-7".into()],
+            }),
+        };
+        let third = Arc::new(GpuIdentity {
+            index: 2,
+            uuid: "GPU-ccc".into(),
+            pci_bus_id: "00000000:3A:00.0".into(),
+            model: "NVIDIA H100 80GB HBM3".into(),
+        });
+        let plain = EntityReading {
+            entity: Arc::new(Entity::gpu(third)),
+            values: vec![
+                FieldValue::Int(1980),
+                FieldValue::Int(energy * 2),
+                FieldValue::Absent(Absent::NotApplicable),
+                FieldValue::Double(99.25),
+                FieldValue::Text("550.1".into()),
+            ],
+            attribution: Arc::new(Attribution::default()),
+        };
+        Snapshot {
+            seq,
+            taken_at: SystemTime::now(),
+            counters,
+            host: Arc::new(HostInfo::default()),
+            driver_version: Some("550.1".into()),
+            entities: vec![gpu_reading, link(0), link(1), other, plain],
+        }
+    }
+
+    struct Capture {
+        view: Arc<SnapshotView>,
+        keys: HashSet<String>,
+        temporality: Temporality,
+        out: Arc<Mutex<Vec<ExportMetricsServiceRequest>>>,
+    }
+
+    impl PushMetricExporter for Capture {
+        fn export(
+            &self,
+            rm: &SdkResourceMetrics,
+        ) -> impl std::future::Future<Output = OTelSdkResult> + Send {
+            let _ = self.view.unpin();
+            self.out
+                .lock()
+                .unwrap()
+                .push(convert(rm, &self.keys).request);
+            std::future::ready(Ok(()))
+        }
+        fn force_flush(&self) -> OTelSdkResult {
+            Ok(())
+        }
+        fn shutdown_with_timeout(&self, _: Duration) -> OTelSdkResult {
+            Ok(())
+        }
+        fn temporality(&self) -> Temporality {
+            self.temporality
+        }
+    }
+
+    fn naming(counters: &CounterSet, style: OtelAttributeStyle) -> Naming {
+        let labels = LabelStyle {
+            use_old_namespace: false,
+            replace_blanks_in_model_name: false,
+            hostname_label: HostnameLabel::Hostname,
+        };
+        Naming::new(style, labels, counters)
+    }
+
+    fn base() -> Vec<KeyValue> {
+        vec![
+            KeyValue::new("service.name", "t"),
+            KeyValue::new("host.name", "node-a"),
+        ]
+    }
+
+    /// Both pipelines over the same snapshots (energy readings in order).
+    fn both(
+        style: OtelAttributeStyle,
+        per_entity: bool,
+        temporality: Temporality,
+        energy: &[i64],
+    ) -> Vec<(ExportMetricsServiceRequest, ExportMetricsServiceRequest)> {
+        let counters = Arc::new(counters::parse(CSV, "test").unwrap());
+        let keys = if per_entity {
+            naming(&counters, style).resource_keys()
+        } else {
+            HashSet::new()
+        };
+        let store = SnapshotStore::new();
+        let view = SnapshotView::new(store.clone(), naming(&counters, style));
+        let out = Arc::new(Mutex::new(Vec::new()));
+        let reader = PeriodicReader::builder(Capture {
+            view: view.clone(),
+            keys: keys.clone(),
+            temporality,
+            out: out.clone(),
+        })
+        .with_interval(Duration::from_secs(3600))
+        .build();
+        let provider = SdkMeterProvider::builder()
+            .with_resource(
+                opentelemetry_sdk::Resource::builder_empty()
+                    .with_attributes(base())
+                    .build(),
+            )
+            .with_reader(reader)
+            .build();
+        register(
+            &provider.meter_with_scope(
+                opentelemetry::InstrumentationScope::builder("dcgm-otel")
+                    .with_version(env!("CARGO_PKG_VERSION"))
+                    .build(),
+            ),
+            &counters,
+            &view,
+        );
+        let mut direct = DirectBuilder::new(
+            naming(&counters, style),
+            keys,
+            &base(),
+            counters.clone(),
+            temporality,
+            SystemTime::now(),
+        );
+        let mut pairs = Vec::new();
+        for (i, e) in energy.iter().enumerate() {
+            let snap = Arc::new(snapshot(counters.clone(), i as u64 + 1, *e));
+            store.publish(snap.clone());
+            provider.force_flush().unwrap();
+            let sdk = out.lock().unwrap().pop().unwrap();
+            pairs.push((direct.build(&snap).request, sdk));
+        }
+        let _ = provider.shutdown();
+        pairs
+    }
+
+    /// Timestamps out, everything sorted: resources by attributes, metrics by name, points by
+    /// attributes (attribute lists by key).
+    fn normalized(mut req: ExportMetricsServiceRequest) -> ExportMetricsServiceRequest {
+        let sort_kv = |kvs: &mut Vec<PKeyValue>| kvs.sort_by(|a, b| a.key.cmp(&b.key));
+        for rm in &mut req.resource_metrics {
+            if let Some(r) = rm.resource.as_mut() {
+                sort_kv(&mut r.attributes);
+            }
+            for sm in &mut rm.scope_metrics {
+                sm.metrics.sort_by(|a, b| a.name.cmp(&b.name));
+                for m in &mut sm.metrics {
+                    let dps = match &mut m.data {
+                        Some(Data::Gauge(g)) => &mut g.data_points,
+                        Some(Data::Sum(s)) => &mut s.data_points,
+                        _ => continue,
+                    };
+                    for dp in dps.iter_mut() {
+                        dp.start_time_unix_nano = 0;
+                        dp.time_unix_nano = 0;
+                        sort_kv(&mut dp.attributes);
+                    }
+                    dps.sort_by(|a, b| {
+                        format!("{:?}", a.attributes).cmp(&format!("{:?}", b.attributes))
+                    });
+                }
+            }
+        }
+        req.resource_metrics
+            .sort_by(|a, b| format!("{:?}", a.resource).cmp(&format!("{:?}", b.resource)));
+        req
+    }
+
+    #[test]
+    fn same_request_as_the_sdk_path_in_every_mode() {
+        for style in [OtelAttributeStyle::Otel, OtelAttributeStyle::Dcgm] {
+            for per_entity in [true, false] {
+                for (direct, sdk) in both(style, per_entity, Temporality::Cumulative, &[5000, 7000])
+                {
+                    assert!(!direct.resource_metrics.is_empty());
+                    assert_eq!(
+                        normalized(direct),
+                        normalized(sdk),
+                        "{style:?}, per-entity {per_entity}"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn delta_counters_match_the_sdk_path() {
+        let pairs = both(
+            OtelAttributeStyle::Otel,
+            true,
+            Temporality::Delta,
+            &[5000, 7000, 7500],
+        );
+        let energy = |req: &ExportMetricsServiceRequest| -> Vec<i64> {
+            let mut v: Vec<i64> = req
+                .resource_metrics
+                .iter()
+                .flat_map(|rm| &rm.scope_metrics[0].metrics)
+                .filter_map(|m| match &m.data {
+                    Some(Data::Sum(s)) => {
+                        assert_eq!(
+                            s.aggregation_temporality,
+                            AggregationTemporality::Delta as i32
+                        );
+                        Some(s.data_points.iter().map(|dp| match dp.value {
+                            Some(number_data_point::Value::AsInt(i)) => i,
+                            _ => panic!("int points"),
+                        }))
+                    }
+                    _ => None,
+                })
+                .flatten()
+                .collect();
+            v.sort();
+            v
+        };
+        // GPU-aaa × 2 pods and GPU-ccc: whole value first, then differences (GPU-bbb is negative).
+        assert_eq!(energy(&pairs[0].0), vec![5000, 5000, 10000]);
+        assert_eq!(energy(&pairs[1].0), vec![2000, 2000, 4000]);
+        assert_eq!(energy(&pairs[2].0), vec![500, 500, 1000]);
+        for (direct, sdk) in pairs {
+            assert_eq!(normalized(direct), normalized(sdk));
+        }
+    }
+
+    #[test]
+    fn a_delta_starts_at_the_previous_export_and_a_reset_restarts() {
+        let counters = Arc::new(counters::parse(CSV, "test").unwrap());
+        let start = UNIX_EPOCH + Duration::from_secs(1000);
+        let mut b = DirectBuilder::new(
+            naming(&counters, OtelAttributeStyle::Otel),
+            HashSet::new(),
+            &base(),
+            counters.clone(),
+            Temporality::Delta,
+            start,
+        );
+        let mut snap = snapshot(counters.clone(), 1, 5000);
+        snap.taken_at = UNIX_EPOCH + Duration::from_secs(1010);
+        let first = b.build(&snap);
+        let mut snap = snapshot(counters.clone(), 2, 100);
+        snap.taken_at = UNIX_EPOCH + Duration::from_secs(1020);
+        let second = b.build(&snap);
+        let sum = |req: &ExportMetricsServiceRequest| -> Vec<(u64, u64, i64)> {
+            let m = req.resource_metrics[0].scope_metrics[0]
+                .metrics
+                .iter()
+                .find(|m| m.name == "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION")
+                .unwrap();
+            let Some(Data::Sum(s)) = &m.data else {
+                panic!()
+            };
+            let mut v: Vec<(u64, u64, i64)> = s
+                .data_points
+                .iter()
+                .map(|dp| {
+                    let Some(number_data_point::Value::AsInt(i)) = dp.value else {
+                        panic!()
+                    };
+                    (
+                        dp.start_time_unix_nano / 1_000_000_000,
+                        dp.time_unix_nano / 1_000_000_000,
+                        i,
+                    )
+                })
+                .collect();
+            v.sort();
+            v
+        };
+        assert_eq!(
+            sum(&first.request),
+            vec![(1000, 1010, 5000), (1000, 1010, 5000), (1000, 1010, 10000)]
+        );
+        assert_eq!(
+            sum(&second.request),
+            vec![(1010, 1020, 100), (1010, 1020, 100), (1010, 1020, 200)],
+            "lower than before: a reset, the delta is the new value"
+        );
+    }
+
+    #[test]
+    fn layout_is_reused_until_an_entity_changes() {
+        let counters = Arc::new(counters::parse(CSV, "test").unwrap());
+        let n = naming(&counters, OtelAttributeStyle::Otel);
+        let keys = n.resource_keys();
+        let mut b = DirectBuilder::new(
+            n,
+            keys,
+            &base(),
+            counters.clone(),
+            Temporality::Cumulative,
+            SystemTime::now(),
+        );
+        let snap = snapshot(counters.clone(), 1, 5000);
+        let first = b.build(&snap).request;
+        let resources = b.layout.resources.as_ptr();
+        // Same entities (same Arcs), new values: the cached resources stay.
+        let mut next = snap.clone();
+        next.seq = 2;
+        next.entities[0].values[0] = FieldValue::Int(1500);
+        let second = b.build(&next).request;
+        assert_eq!(b.layout.resources.as_ptr(), resources);
+        assert_eq!(first.resource_metrics.len(), second.resource_metrics.len());
+        // A new driver version (a label row) changes the resources.
+        let mut next = next.clone();
+        next.entities[0].values[4] = FieldValue::Text("560.2".into());
+        let third = b.build(&next).request;
+        let versions: HashSet<String> = third
+            .resource_metrics
+            .iter()
+            .filter_map(|rm| {
+                rm.resource
+                    .as_ref()?
+                    .attributes
+                    .iter()
+                    .find(|kv| kv.key == "nvidia.driver.version")
+                    .and_then(|kv| match kv.value.as_ref()?.value.as_ref()? {
+                        any_value::Value::StringValue(s) => Some(s.clone()),
+                        _ => None,
+                    })
+            })
+            .collect();
+        assert!(versions.contains("560.2"), "{versions:?}");
+    }
+}
