@@ -263,36 +263,98 @@ fn pooled_bytes(buf: Vec<u8>, pool: &Arc<BufferPool>) -> Bytes {
     })
 }
 
-/// Gzip `text` into `out` (RFC 1952: the header `GzEncoder` writes at the fast level, raw deflate, CRC-32
-/// and size) with a reused compressor. False when deflate fails or stops making progress.
-fn gzip_into(deflate: &mut flate2::Compress, text: &[u8], out: &mut Vec<u8>) -> bool {
-    deflate.reset();
-    out.clear();
-    out.extend_from_slice(&[0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 4, 255]);
-    let mut input = text;
+/// Gzip (RFC 1952: the header `GzEncoder` writes at the fast level, raw deflate, CRC-32 and size) of a
+/// body while it is being written: each chunk is compressed as soon as it is complete, while it is still
+/// in cache, with a reused compressor.
+struct GzipStream<'a> {
+    deflate: &'a mut flate2::Compress,
+    crc: flate2::Crc,
+    out: Vec<u8>,
+    /// Bytes of the text compressed so far.
+    fed: usize,
+    ok: bool,
+}
+
+/// Text is handed to the compressor in pieces of about this size.
+const GZIP_CHUNK: usize = 64 * 1024;
+
+impl<'a> GzipStream<'a> {
+    fn new(deflate: &'a mut flate2::Compress, mut out: Vec<u8>) -> GzipStream<'a> {
+        deflate.reset();
+        out.clear();
+        out.extend_from_slice(&[0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 4, 255]);
+        GzipStream {
+            deflate,
+            crc: flate2::Crc::new(),
+            out,
+            fed: 0,
+            ok: true,
+        }
+    }
+
+    /// Compress what `text` (the whole body so far) has beyond what was fed already.
+    fn feed(&mut self, text: &[u8]) {
+        let Some(chunk) = text.get(self.fed..) else {
+            self.ok = false;
+            return;
+        };
+        self.crc.update(chunk);
+        self.fed = text.len();
+        self.ok = self.ok
+            && deflate_into(
+                self.deflate,
+                chunk,
+                &mut self.out,
+                flate2::FlushCompress::None,
+            );
+    }
+
+    /// Compress the rest and close the stream; `None` when deflate failed on the way.
+    fn finish(mut self, text: &[u8]) -> Option<Vec<u8>> {
+        self.feed(text);
+        if !(self.ok
+            && deflate_into(
+                self.deflate,
+                &[],
+                &mut self.out,
+                flate2::FlushCompress::Finish,
+            ))
+        {
+            return None;
+        }
+        self.out.extend_from_slice(&self.crc.sum().to_le_bytes());
+        self.out.extend_from_slice(&(self.fed as u32).to_le_bytes());
+        Some(self.out)
+    }
+}
+
+/// Run deflate over all of `input` (and, with `Finish`, to the end of the stream), growing `out` as
+/// needed. False when deflate fails or stops making progress.
+fn deflate_into(
+    deflate: &mut flate2::Compress,
+    mut input: &[u8],
+    out: &mut Vec<u8>,
+    flush: flate2::FlushCompress,
+) -> bool {
+    let finish = flush == flate2::FlushCompress::Finish;
     loop {
         if out.capacity() - out.len() < 4096 {
             out.reserve(out.capacity().max(64 * 1024));
         }
         let (in_before, out_before) = (deflate.total_in(), out.len());
-        let status = match deflate.compress_vec(input, out, flate2::FlushCompress::Finish) {
+        let status = match deflate.compress_vec(input, out, flush) {
             Ok(s) => s,
             Err(_) => return false,
         };
         let consumed = (deflate.total_in() - in_before) as usize;
         input = input.get(consumed..).unwrap_or_default();
-        if status == flate2::Status::StreamEnd {
-            break;
+        if (finish && status == flate2::Status::StreamEnd) || (!finish && input.is_empty()) {
+            return true;
         }
         if consumed == 0 && out.len() == out_before && out.capacity() - out.len() >= 4096 {
             return false;
         }
     }
-    let mut crc = flate2::Crc::new();
-    crc.update(text);
-    out.extend_from_slice(&crc.sum().to_le_bytes());
-    out.extend_from_slice(&(text.len() as u32).to_le_bytes());
-    true
 }
 
 /// Formats one sample value without allocating.
@@ -364,6 +426,17 @@ impl Renderer {
 
     /// Render a snapshot's GPU metrics (without self-metrics) into `out`. Returns the sample count.
     pub fn render_metrics(&self, snap: &Snapshot, out: &mut String) -> usize {
+        self.render_into(snap, out, None)
+    }
+
+    /// [`Renderer::render_metrics`], feeding each finished family to `gzip` once a chunk's worth is
+    /// written.
+    fn render_into(
+        &self,
+        snap: &Snapshot,
+        out: &mut String,
+        mut gzip: Option<&mut GzipStream>,
+    ) -> usize {
         let mut cache = match self.cache.lock() {
             Ok(c) => c,
             Err(p) => p.into_inner(),
@@ -389,6 +462,11 @@ impl Renderer {
                     out.push('\n');
                 }
                 samples += labels.sets.len();
+            }
+            if let Some(g) = gzip.as_deref_mut() {
+                if out.len() - g.fed >= GZIP_CHUNK {
+                    g.feed(out.as_bytes());
+                }
             }
         }
         samples
@@ -558,26 +636,23 @@ impl Renderer {
         let previous = self.body.load().text.len();
         // A pooled buffer is empty, so this conversion checks nothing and keeps its capacity.
         let mut text = String::from_utf8(self.text_pool.take(previous + 4096)).unwrap_or_default();
-        let series = self.render_metrics(snap, &mut text);
+        let mut deflate = match self.deflate.lock() {
+            Ok(d) => d,
+            Err(p) => p.into_inner(),
+        };
+        let deflate = deflate
+            .get_or_insert_with(|| flate2::Compress::new(flate2::Compression::fast(), false));
+        let mut gzip = GzipStream::new(deflate, self.gzip_pool.take(previous / 16));
+        let series = self.render_into(snap, &mut text, Some(&mut gzip));
         if let Some(s) = &self.series_gauge {
             s.set(series as f64);
         }
         if let Some(m) = &self.self_metrics {
             m.render(&mut text);
         }
-        let gzip = {
-            let mut buf = self.gzip_pool.take(text.len() / 16);
-            let mut deflate = match self.deflate.lock() {
-                Ok(d) => d,
-                Err(p) => p.into_inner(),
-            };
-            let deflate = deflate
-                .get_or_insert_with(|| flate2::Compress::new(flate2::Compression::fast(), false));
-            if gzip_into(deflate, text.as_bytes(), &mut buf) {
-                pooled_bytes(buf, &self.gzip_pool)
-            } else {
-                Bytes::new()
-            }
+        let gzip = match gzip.finish(text.as_bytes()) {
+            Some(buf) => pooled_bytes(buf, &self.gzip_pool),
+            None => Bytes::new(),
         };
         if let Some(b) = &self.body_bytes {
             b.set(text.len() as f64);
@@ -636,8 +711,14 @@ mod tests {
             ));
         }
         for input in [&b""[..], b"x", text.as_bytes()] {
-            let mut out = Vec::new();
-            assert!(gzip_into(&mut deflate, input, &mut out));
+            // fed in uneven pieces, as the renderer does
+            let mut g = GzipStream::new(&mut deflate, Vec::new());
+            let mut end = 0;
+            while end < input.len() {
+                end = (end + 70_001).min(input.len());
+                g.feed(&input[..end]);
+            }
+            let out = g.finish(input).unwrap();
             let mut back = Vec::new();
             flate2::read::GzDecoder::new(&out[..])
                 .read_to_end(&mut back)
