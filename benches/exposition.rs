@@ -723,6 +723,87 @@ fn bench_otlp_direct(large: &Case) {
     );
 }
 
+/// The product's direct pipeline (`--otlp-pipeline direct`, `src/export/otel/direct.rs`) on the same
+/// snapshot: `DirectBuilder::build` with its per-entity layout cached (as between two exports), then
+/// prost encoding and gzip, in both resource modes. The first build (layout made) is timed once.
+fn bench_otlp_pipeline(large: &Case) {
+    use dcgm_otel::config::cli::OtelAttributeStyle;
+    use dcgm_otel::export::otel::direct::DirectBuilder;
+    use dcgm_otel::export::otel::resource::Naming;
+    use opentelemetry_sdk::metrics::Temporality;
+    use prost::Message;
+
+    let counters = large.snap.counters.clone();
+    let base = [
+        opentelemetry::KeyValue::new("service.name", "dcgm-otel"),
+        opentelemetry::KeyValue::new("host.name", "bench-node-01"),
+    ];
+    for (mode, style, per_entity) in [
+        ("per-entity", OtelAttributeStyle::Otel, true),
+        ("host", OtelAttributeStyle::Dcgm, false),
+    ] {
+        let naming = Naming::new(style, common::default_style(), &counters);
+        let keys = if per_entity {
+            naming.resource_keys()
+        } else {
+            Default::default()
+        };
+        let mut b = DirectBuilder::new(
+            naming,
+            keys,
+            &base,
+            counters.clone(),
+            Temporality::Cumulative,
+            std::time::SystemTime::now(),
+        );
+        let t = Instant::now();
+        let first = b.build(&large.snap);
+        let cold = t.elapsed();
+        let points = first.data_points;
+        let bytes = first.request.encode_to_vec().len();
+        println!(
+            "otlp pipeline direct ({mode}): first build (layout made) {:.1} µs, {} resources",
+            cold.as_secs_f64() * 1e6,
+            first.request.resource_metrics.len()
+        );
+        let (w, r) = runs(200);
+        let st = measure(w, r, || {
+            std::hint::black_box(b.build(&large.snap));
+        });
+        report(
+            &format!("otlp pipeline direct ({mode}): build"),
+            &st,
+            points,
+            bytes,
+        );
+        let st = measure(w, r, || {
+            std::hint::black_box(b.build(&large.snap).request.encode_to_vec());
+        });
+        report(
+            &format!("otlp pipeline direct ({mode}): build + encode"),
+            &st,
+            points,
+            bytes,
+        );
+        let mut gz = 0;
+        let st = measure(w, r, || {
+            let body = b.build(&large.snap).request.encode_to_vec();
+            let mut enc = flate2::write::GzEncoder::new(
+                Vec::with_capacity(body.len() / 8),
+                flate2::Compression::fast(),
+            );
+            let _ = enc.write_all(&body);
+            gz = enc.finish().map(|v| v.len()).unwrap_or(0);
+        });
+        report(
+            &format!("otlp pipeline direct ({mode}): + gzip"),
+            &st,
+            points,
+            gz,
+        );
+    }
+}
+
 // ---- serving, through the real binary over loopback ---------------------------------------------------
 
 struct Exporter(Child);
@@ -987,6 +1068,9 @@ fn main() {
         }
         if selected("otlp-direct") {
             bench_otlp_direct(large);
+        }
+        if selected("otlp-pipeline-direct") {
+            bench_otlp_pipeline(large);
         }
     }
     println!("kubernetes mapping join: see `cargo bench --bench kubernetes_mapping` (issue 5's own bench)");
