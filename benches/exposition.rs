@@ -725,7 +725,8 @@ fn bench_otlp_direct(large: &Case) {
 
 /// The product's direct pipeline (`--otlp-pipeline direct`, `src/export/otel/direct.rs`) on the same
 /// snapshot: `DirectBuilder::build` with its per-entity layout cached (as between two exports), then
-/// prost encoding and gzip, in both resource modes. The first build (layout made) is timed once.
+/// `build_encoded` (what an export runs: build and encode one resource at a time) and gzip, in both
+/// resource modes. The first build (layout made) is timed once.
 fn bench_otlp_pipeline(large: &Case) {
     use dcgm_otel::config::cli::OtelAttributeStyle;
     use dcgm_otel::export::otel::direct::DirectBuilder;
@@ -777,7 +778,7 @@ fn bench_otlp_pipeline(large: &Case) {
             bytes,
         );
         let st = measure(w, r, || {
-            std::hint::black_box(b.build(&large.snap).request.encode_to_vec());
+            std::hint::black_box(b.build_encoded(&large.snap).body);
         });
         report(
             &format!("otlp pipeline direct ({mode}): build + encode"),
@@ -787,7 +788,7 @@ fn bench_otlp_pipeline(large: &Case) {
         );
         let mut gz = 0;
         let st = measure(w, r, || {
-            let body = b.build(&large.snap).request.encode_to_vec();
+            let body = b.build_encoded(&large.snap).body;
             let mut enc = flate2::write::GzEncoder::new(
                 Vec::with_capacity(body.len() / 8),
                 flate2::Compression::fast(),

@@ -25,7 +25,8 @@
 //! the proto `Resource`s — is cached between exports and redone only when the entity list, an entity,
 //! its attribution or a `label`-row value changes (`Arc` identity first, then equality), as the
 //! Prometheus renderer caches its label strings. An export then clones cached proto values and writes
-//! numbers.
+//! numbers. The request is encoded one resource at a time ([`DirectBuilder::build_encoded`]), so only
+//! one resource's proto values exist at once: an export's memory is about its encoded body.
 //!
 //! [`spawn`] runs the exports on their own thread at the export interval; encoded requests go to the
 //! same bounded queue and sender as the SDK path ([`super::otlp`]). Never on the collector thread or the
@@ -48,7 +49,6 @@ use opentelemetry_proto::tonic::metrics::v1::{
 };
 use opentelemetry_proto::tonic::resource::v1::Resource;
 use opentelemetry_sdk::metrics::Temporality;
-use prost::Message;
 
 use super::otlp::{ExportMetrics, Queue};
 use super::resource::Naming;
@@ -163,6 +163,8 @@ struct Layout {
     entities: Vec<EntityLayout>,
     /// One per distinct resource identity (one in host mode), in first-seen order.
     resources: Vec<Resource>,
+    /// Per resource: its (entity, set) pairs, in entity order.
+    members: Vec<Vec<(usize, usize)>>,
 }
 
 /// Builds requests from snapshots; keeps the cached layout and, for delta temporality, the previous
@@ -181,6 +183,8 @@ pub struct DirectBuilder {
     layout: Layout,
     /// Delta temporality: (instrument, series) → (last value, its time).
     previous: HashMap<(usize, Arc<str>), (number_data_point::Value, u64)>,
+    /// Size of the last encoded request (the next one's buffer is sized from it).
+    last_len: usize,
 }
 
 /// One built request and what the self-metrics report about it.
@@ -217,6 +221,7 @@ impl DirectBuilder {
             delta: temporality == Temporality::Delta,
             layout: Layout::default(),
             previous: HashMap::new(),
+            last_len: 0,
         }
     }
 
@@ -314,14 +319,21 @@ impl DirectBuilder {
                 sets,
             });
         }
+        let mut members: Vec<Vec<(usize, usize)>> = vec![Vec::new(); resources.len()];
+        for (e, layout) in entities.iter().enumerate() {
+            for (s, set) in layout.sets.iter().enumerate() {
+                members[set.resource].push((e, s));
+            }
+        }
         self.layout = Layout {
             entities,
             resources,
+            members,
         };
     }
 
-    /// The request for `snap`: one ResourceMetrics per identity that has at least one point.
-    pub fn build(&mut self, snap: &Snapshot) -> Built {
+    /// Bring instruments and layout in line with `snap`.
+    fn prepare(&mut self, snap: &Snapshot) {
         if !Arc::ptr_eq(&self.counters, &snap.counters) {
             if *self.counters != *snap.counters {
                 self.instruments = instruments(&snap.counters);
@@ -334,107 +346,181 @@ impl DirectBuilder {
         if !self.layout_matches(snap, &labels) {
             self.rebuild_layout(snap, labels);
         }
-        let time = nanos(snap.taken_at);
-        let start = self.start_nanos;
-        let n_res = self.layout.resources.len();
-        // Per resource: its metrics, and the instrument of its last metric.
-        let mut metrics: Vec<Vec<Metric>> = (0..n_res).map(|_| Vec::new()).collect();
-        let mut last: Vec<usize> = vec![usize::MAX; n_res];
-        let mut previous = if self.delta {
+    }
+
+    /// Every resource's `ResourceMetrics` in turn (those without points are skipped), handed to `sink`
+    /// one at a time so that only one resource's proto values exist at once. Returns the data points.
+    fn for_each_resource(
+        &mut self,
+        snap: &Snapshot,
+        mut sink: impl FnMut(ResourceMetrics),
+    ) -> usize {
+        self.prepare(snap);
+        let ctx = PointContext {
+            time: nanos(snap.taken_at),
+            start: self.start_nanos,
+            delta: self.delta,
+            previous: &self.previous,
+        };
+        let mut next_previous = if self.delta {
             HashMap::with_capacity(self.previous.len())
         } else {
             HashMap::new()
         };
         let mut data_points = 0usize;
-        for (k, inst) in self.instruments.iter().enumerate() {
-            let counter = inst.kind != Kind::Gauge;
-            for (e, layout) in snap.entities.iter().zip(&self.layout.entities) {
-                let Some(v) = e.values.get(inst.row).and_then(|v| observe(inst.kind, v)) else {
-                    continue;
-                };
-                for set in &layout.sets {
-                    let (value, start_time) = if counter && self.delta {
-                        let key = (k, set.series.clone());
-                        let out = match self.previous.get(&key) {
-                            Some((prev, prev_time)) => (difference(v, *prev), *prev_time),
-                            None => (v, start),
-                        };
-                        previous.insert(key, (v, time));
-                        out
-                    } else {
-                        (v, start)
-                    };
-                    let point = NumberDataPoint {
-                        attributes: set.point_attributes.clone(),
-                        start_time_unix_nano: start_time,
-                        time_unix_nano: time,
-                        exemplars: Vec::new(),
-                        flags: 0,
-                        value: Some(value),
-                    };
-                    data_points += 1;
-                    let r = set.resource;
-                    let ms = &mut metrics[r];
-                    if last[r] == k {
-                        if let Some(m) = ms.last_mut() {
-                            match &mut m.data {
-                                Some(Data::Gauge(g)) => g.data_points.push(point),
-                                Some(Data::Sum(s)) => s.data_points.push(point),
-                                _ => {}
-                            }
-                        }
+        for (r, resource) in self.layout.resources.iter().enumerate() {
+            let mut metrics: Vec<Metric> = Vec::new();
+            for (k, inst) in self.instruments.iter().enumerate() {
+                let mut points: Vec<NumberDataPoint> = Vec::new();
+                for &(e, s) in &self.layout.members[r] {
+                    let (Some(reading), Some(layout)) =
+                        (snap.entities.get(e), self.layout.entities.get(e))
+                    else {
                         continue;
-                    }
-                    last[r] = k;
-                    let data = if counter {
-                        Data::Sum(Sum {
-                            data_points: vec![point],
-                            aggregation_temporality: if self.delta {
-                                AggregationTemporality::Delta as i32
-                            } else {
-                                AggregationTemporality::Cumulative as i32
-                            },
-                            is_monotonic: true,
-                        })
-                    } else {
-                        Data::Gauge(Gauge {
-                            data_points: vec![point],
-                        })
                     };
-                    ms.push(Metric {
-                        name: inst.name.clone(),
-                        description: inst.description.clone(),
-                        unit: inst.unit.clone(),
-                        metadata: Vec::new(),
-                        data: Some(data),
-                    });
+                    let Some(v) = reading
+                        .values
+                        .get(inst.row)
+                        .and_then(|v| observe(inst.kind, v))
+                    else {
+                        continue;
+                    };
+                    let Some(set) = layout.sets.get(s) else {
+                        continue;
+                    };
+                    points.push(ctx.point(k, inst.kind, set, v, &mut next_previous));
                 }
+                if points.is_empty() {
+                    continue;
+                }
+                data_points += points.len();
+                let data = if inst.kind == Kind::Gauge {
+                    Data::Gauge(Gauge {
+                        data_points: points,
+                    })
+                } else {
+                    Data::Sum(Sum {
+                        data_points: points,
+                        aggregation_temporality: if self.delta {
+                            AggregationTemporality::Delta as i32
+                        } else {
+                            AggregationTemporality::Cumulative as i32
+                        },
+                        is_monotonic: true,
+                    })
+                };
+                metrics.push(Metric {
+                    name: inst.name.clone(),
+                    description: inst.description.clone(),
+                    unit: inst.unit.clone(),
+                    metadata: Vec::new(),
+                    data: Some(data),
+                });
             }
-        }
-        if self.delta {
-            self.previous = previous;
-        }
-        let resource_metrics = self
-            .layout
-            .resources
-            .iter()
-            .zip(metrics)
-            .filter(|(_, m)| !m.is_empty())
-            .map(|(r, metrics)| ResourceMetrics {
-                resource: Some(r.clone()),
+            if metrics.is_empty() {
+                continue;
+            }
+            sink(ResourceMetrics {
+                resource: Some(resource.clone()),
                 scope_metrics: vec![ScopeMetrics {
                     scope: Some(self.scope.clone()),
                     metrics,
                     schema_url: String::new(),
                 }],
                 schema_url: String::new(),
-            })
-            .collect();
+            });
+        }
+        if self.delta {
+            self.previous = next_previous;
+        }
+        data_points
+    }
+
+    /// The request for `snap`: one ResourceMetrics per identity that has at least one point.
+    pub fn build(&mut self, snap: &Snapshot) -> Built {
+        let mut resource_metrics = Vec::new();
+        let data_points = self.for_each_resource(snap, |rm| resource_metrics.push(rm));
         Built {
             request: ExportMetricsServiceRequest { resource_metrics },
             data_points,
         }
     }
+
+    /// [`DirectBuilder::build`] and protobuf encoding in one pass, one resource at a time (the same
+    /// bytes as encoding the built request; the whole request never exists as proto values).
+    pub fn build_encoded(&mut self, snap: &Snapshot) -> Encoded {
+        let mut body = Vec::with_capacity(self.last_len + self.last_len / 8);
+        let mut resources = 0usize;
+        let mut encode_time = Duration::ZERO;
+        let started = Instant::now();
+        let data_points = self.for_each_resource(snap, |rm| {
+            let t = Instant::now();
+            // Field 1 of ExportMetricsServiceRequest, repeated: the request is its elements in a row.
+            prost::encoding::message::encode(1, &rm, &mut body);
+            resources += 1;
+            encode_time += t.elapsed();
+        });
+        self.last_len = body.len();
+        Encoded {
+            body,
+            data_points,
+            resources,
+            build_time: started.elapsed().saturating_sub(encode_time),
+            encode_time,
+        }
+    }
+}
+
+/// What one data point needs besides its value.
+struct PointContext<'a> {
+    time: u64,
+    start: u64,
+    delta: bool,
+    previous: &'a HashMap<(usize, Arc<str>), (number_data_point::Value, u64)>,
+}
+
+impl PointContext<'_> {
+    /// The point of instrument `k` for one attribute set; for a delta counter, the difference to the
+    /// series' previous value (recorded in `next`).
+    fn point(
+        &self,
+        k: usize,
+        kind: Kind,
+        set: &SetLayout,
+        v: number_data_point::Value,
+        next: &mut HashMap<(usize, Arc<str>), (number_data_point::Value, u64)>,
+    ) -> NumberDataPoint {
+        let (value, start_time) = if kind != Kind::Gauge && self.delta {
+            let key = (k, set.series.clone());
+            let out = match self.previous.get(&key) {
+                Some((prev, prev_time)) => (difference(v, *prev), *prev_time),
+                None => (v, self.start),
+            };
+            next.insert(key, (v, self.time));
+            out
+        } else {
+            (v, self.start)
+        };
+        NumberDataPoint {
+            attributes: set.point_attributes.clone(),
+            start_time_unix_nano: start_time,
+            time_unix_nano: self.time,
+            exemplars: Vec::new(),
+            flags: 0,
+            value: Some(value),
+        }
+    }
+}
+
+/// An encoded request and what the self-metrics report about it.
+pub struct Encoded {
+    pub body: Vec<u8>,
+    pub data_points: usize,
+    pub resources: usize,
+    /// Reading the snapshot into proto values.
+    pub build_time: Duration,
+    /// Protobuf encoding.
+    pub encode_time: Duration,
 }
 
 /// A counter's delta; a value below the previous one is a reset (the delta is the new value).
@@ -475,24 +561,20 @@ impl Exporter {
             return;
         }
         self.last_seq = Some(snap.seq);
-        let started = Instant::now();
-        let built = self.builder.build(&snap);
-        let built_in = started.elapsed();
-        if built.data_points == 0 {
+        let encoded = self.builder.build_encoded(&snap);
+        if encoded.data_points == 0 {
             return;
         }
-        let encode_started = Instant::now();
-        let body = Bytes::from(built.request.encode_to_vec());
-        self.metrics.collect_seconds.set(built_in.as_secs_f64());
+        self.metrics
+            .collect_seconds
+            .set(encoded.build_time.as_secs_f64());
         self.metrics
             .encode_seconds
-            .set(encode_started.elapsed().as_secs_f64());
-        self.metrics.request_bytes.set(body.len() as f64);
-        self.metrics.data_points.set(built.data_points as f64);
-        self.metrics
-            .resources
-            .set(built.request.resource_metrics.len() as f64);
-        self.queue.push(body);
+            .set(encoded.encode_time.as_secs_f64());
+        self.metrics.request_bytes.set(encoded.body.len() as f64);
+        self.metrics.data_points.set(encoded.data_points as f64);
+        self.metrics.resources.set(encoded.resources as f64);
+        self.queue.push(Bytes::from(encoded.body));
     }
 
     /// One export; a panic (a bug) skips this export instead of ending all of them.
@@ -568,6 +650,8 @@ mod tests {
     use opentelemetry_sdk::metrics::data::ResourceMetrics as SdkResourceMetrics;
     use opentelemetry_sdk::metrics::exporter::PushMetricExporter;
     use opentelemetry_sdk::metrics::{PeriodicReader, SdkMeterProvider};
+
+    use prost::Message;
 
     use super::*;
     use crate::config::cli::OtelAttributeStyle;
@@ -917,6 +1001,37 @@ mod tests {
             vec![(1010, 1020, 100), (1010, 1020, 100), (1010, 1020, 200)],
             "lower than before: a reset, the delta is the new value"
         );
+    }
+
+    #[test]
+    fn encoding_one_resource_at_a_time_gives_the_request_bytes() {
+        let counters = Arc::new(counters::parse(CSV, "test").unwrap());
+        for per_entity in [true, false] {
+            let n = naming(&counters, OtelAttributeStyle::Otel);
+            let keys = if per_entity {
+                n.resource_keys()
+            } else {
+                HashSet::new()
+            };
+            let mut b = DirectBuilder::new(
+                n,
+                keys,
+                &base(),
+                counters.clone(),
+                Temporality::Cumulative,
+                SystemTime::now(),
+            );
+            let snap = snapshot(counters.clone(), 1, 5000);
+            let built = b.build(&snap);
+            let encoded = b.build_encoded(&snap);
+            assert_eq!(encoded.body, built.request.encode_to_vec());
+            assert_eq!(encoded.data_points, built.data_points);
+            assert_eq!(encoded.resources, built.request.resource_metrics.len());
+            assert_eq!(
+                ExportMetricsServiceRequest::decode(&encoded.body[..]).unwrap(),
+                built.request
+            );
+        }
     }
 
     #[test]
