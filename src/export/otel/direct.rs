@@ -322,7 +322,9 @@ impl DirectBuilder {
         let mut members: Vec<Vec<(usize, usize)>> = vec![Vec::new(); resources.len()];
         for (e, layout) in entities.iter().enumerate() {
             for (s, set) in layout.sets.iter().enumerate() {
-                members[set.resource].push((e, s));
+                if let Some(m) = members.get_mut(set.resource) {
+                    m.push((e, s));
+                }
             }
         }
         self.layout = Layout {
@@ -368,11 +370,11 @@ impl DirectBuilder {
             HashMap::new()
         };
         let mut data_points = 0usize;
-        for (r, resource) in self.layout.resources.iter().enumerate() {
+        for (resource, members) in self.layout.resources.iter().zip(&self.layout.members) {
             let mut metrics: Vec<Metric> = Vec::new();
             for (k, inst) in self.instruments.iter().enumerate() {
                 let mut points: Vec<NumberDataPoint> = Vec::new();
-                for &(e, s) in &self.layout.members[r] {
+                for &(e, s) in members {
                     let (Some(reading), Some(layout)) =
                         (snap.entities.get(e), self.layout.entities.get(e))
                     else {
