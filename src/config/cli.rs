@@ -110,8 +110,13 @@ pub struct Cli {
     pub no_hostname: bool,
 
     /// Name of the host label: Hostname (dcgm-exporter <= 4.8.2, the default) or hostname (4.8.3).
-    #[arg(long = "hostname-label", env = "DCGM_OTEL_HOSTNAME_LABEL", value_enum,
-          default_value = "Hostname", help_heading = "Metrics")]
+    #[arg(
+        long = "hostname-label",
+        env = "DCGM_OTEL_HOSTNAME_LABEL",
+        value_enum,
+        default_value = "Hostname",
+        help_heading = "Metrics"
+    )]
     pub hostname_label: HostnameLabel,
 
     /// Leave out the exporter's own dcgm_otel_* metrics.
@@ -126,28 +131,53 @@ pub struct Cli {
     pub simulate: Option<String>,
 
     /// Seed of the simulated fleet (same seed, same values).
-    #[arg(long = "simulate-seed", env = "DCGM_OTEL_SIMULATE_SEED", value_name = "N", help_heading = "Source")]
+    #[arg(
+        long = "simulate-seed",
+        env = "DCGM_OTEL_SIMULATE_SEED",
+        value_name = "N",
+        help_heading = "Source"
+    )]
     pub simulate_seed: Option<u64>,
 
     /// Remote nv-hostengine: HOST:PORT, [IPv6]:PORT or unix:///path. Unset: embedded host engine.
-    #[arg(short = 'r', long = "remote-hostengine-info", env = "DCGM_REMOTE_HOSTENGINE_INFO",
-          value_name = "ADDRESS", help_heading = "Source")]
+    #[arg(
+        short = 'r',
+        long = "remote-hostengine-info",
+        env = "DCGM_REMOTE_HOSTENGINE_INFO",
+        value_name = "ADDRESS",
+        help_heading = "Source"
+    )]
     pub remote_hostengine_info: Option<String>,
 
     /// libdcgm to load instead of searching for libdcgm.so.4, then libdcgm.so.3 (LD_LIBRARY_PATH works too).
-    #[arg(long = "dcgm-library", env = "DCGM_OTEL_LIBDCGM", value_name = "PATH", help_heading = "Source")]
+    #[arg(
+        long = "dcgm-library",
+        env = "DCGM_OTEL_LIBDCGM",
+        value_name = "PATH",
+        help_heading = "Source"
+    )]
     pub dcgm_library: Option<PathBuf>,
 
     // ---------------------------------------------------------------- Server
     /// Listen address for /metrics: HOST:PORT, :PORT or [IPv6]:PORT.
-    #[arg(short = 'a', long = "address", env = "DCGM_EXPORTER_LISTEN", value_name = "ADDRESS",
-          default_value = ":9400", help_heading = "Server")]
+    #[arg(
+        short = 'a',
+        long = "address",
+        env = "DCGM_EXPORTER_LISTEN",
+        value_name = "ADDRESS",
+        default_value = ":9400",
+        help_heading = "Server"
+    )]
     pub address: String,
 
     /// Web config (Prometheus exporter-toolkit YAML): TLS, client certificates, basic auth, extra headers.
     /// Re-read on SIGHUP. Empty: plain HTTP, no auth.
-    #[arg(long = "web-config-file", env = "DCGM_EXPORTER_WEB_CONFIG_FILE", value_name = "PATH",
-          help_heading = "Server")]
+    #[arg(
+        long = "web-config-file",
+        env = "DCGM_EXPORTER_WEB_CONFIG_FILE",
+        value_name = "PATH",
+        help_heading = "Server"
+    )]
     pub web_config_file: Option<PathBuf>,
 
     /// Time to read a request's headers (also the keep-alive idle limit and the TLS handshake limit).
@@ -182,8 +212,13 @@ pub struct Cli {
 
     // ---------------------------------------------------------------- Logging
     /// Log format on stderr.
-    #[arg(long = "log-format", env = "DCGM_EXPORTER_LOG_FORMAT", value_enum, default_value = "text",
-          help_heading = "Logging")]
+    #[arg(
+        long = "log-format",
+        env = "DCGM_EXPORTER_LOG_FORMAT",
+        value_enum,
+        default_value = "text",
+        help_heading = "Logging"
+    )]
     pub log_format: LogFormat,
 
     /// Log at debug level.
@@ -197,8 +232,13 @@ pub struct Cli {
     pub kubernetes: bool,
 
     /// How the device plugin names whole GPUs: uid (GPU-<uuid>) or device-name (nvidia<N>, GKE).
-    #[arg(long = "kubernetes-gpu-id-type", env = "DCGM_EXPORTER_KUBERNETES_GPU_ID_TYPE", value_enum,
-          default_value = "uid", help_heading = "Kubernetes")]
+    #[arg(
+        long = "kubernetes-gpu-id-type",
+        env = "DCGM_EXPORTER_KUBERNETES_GPU_ID_TYPE",
+        value_enum,
+        default_value = "uid",
+        help_heading = "Kubernetes"
+    )]
     pub kubernetes_gpu_id_type: crate::enrich::kubernetes::GpuIdType,
 
     /// Add the pod_uid label (UIDs read from --kubelet-device-checkpoint).
@@ -219,13 +259,22 @@ pub struct Cli {
 
     /// Extra extended-resource names that are NVIDIA GPUs (comma list), besides nvidia.com/gpu and
     /// nvidia.com/mig-*.
-    #[arg(long = "nvidia-resource-names", env = "NVIDIA_RESOURCE_NAMES", value_name = "NAMES",
-          value_delimiter = ',', help_heading = "Kubernetes")]
+    #[arg(
+        long = "nvidia-resource-names",
+        env = "NVIDIA_RESOURCE_NAMES",
+        value_name = "NAMES",
+        value_delimiter = ',',
+        help_heading = "Kubernetes"
+    )]
     pub nvidia_resource_names: Vec<String>,
 
     /// Directory of HPC job files named <gpu> or <gpu>.<GPU_I_ID>, one job id per line (hpc_job label).
-    #[arg(long = "hpc-job-mapping-dir", env = "DCGM_HPC_JOB_MAPPING_DIR", value_name = "DIR",
-          help_heading = "Kubernetes")]
+    #[arg(
+        long = "hpc-job-mapping-dir",
+        env = "DCGM_HPC_JOB_MAPPING_DIR",
+        value_name = "DIR",
+        help_heading = "Kubernetes"
+    )]
     pub hpc_job_mapping_dir: Option<PathBuf>,
 
     // ---- OTLP (src/export/otel/): flags win over the standard OTEL_* variables named in each help line
@@ -347,30 +396,115 @@ pub struct Cli {
 /// but does not implement yet: (long name, short alias, env var, takes a value). Each one given is
 /// reported with a warning at start-up.
 pub const ACCEPTED_NOT_IMPLEMENTED: &[(&str, Option<char>, &str, bool)] = &[
-    ("cpu-devices", Some('p'), "DCGM_EXPORTER_CPU_DEVICES_STR", true),
-    ("switch-devices", Some('s'), "DCGM_EXPORTER_OTHER_DEVICES_STR", true),
-    ("configmap-data", Some('m'), "DCGM_EXPORTER_CONFIGMAP_DATA", true),
-    ("kubernetes-enable-pod-labels", None, "DCGM_EXPORTER_KUBERNETES_ENABLE_POD_LABELS", false),
-    ("kubernetes-pod-label-allowlist-regex", None, "DCGM_EXPORTER_KUBERNETES_POD_LABEL_ALLOWLIST_REGEX", true),
-    ("kubernetes-virtual-gpus", None, "KUBERNETES_VIRTUAL_GPUS", false),
-    ("kubernetes-enable-dra", None, "KUBERNETES_ENABLE_DRA", false),
+    (
+        "cpu-devices",
+        Some('p'),
+        "DCGM_EXPORTER_CPU_DEVICES_STR",
+        true,
+    ),
+    (
+        "switch-devices",
+        Some('s'),
+        "DCGM_EXPORTER_OTHER_DEVICES_STR",
+        true,
+    ),
+    (
+        "configmap-data",
+        Some('m'),
+        "DCGM_EXPORTER_CONFIGMAP_DATA",
+        true,
+    ),
+    (
+        "kubernetes-enable-pod-labels",
+        None,
+        "DCGM_EXPORTER_KUBERNETES_ENABLE_POD_LABELS",
+        false,
+    ),
+    (
+        "kubernetes-pod-label-allowlist-regex",
+        None,
+        "DCGM_EXPORTER_KUBERNETES_POD_LABEL_ALLOWLIST_REGEX",
+        true,
+    ),
+    (
+        "kubernetes-virtual-gpus",
+        None,
+        "KUBERNETES_VIRTUAL_GPUS",
+        false,
+    ),
+    (
+        "kubernetes-enable-dra",
+        None,
+        "KUBERNETES_ENABLE_DRA",
+        false,
+    ),
     ("fake-gpus", None, "DCGM_EXPORTER_USE_FAKE_GPUS", false),
-    ("xid-count-window-size", Some('x'), "DCGM_EXPORTER_XID_COUNT_WINDOW_SIZE", true),
-    ("clock-events-count-window-size", None, "DCGM_EXPORTER_CLOCK_EVENTS_COUNT_WINDOW_SIZE", true),
-    ("enable-dcgm-log", None, "DCGM_EXPORTER_ENABLE_DCGM_LOG", false),
+    (
+        "xid-count-window-size",
+        Some('x'),
+        "DCGM_EXPORTER_XID_COUNT_WINDOW_SIZE",
+        true,
+    ),
+    (
+        "clock-events-count-window-size",
+        None,
+        "DCGM_EXPORTER_CLOCK_EVENTS_COUNT_WINDOW_SIZE",
+        true,
+    ),
+    (
+        "enable-dcgm-log",
+        None,
+        "DCGM_EXPORTER_ENABLE_DCGM_LOG",
+        false,
+    ),
     ("dcgm-log-level", None, "DCGM_EXPORTER_DCGM_LOG_LEVEL", true),
     ("dump-enabled", None, "DCGM_EXPORTER_DUMP_ENABLED", false),
     ("dump-directory", None, "DCGM_EXPORTER_DUMP_DIRECTORY", true),
     ("dump-retention", None, "DCGM_EXPORTER_DUMP_RETENTION", true),
-    ("dump-compression", None, "DCGM_EXPORTER_DUMP_COMPRESSION", false),
-    ("disable-startup-validate", None, "DISABLE_STARTUP_VALIDATE", false),
-    ("enable-gpu-bind-unbind-watch", None, "DCGM_EXPORTER_ENABLE_GPU_BIND_UNBIND_WATCH", false),
-    ("gpu-bind-unbind-poll-interval", None, "DCGM_EXPORTER_GPU_BIND_UNBIND_POLL_INTERVAL", true),
+    (
+        "dump-compression",
+        None,
+        "DCGM_EXPORTER_DUMP_COMPRESSION",
+        false,
+    ),
+    (
+        "disable-startup-validate",
+        None,
+        "DISABLE_STARTUP_VALIDATE",
+        false,
+    ),
+    (
+        "enable-gpu-bind-unbind-watch",
+        None,
+        "DCGM_EXPORTER_ENABLE_GPU_BIND_UNBIND_WATCH",
+        false,
+    ),
+    (
+        "gpu-bind-unbind-poll-interval",
+        None,
+        "DCGM_EXPORTER_GPU_BIND_UNBIND_POLL_INTERVAL",
+        true,
+    ),
     ("enable-pprof", None, "DCGM_EXPORTER_ENABLE_PPROF", false),
-    ("web-systemd-socket", None, "DCGM_EXPORTER_SYSTEMD_SOCKET", false),
+    (
+        "web-systemd-socket",
+        None,
+        "DCGM_EXPORTER_SYSTEMD_SOCKET",
+        false,
+    ),
     ("config-file", None, "DCGM_EXPORTER_CONFIG_FILE", true),
-    ("container-labels", None, "DCGM_EXPORTER_CONTAINER_LABELS", false),
-    ("container-runtime-socket", None, "DCGM_CONTAINER_RUNTIME_SOCKET", true),
+    (
+        "container-labels",
+        None,
+        "DCGM_EXPORTER_CONTAINER_LABELS",
+        false,
+    ),
+    (
+        "container-runtime-socket",
+        None,
+        "DCGM_CONTAINER_RUNTIME_SOCKET",
+        true,
+    ),
 ];
 
 /// The full command: [`Cli`] plus the accepted-but-not-implemented dcgm-exporter flags (hidden in --help).
@@ -439,7 +573,10 @@ pub fn normalize_args<I: IntoIterator<Item = OsString>>(args: I) -> Vec<OsString
             out.push(arg);
             continue;
         }
-        if let Some(body) = s.strip_prefix('-').filter(|b| !b.starts_with('-') && b.len() > 1) {
+        if let Some(body) = s
+            .strip_prefix('-')
+            .filter(|b| !b.starts_with('-') && b.len() > 1)
+        {
             let (name, value) = match body.split_once('=') {
                 Some((n, v)) => (n, Some(v)),
                 None => (body, None),
@@ -447,7 +584,10 @@ pub fn normalize_args<I: IntoIterator<Item = OsString>>(args: I) -> Vec<OsString
             let long = if name == "rbmn" {
                 Some("replace-blanks-in-model-name")
             } else {
-                longs.iter().find(|l| l.as_str() == name).map(String::as_str)
+                longs
+                    .iter()
+                    .find(|l| l.as_str() == name)
+                    .map(String::as_str)
             };
             if let Some(long) = long {
                 out.push(OsString::from(match value {
@@ -458,7 +598,11 @@ pub fn normalize_args<I: IntoIterator<Item = OsString>>(args: I) -> Vec<OsString
             }
         }
         if s == "--rbmn" || s.starts_with("--rbmn=") {
-            out.push(OsString::from(s.replacen("--rbmn", "--replace-blanks-in-model-name", 1)));
+            out.push(OsString::from(s.replacen(
+                "--rbmn",
+                "--replace-blanks-in-model-name",
+                1,
+            )));
             continue;
         }
         out.push(arg);
@@ -486,7 +630,14 @@ mod tests {
 
     #[test]
     fn go_style_single_dash_long_flags() {
-        let c = parse(&["dcgm-otel", "-collectors", "/x.csv", "-rbmn", "-address=:9500"]).unwrap();
+        let c = parse(&[
+            "dcgm-otel",
+            "-collectors",
+            "/x.csv",
+            "-rbmn",
+            "-address=:9500",
+        ])
+        .unwrap();
         assert_eq!(c.collectors, PathBuf::from("/x.csv"));
         assert!(c.replace_blanks_in_model_name);
         assert_eq!(c.address, ":9500");
@@ -497,8 +648,17 @@ mod tests {
 
     #[test]
     fn simulate_takes_an_optional_scenario() {
-        assert_eq!(parse(&["x", "--simulate"]).unwrap().simulate.as_deref(), Some("default"));
-        assert_eq!(parse(&["x", "--simulate=large"]).unwrap().simulate.as_deref(), Some("large"));
+        assert_eq!(
+            parse(&["x", "--simulate"]).unwrap().simulate.as_deref(),
+            Some("default")
+        );
+        assert_eq!(
+            parse(&["x", "--simulate=large"])
+                .unwrap()
+                .simulate
+                .as_deref(),
+            Some("large")
+        );
     }
 
     #[test]

@@ -30,7 +30,10 @@ pub enum ConfigError {
 pub fn load_counters(cli: &Cli, explicitly_set: bool) -> Result<CounterSet, ConfigError> {
     let path = cli.collectors.as_path();
     if !explicitly_set && path == Path::new(cli::DEFAULT_COLLECTORS) && !path.exists() {
-        return Ok(counters::parse(counters::DEFAULT_COUNTERS_CSV, "built-in default counters")?);
+        return Ok(counters::parse(
+            counters::DEFAULT_COUNTERS_CSV,
+            "built-in default counters",
+        )?);
     }
     Ok(counters::load_file(path)?)
 }
@@ -42,7 +45,9 @@ pub fn listen_addresses(input: &str) -> Result<Vec<SocketAddr>, ConfigError> {
         message: message.to_string(),
     };
     if let Some(port) = input.strip_prefix(':').filter(|p| !p.contains(':')) {
-        let port: u16 = port.parse().map_err(|_| bad("port is not a number in 0..65535"))?;
+        let port: u16 = port
+            .parse()
+            .map_err(|_| bad("port is not a number in 0..65535"))?;
         // All interfaces: IPv6 any (dual stack on Linux), then IPv4 any as a fallback.
         return Ok(vec![
             SocketAddr::from(([0u16; 8], port)),
@@ -58,7 +63,9 @@ pub fn listen_addresses(input: &str) -> Result<Vec<SocketAddr>, ConfigError> {
     if host.contains(':') && !host.starts_with('[') {
         return Err(bad("an IPv6 address needs brackets, e.g. [::1]:9400"));
     }
-    let port: u16 = port.parse().map_err(|_| bad("port is not a number in 0..65535"))?;
+    let port: u16 = port
+        .parse()
+        .map_err(|_| bad("port is not a number in 0..65535"))?;
     use std::net::ToSocketAddrs;
     let addrs: Vec<SocketAddr> = (host, port)
         .to_socket_addrs()

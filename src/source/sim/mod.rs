@@ -14,7 +14,9 @@ pub use scenario::{Scenario, ScenarioError};
 use super::{Source, SourceError};
 use crate::config::counters::CounterSet;
 use crate::config::devices::{DeviceError, DeviceSelection, GpuSlots};
-use crate::snapshot::{Attribution, Entity, EntityKind, EntityReading, FieldValue, Reading, Absent};
+use crate::snapshot::{
+    Absent, Attribution, Entity, EntityKind, EntityReading, FieldValue, Reading,
+};
 
 /// A [`Source`] over a simulated [`Fleet`].
 pub struct SimSource {
@@ -45,7 +47,10 @@ impl SimSource {
             })
             .collect();
         let selected = devices.select(&slots)?;
-        let wants_links = counters.rows.iter().any(|c| c.field.level.applies_to_links());
+        let wants_links = counters
+            .rows
+            .iter()
+            .any(|c| c.field.level.applies_to_links());
         let mut entities = Vec::new();
         for g in fleet.gpus() {
             if selected.gpus.contains(&g.identity.index) {
