@@ -189,6 +189,28 @@ impl Attribution {
     pub fn is_empty(&self) -> bool {
         self.pods.is_empty() && self.hpc_jobs.is_empty()
     }
+
+    /// Every (pod, job) combination that gets its own series: pods × jobs, where a missing side is
+    /// one `None`. An unattributed entity yields the single combination `(None, None)`.
+    pub fn combinations(&self) -> Vec<(Option<&PodRef>, Option<&str>)> {
+        let pods: Vec<Option<&PodRef>> = if self.pods.is_empty() {
+            vec![None]
+        } else {
+            self.pods.iter().map(Some).collect()
+        };
+        let jobs: Vec<Option<&str>> = if self.hpc_jobs.is_empty() {
+            vec![None]
+        } else {
+            self.hpc_jobs.iter().map(|j| Some(j.as_str())).collect()
+        };
+        let mut out = Vec::with_capacity(pods.len() * jobs.len());
+        for pod in &pods {
+            for job in &jobs {
+                out.push((*pod, *job));
+            }
+        }
+        out
+    }
 }
 
 /// One entity and the latest value of every counter row, index-aligned with [`CounterSet::rows`].

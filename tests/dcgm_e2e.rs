@@ -137,43 +137,6 @@ fn terminate(mut e: Exporter) -> String {
     err
 }
 
-fn golden_path(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/golden")
-        .join(name)
-}
-
-fn check_golden(name: &str, actual: &str) {
-    let path = golden_path(name);
-    if std::env::var_os("UPDATE_GOLDEN").is_some() {
-        std::fs::write(&path, actual).unwrap();
-        return;
-    }
-    let expected = std::fs::read_to_string(&path).unwrap_or_else(|e| {
-        panic!(
-            "{}: {e} (run with UPDATE_GOLDEN=1 to create it)",
-            path.display()
-        )
-    });
-    if expected != actual {
-        let diff: Vec<String> = expected
-            .lines()
-            .zip(actual.lines())
-            .enumerate()
-            .filter(|(_, (a, b))| a != b)
-            .take(5)
-            .map(|(i, (a, b))| format!("line {}:\n  golden: {a}\n  actual: {b}", i + 1))
-            .collect();
-        panic!(
-            "/metrics differs from {} ({} vs {} lines; UPDATE_GOLDEN=1 rewrites it):\n{}",
-            path.display(),
-            expected.lines().count(),
-            actual.lines().count(),
-            diff.join("\n")
-        );
-    }
-}
-
 const GPU0_LABELS: &str = "gpu=\"0\",UUID=\"GPU-08b4fda8-c892-b50e-71dc-d3d0944f065e\",pci_bus_id=\"00000000:18:00.0\",device=\"nvidia0\",modelName=\"NVIDIA H100 80GB HBM3\"";
 const GPU1_LABELS: &str = "gpu=\"1\",UUID=\"GPU-e9fd6049-d65a-f21e-f672-4c5ccb810ace\",pci_bus_id=\"00000000:2A:00.0\",device=\"nvidia1\",modelName=\"NVIDIA H100 80GB HBM3\"";
 
@@ -230,7 +193,7 @@ fn golden_default_scenario() {
             ("FAKE_DCGM_SEED", "1"),
         ]),
     );
-    check_golden("dcgm-fake-default.prom", &scrape(e.port));
+    common::check_golden("dcgm-fake-default.prom", &scrape(e.port));
 }
 
 #[test]

@@ -4,47 +4,9 @@
 mod common;
 
 use std::io::Read as _;
-use std::path::PathBuf;
 use std::time::Duration;
 
-use common::{get, get_with, run_to_exit, shared_dir, start};
-
-fn golden_path(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/golden")
-        .join(name)
-}
-
-fn check_golden(name: &str, actual: &str) {
-    let path = golden_path(name);
-    if std::env::var_os("UPDATE_GOLDEN").is_some() {
-        std::fs::write(&path, actual).unwrap();
-        return;
-    }
-    let expected = std::fs::read_to_string(&path).unwrap_or_else(|e| {
-        panic!(
-            "{}: {e} (run with UPDATE_GOLDEN=1 to create it)",
-            path.display()
-        )
-    });
-    if expected != actual {
-        let diff: Vec<String> = expected
-            .lines()
-            .zip(actual.lines())
-            .enumerate()
-            .filter(|(_, (a, b))| a != b)
-            .take(5)
-            .map(|(i, (a, b))| format!("line {}:\n  golden: {a}\n  actual: {b}", i + 1))
-            .collect();
-        panic!(
-            "/metrics differs from {} ({} vs {} lines):\n{}",
-            path.display(),
-            expected.lines().count(),
-            actual.lines().count(),
-            diff.join("\n")
-        );
-    }
-}
+use common::{check_golden, get, get_with, run_to_exit, shared_dir, start};
 
 fn scrape(port: u16) -> String {
     let r = get(port, "/metrics").unwrap();

@@ -68,7 +68,8 @@ fn write_f64_slow(out: &mut String, v: f64) {
     }
 }
 
-fn escape_label_value(v: &str, out: &mut String) {
+/// Escape a label value for the text format (`\\`, `\"`, `\n`).
+pub(crate) fn escape_label_value(v: &str, out: &mut String) {
     if !v.contains(['\\', '"', '\n']) {
         out.push_str(v);
         return;
@@ -587,45 +588,34 @@ impl Renderer {
             return vec![base];
         }
         let old = self.style.use_old_namespace;
-        let pods: Vec<Option<&crate::snapshot::PodRef>> = if attr.pods.is_empty() {
-            vec![None]
-        } else {
-            attr.pods.iter().map(Some).collect()
-        };
-        let jobs: Vec<Option<&str>> = if attr.hpc_jobs.is_empty() {
-            vec![None]
-        } else {
-            attr.hpc_jobs.iter().map(|j| Some(j.as_str())).collect()
-        };
-        let mut out = Vec::with_capacity(pods.len() * jobs.len());
-        for pod in &pods {
-            for job in &jobs {
-                let mut attrs: Vec<(&str, &str)> = Vec::new();
-                if let Some(p) = pod {
-                    attrs.push((
-                        if old { "container_name" } else { "container" },
-                        &p.container,
-                    ));
-                    attrs.push((
-                        if old { "pod_namespace" } else { "namespace" },
-                        &p.namespace,
-                    ));
-                    attrs.push((if old { "pod_name" } else { "pod" }, &p.name));
-                    if !p.uid.is_empty() {
-                        attrs.push(("pod_uid", &p.uid));
-                    }
+        let combinations = attr.combinations();
+        let mut out = Vec::with_capacity(combinations.len());
+        for (pod, job) in combinations {
+            let mut attrs: Vec<(&str, &str)> = Vec::new();
+            if let Some(p) = pod {
+                attrs.push((
+                    if old { "container_name" } else { "container" },
+                    &p.container,
+                ));
+                attrs.push((
+                    if old { "pod_namespace" } else { "namespace" },
+                    &p.namespace,
+                ));
+                attrs.push((if old { "pod_name" } else { "pod" }, &p.name));
+                if !p.uid.is_empty() {
+                    attrs.push(("pod_uid", &p.uid));
                 }
-                if let Some(j) = job {
-                    attrs.push(("hpc_job", j));
-                }
-                attrs.sort();
-                let mut s = base.clone();
-                let mut f = first;
-                for (k, v) in attrs {
-                    push_label(&mut s, &mut f, k, v);
-                }
-                out.push(s);
             }
+            if let Some(j) = job {
+                attrs.push(("hpc_job", j));
+            }
+            attrs.sort();
+            let mut s = base.clone();
+            let mut f = first;
+            for (k, v) in attrs {
+                push_label(&mut s, &mut f, k, v);
+            }
+            out.push(s);
         }
         out
     }

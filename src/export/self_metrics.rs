@@ -56,17 +56,6 @@ pub struct SelfMetrics {
     families: Mutex<Vec<Family>>,
 }
 
-fn escape_label(v: &str, out: &mut String) {
-    for c in v.chars() {
-        match c {
-            '\\' => out.push_str("\\\\"),
-            '"' => out.push_str("\\\""),
-            '\n' => out.push_str("\\n"),
-            c => out.push(c),
-        }
-    }
-}
-
 impl SelfMetrics {
     pub fn new() -> Arc<SelfMetrics> {
         Arc::new(SelfMetrics::default())
@@ -87,7 +76,7 @@ impl SelfMetrics {
             }
             label_text.push_str(k);
             label_text.push_str("=\"");
-            escape_label(v, &mut label_text);
+            super::prometheus::escape_label_value(v, &mut label_text);
             label_text.push('"');
         }
         let mut families = match self.families.lock() {

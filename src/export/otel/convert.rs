@@ -313,7 +313,7 @@ pub fn convert(rm: &ResourceMetrics, resource_keys: &HashSet<String>) -> Convert
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     //! The whole OTel path on a hand-made snapshot: instruments → SDK collection → conversion.
     use std::sync::{Arc, Mutex};
     use std::time::SystemTime;
@@ -332,10 +332,13 @@ mod tests {
     use crate::pipeline::SnapshotStore;
     use crate::snapshot::*;
 
-    struct Capture {
-        view: Arc<SnapshotView>,
-        keys: HashSet<String>,
-        out: Arc<Mutex<Vec<ExportMetricsServiceRequest>>>,
+    /// A push exporter that converts each SDK collection and keeps the requests (shared with the
+    /// direct pipeline's tests, which compare against it).
+    pub(crate) struct Capture {
+        pub(crate) view: Arc<SnapshotView>,
+        pub(crate) keys: HashSet<String>,
+        pub(crate) temporality: Temporality,
+        pub(crate) out: Arc<Mutex<Vec<ExportMetricsServiceRequest>>>,
     }
 
     impl PushMetricExporter for Capture {
@@ -357,7 +360,7 @@ mod tests {
             Ok(())
         }
         fn temporality(&self) -> Temporality {
-            Temporality::Cumulative
+            self.temporality
         }
     }
 
@@ -451,6 +454,7 @@ mod tests {
         let reader = PeriodicReader::builder(Capture {
             view: view.clone(),
             keys,
+            temporality: Temporality::Cumulative,
             out: out.clone(),
         })
         .with_interval(std::time::Duration::from_secs(3600))

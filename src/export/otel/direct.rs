@@ -648,9 +648,6 @@ mod tests {
     use std::sync::Mutex;
 
     use opentelemetry::metrics::MeterProvider as _;
-    use opentelemetry_sdk::error::OTelSdkResult;
-    use opentelemetry_sdk::metrics::data::ResourceMetrics as SdkResourceMetrics;
-    use opentelemetry_sdk::metrics::exporter::PushMetricExporter;
     use opentelemetry_sdk::metrics::{PeriodicReader, SdkMeterProvider};
 
     use prost::Message;
@@ -659,7 +656,6 @@ mod tests {
     use crate::config::cli::OtelAttributeStyle;
     use crate::config::counters;
     use crate::config::{HostnameLabel, LabelStyle};
-    use crate::export::otel::convert::convert;
     use crate::export::otel::instruments::{register, SnapshotView};
     use crate::snapshot::*;
 
@@ -754,35 +750,7 @@ mod tests {
         }
     }
 
-    struct Capture {
-        view: Arc<SnapshotView>,
-        keys: HashSet<String>,
-        temporality: Temporality,
-        out: Arc<Mutex<Vec<ExportMetricsServiceRequest>>>,
-    }
-
-    impl PushMetricExporter for Capture {
-        fn export(
-            &self,
-            rm: &SdkResourceMetrics,
-        ) -> impl std::future::Future<Output = OTelSdkResult> + Send {
-            let _ = self.view.unpin();
-            self.out
-                .lock()
-                .unwrap()
-                .push(convert(rm, &self.keys).request);
-            std::future::ready(Ok(()))
-        }
-        fn force_flush(&self) -> OTelSdkResult {
-            Ok(())
-        }
-        fn shutdown_with_timeout(&self, _: Duration) -> OTelSdkResult {
-            Ok(())
-        }
-        fn temporality(&self) -> Temporality {
-            self.temporality
-        }
-    }
+    use crate::export::otel::convert::tests::Capture;
 
     fn naming(counters: &CounterSet, style: OtelAttributeStyle) -> Naming {
         let labels = LabelStyle {

@@ -105,12 +105,12 @@ pub struct OtelExport {
     drain_timeout: Duration,
 }
 
-/// Start OTLP export when configured; `Ok(None)` when OTLP is off.
-pub fn start(inputs: OtelInputs<'_>) -> Result<Option<OtelExport>, OtelError> {
-    let env = |k: &str| std::env::var(k).ok();
-    let Some(cfg) = config::resolve(inputs.cli, inputs.collect_interval, &env)? else {
-        return Ok(None);
-    };
+/// The host base resource (flags, `OTEL_RESOURCE_ATTRIBUTES`, `OTEL_SERVICE_NAME`) and the attribute
+/// naming for entities: what both the OTLP push and the `--prometheus-format otel` bridge start from.
+fn base_and_naming(
+    inputs: &OtelInputs<'_>,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<(Vec<opentelemetry::KeyValue>, resource::Naming), OtelError> {
     let label_style = LabelStyle::from_cli(inputs.cli);
     let base = resource::base_resource(
         &resource::BaseResourceInput {
@@ -120,13 +120,23 @@ pub fn start(inputs: OtelInputs<'_>) -> Result<Option<OtelExport>, OtelError> {
             node_name: inputs.node_name,
             service_name_flag: inputs.cli.otel_service_name.as_deref(),
         },
-        &env,
+        env,
     )?;
     let naming = resource::Naming::new(
         inputs.cli.otel_attribute_style,
         label_style,
         inputs.counters,
     );
+    Ok((base, naming))
+}
+
+/// Start OTLP export when configured; `Ok(None)` when OTLP is off.
+pub fn start(inputs: OtelInputs<'_>) -> Result<Option<OtelExport>, OtelError> {
+    let env = |k: &str| std::env::var(k).ok();
+    let Some(cfg) = config::resolve(inputs.cli, inputs.collect_interval, &env)? else {
+        return Ok(None);
+    };
+    let (base, naming) = base_and_naming(&inputs, &env)?;
     let resource_keys = match inputs.cli.otel_resource_mode {
         OtelResourceMode::PerEntity => naming.resource_keys(),
         OtelResourceMode::Host => Default::default(),
@@ -263,22 +273,7 @@ pub fn prometheus_bridge(
     body: Arc<arc_swap::ArcSwap<crate::export::prometheus::RenderedBody>>,
 ) -> Result<Arc<prom_bridge::OtelPrometheus>, OtelError> {
     let env = |k: &str| std::env::var(k).ok();
-    let label_style = LabelStyle::from_cli(inputs.cli);
-    let base = resource::base_resource(
-        &resource::BaseResourceInput {
-            style: inputs.cli.otel_attribute_style,
-            hostname: inputs.hostname,
-            host_label: label_style.hostname_label.as_str(),
-            node_name: inputs.node_name,
-            service_name_flag: inputs.cli.otel_service_name.as_deref(),
-        },
-        &env,
-    )?;
-    let naming = resource::Naming::new(
-        inputs.cli.otel_attribute_style,
-        label_style,
-        inputs.counters,
-    );
+    let (base, naming) = base_and_naming(inputs, &env)?;
     let bridge = prom_bridge::OtelPrometheus::new(
         inputs.counters,
         naming,

@@ -248,39 +248,22 @@ impl Naming {
             return vec![base];
         }
         let n = self.names();
-        let pods: Vec<Vec<KeyValue>> = if attr.pods.is_empty() {
-            vec![Vec::new()]
-        } else {
-            attr.pods
-                .iter()
-                .map(|p| {
-                    let mut v = vec![
-                        kv(n.pod, p.name.as_str()),
-                        kv(n.namespace, p.namespace.as_str()),
-                        kv(n.container, p.container.as_str()),
-                    ];
-                    if !p.uid.is_empty() {
-                        v.push(kv(n.pod_uid, p.uid.as_str()));
-                    }
-                    v
-                })
-                .collect()
-        };
-        let jobs: Vec<Option<&str>> = if attr.hpc_jobs.is_empty() {
-            vec![None]
-        } else {
-            attr.hpc_jobs.iter().map(|j| Some(j.as_str())).collect()
-        };
-        let mut out = Vec::with_capacity(pods.len() * jobs.len());
-        for pod in &pods {
-            for job in &jobs {
-                let mut set = base.clone();
-                set.extend(pod.iter().cloned());
-                if let Some(j) = job {
-                    set.push(kv(n.hpc_job, *j));
+        let combinations = attr.combinations();
+        let mut out = Vec::with_capacity(combinations.len());
+        for (pod, job) in combinations {
+            let mut set = base.clone();
+            if let Some(p) = pod {
+                set.push(kv(n.pod, p.name.as_str()));
+                set.push(kv(n.namespace, p.namespace.as_str()));
+                set.push(kv(n.container, p.container.as_str()));
+                if !p.uid.is_empty() {
+                    set.push(kv(n.pod_uid, p.uid.as_str()));
                 }
-                out.push(set);
             }
+            if let Some(j) = job {
+                set.push(kv(n.hpc_job, j));
+            }
+            out.push(set);
         }
         out
     }
