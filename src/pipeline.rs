@@ -193,6 +193,7 @@ impl Pipeline {
         let mut seq = 0u64;
         let mut next = Instant::now();
         let mut was_down = false;
+        let mut failure: Option<String> = None;
         loop {
             let started = Instant::now();
             seq += 1;
@@ -210,7 +211,6 @@ impl Pipeline {
                         );
                         was_down = false;
                     }
-                    self.status.record_success();
                     metrics.source_up.set(1.0);
                     metrics.last_success.set(
                         SystemTime::now()
@@ -244,7 +244,7 @@ impl Pipeline {
                     } else {
                         tracing::debug!(error = %msg, "source still down");
                     }
-                    self.status.record_failure(&msg);
+                    failure = Some(msg);
                     Snapshot {
                         seq,
                         taken_at: SystemTime::now(),
@@ -261,8 +261,14 @@ impl Pipeline {
             for c in &self.consumers {
                 c.on_snapshot(&snapshot);
             }
-            if !was_down {
-                self.status.mark_ready();
+            // Health follows what /metrics now serves: only after the consumers rendered this snapshot
+            // does /health say up (or down), so a 503 never coexists with the previous series.
+            match failure.take() {
+                None => {
+                    self.status.record_success();
+                    self.status.mark_ready();
+                }
+                Some(msg) => self.status.record_failure(&msg),
             }
             next += self.interval;
             let now = Instant::now();
