@@ -277,6 +277,8 @@ fn version_and_grouped_help() {
         out.starts_with(&format!("dcgm-otel {} (commit ", env!("CARGO_PKG_VERSION"))),
         "{out}"
     );
+    let (code, short) = run_to_exit(&["-v"], &[]);
+    assert_eq!((code, short), (0, out));
     let (code, out) = run_to_exit(&["--help"], &[]);
     assert_eq!(code, 0);
     for heading in ["Metrics:", "Source:", "Server:", "Logging:"] {

@@ -510,7 +510,15 @@ pub const ACCEPTED_NOT_IMPLEMENTED: &[(&str, Option<char>, &str, bool)] = &[
 /// The full command: [`Cli`] plus the accepted-but-not-implemented dcgm-exporter flags (hidden in --help).
 pub fn command() -> clap::Command {
     use clap::CommandFactory;
-    let mut cmd = Cli::command();
+    // dcgm-exporter prints its version with -v as well.
+    let mut cmd = Cli::command().disable_version_flag(true).arg(
+        clap::Arg::new("version")
+            .short('V')
+            .short_alias('v')
+            .long("version")
+            .action(ArgAction::Version)
+            .help("Print version and git commit"),
+    );
     for (long, short, env, takes_value) in ACCEPTED_NOT_IMPLEMENTED {
         let mut arg = clap::Arg::new(*long).long(*long).env(*env).hide(true);
         if let Some(c) = short {
