@@ -124,7 +124,8 @@ struct PipelineMetrics {
     collects: Arc<Metric>,
     errors: Arc<Metric>,
     source_up: Arc<Metric>,
-    absent: HashMap<(String, Absent), Arc<Metric>>,
+    /// Keyed by counter row index (no per-cycle key allocation).
+    absent: HashMap<(usize, Absent), Arc<Metric>>,
 }
 
 impl PipelineMetrics {
@@ -157,11 +158,11 @@ impl PipelineMetrics {
         }
     }
 
-    fn count_absent(&mut self, field: &str, reason: Absent, n: u64) {
+    fn count_absent(&mut self, row: usize, field: &str, reason: Absent, n: u64) {
         let registry = &self.registry;
         let m = self
             .absent
-            .entry((field.to_string(), reason))
+            .entry((row, reason))
             .or_insert_with(|| {
                 registry.counter(
                     "dcgm_otel_absent_values_total",
@@ -312,7 +313,7 @@ impl Pipeline {
             .enumerate()
             {
                 if counts[slot] > 0 {
-                    metrics.count_absent(&row.name, reason, counts[slot]);
+                    metrics.count_absent(i, &row.name, reason, counts[slot]);
                 }
             }
         }
