@@ -1,6 +1,6 @@
 //! ABI truth test: every struct, typedef, constant and version word declared in
 //! `src/source/dcgm/ffi.rs` is checked against the layout probe compiled from NVIDIA's DCGM 4.6.0
-//! headers (`../shared/reference/dcgm-abi-layout.txt`), parsed here at test time — no number is copied
+//! headers (`tests/fixtures/dcgm/dcgm-abi-layout.txt`), parsed here at test time — no number is copied
 //! by hand. Checked per struct: `sizeof`, `alignof`, and for each member its offset, size, C type
 //! (mapped to the Rust type, signedness included) and, for arrays, element size and length. A declared
 //! item missing from the file fails the test, and so does a `pub struct`/`pub union`/`pub type`/
@@ -15,7 +15,7 @@ use dcgm_otel::source::dcgm::ffi::*;
 
 const LAYOUT: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
-    "/../shared/reference/dcgm-abi-layout.txt"
+    "/tests/fixtures/dcgm/dcgm-abi-layout.txt"
 );
 const FFI_SOURCE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/src/source/dcgm/ffi.rs");
 

@@ -61,6 +61,10 @@ if [ ! -x tests/dashboards/node_modules/.bin/tsc ]; then
   (cd tests/dashboards && npm ci --no-audit --no-fund --loglevel=error)
 fi
 
+# --- repository checks (no build needed) ---------------------------------------------------------
+log "self-contained: nothing outside docs/ reads a folder beside the checkout (tests/structure)"
+./tests/structure/self-contained.sh
+
 # --- Rust: format, lint, build, tests ------------------------------------------------------------
 log "cargo fmt --check"
 cargo fmt --all -- --check

@@ -59,15 +59,13 @@ pub fn default_counters() -> CounterSet {
         .expect("built-in counters parse")
 }
 
-/// dcgm-exporter's `dcp-metrics-included.csv`, read at run time from the shared reference folder
-/// (not copied into the repository); falls back to the built-in default when it is not there.
+/// dcgm-exporter's `dcp-metrics-included.csv` (the copy in `tests/fixtures/dcgm/`).
 pub fn dcp_counters() -> (CounterSet, &'static str) {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../shared/reference/dcgm-exporter-csv/dcp-metrics-included.csv");
-    match counters::load_file(&path) {
-        Ok(c) => (c, "dcp-metrics-included.csv"),
-        Err(_) => (default_counters(), "built-in default (dcp csv not found)"),
-    }
+        .join("tests/fixtures/dcgm/dcgm-exporter-csv/dcp-metrics-included.csv");
+    let set =
+        counters::load_file(&path).expect("tests/fixtures/dcgm holds dcp-metrics-included.csv");
+    (set, "dcp-metrics-included.csv")
 }
 
 /// The `large` scenario's own counters.
