@@ -7,7 +7,6 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 use clap::parser::ValueSource;
-use clap::FromArgMatches;
 
 use dcgm_otel::config::{self, counters, Cli, LabelStyle};
 use dcgm_otel::export::prometheus::Renderer;
@@ -42,18 +41,16 @@ fn failure(error: impl Into<anyhow::Error>) -> Fatal {
 
 fn main() -> ExitCode {
     let started = Instant::now();
-    let args = config::cli::normalize_args(std::env::args_os());
-    let matches = match config::cli::command().try_get_matches_from(args) {
-        Ok(m) => m,
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    let (cli, matches) = match config::cli::parse_args(&args) {
+        Ok(parsed) => parsed,
         Err(e) => {
-            let _ = e.print();
-            return ExitCode::from(if e.use_stderr() { 2 } else { 0 });
-        }
-    };
-    let cli = match Cli::from_arg_matches(&matches) {
-        Ok(c) => c,
-        Err(e) => {
-            let _ = e.print();
+            use clap::error::ErrorKind;
+            if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) {
+                let _ = e.print();
+                return ExitCode::SUCCESS;
+            }
+            eprintln!("dcgm-otel: {}", config::cli::describe_error(&e, &args));
             return ExitCode::from(2);
         }
     };

@@ -3,6 +3,15 @@
 //! (the Prometheus renderer, the OTel side). Collection runs on its own schedule; nothing here is ever
 //! called from a scrape. When the source fails, an empty snapshot is published (its series disappear,
 //! never served stale) and `/health` turns 503 until a poll succeeds again.
+//!
+//! A source can also hang instead of failing (a blocked `dcgmEntitiesGetLatestValues`: real host
+//! engines do this). The FFI call cannot be cancelled, so a watchdog thread beside the collector
+//! watches the running poll: once it has run longer than the freshness limit (two collect intervals
+//! plus 5 s, the same rule `/health` applies to the age of the data) the watchdog publishes an empty
+//! snapshot — the series disappear from /metrics and OTLP, `dcgm_otel_source_up` is 0 and `/health`
+//! says "collection stuck for N s" — and logs it once. When the call returns, the collector publishes
+//! what it read and collection resumes (a lost connection then goes through the source's own
+//! reconnect). Publication is serialised, so a late withdrawal never hides fresh data.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -46,6 +55,12 @@ pub struct CollectorStatus {
     ever_succeeded: AtomicBool,
     source_up: AtomicBool,
     last_error: Mutex<Option<String>>,
+    /// Milliseconds since `started` when the running poll began, +1 (0 = no poll running).
+    poll_started_ms: AtomicU64,
+    /// Number of the running (or last) poll.
+    poll_number: AtomicU64,
+    /// The running poll outlived the freshness limit and its series were withdrawn.
+    stuck: AtomicBool,
 }
 
 impl CollectorStatus {
@@ -57,7 +72,20 @@ impl CollectorStatus {
             ever_succeeded: AtomicBool::new(false),
             source_up: AtomicBool::new(false),
             last_error: Mutex::new(None),
+            poll_started_ms: AtomicU64::new(0),
+            poll_number: AtomicU64::new(0),
+            stuck: AtomicBool::new(false),
         })
+    }
+
+    /// How old the data may get: two collect intervals plus 5 s. Older data makes `/health` answer
+    /// 503, and a poll running longer has its series withdrawn by the watchdog.
+    pub fn freshness_limit(&self) -> Duration {
+        self.interval * 2 + Duration::from_secs(5)
+    }
+
+    fn now_ms(&self) -> u64 {
+        self.started.elapsed().as_millis() as u64 + 1
     }
 
     /// True once the first collection has been published.
@@ -65,9 +93,38 @@ impl CollectorStatus {
         self.ever_succeeded.load(Ordering::Acquire)
     }
 
-    /// `Ok(())` when the last collection succeeded and is fresh (younger than 2 intervals + 5 s);
-    /// otherwise the reason.
+    /// A poll begins; returns its number.
+    fn poll_begins(&self) -> u64 {
+        let n = self.poll_number.fetch_add(1, Ordering::AcqRel) + 1;
+        self.poll_started_ms.store(self.now_ms(), Ordering::Release);
+        n
+    }
+
+    fn poll_ended(&self) {
+        self.poll_started_ms.store(0, Ordering::Release);
+    }
+
+    /// The running poll (its number and how long it has run), if any.
+    fn running_poll(&self) -> Option<(u64, Duration)> {
+        let started = self.poll_started_ms.load(Ordering::Acquire);
+        (started != 0).then(|| {
+            (
+                self.poll_number.load(Ordering::Acquire),
+                Duration::from_millis(self.now_ms().saturating_sub(started)),
+            )
+        })
+    }
+
+    /// `Ok(())` when the last collection succeeded and is fresh (younger than
+    /// [`CollectorStatus::freshness_limit`]); otherwise the reason.
     pub fn health(&self) -> Result<(), String> {
+        if self.stuck.load(Ordering::Acquire) {
+            let running = self.running_poll().map(|(_, d)| d).unwrap_or_default();
+            return Err(format!(
+                "collection stuck for {} s: the source has not answered; series withdrawn",
+                running.as_secs()
+            ));
+        }
         if !self.source_up.load(Ordering::Acquire) {
             let err = match self.last_error.lock() {
                 Ok(e) => e.clone(),
@@ -82,8 +139,7 @@ impl CollectorStatus {
         let age = Duration::from_millis(
             (self.started.elapsed().as_millis() as u64).saturating_sub(last.saturating_sub(1)),
         );
-        let limit = self.interval * 2 + Duration::from_secs(5);
-        if age > limit {
+        if age > self.freshness_limit() {
             return Err(format!(
                 "stale: last successful collection {:.1}s ago (collect interval {:.1}s)",
                 age.as_secs_f64(),
@@ -94,10 +150,8 @@ impl CollectorStatus {
     }
 
     fn record_success(&self) {
-        self.last_success_ms.store(
-            self.started.elapsed().as_millis() as u64 + 1,
-            Ordering::Release,
-        );
+        self.last_success_ms.store(self.now_ms(), Ordering::Release);
+        self.stuck.store(false, Ordering::Release);
         self.source_up.store(true, Ordering::Release);
         if let Ok(mut e) = self.last_error.lock() {
             *e = None;
@@ -110,6 +164,7 @@ impl CollectorStatus {
     }
 
     fn record_failure(&self, err: &str) {
+        self.stuck.store(false, Ordering::Release);
         self.source_up.store(false, Ordering::Release);
         if let Ok(mut e) = self.last_error.lock() {
             *e = Some(err.to_string());
@@ -134,7 +189,7 @@ impl PipelineMetrics {
         PipelineMetrics {
             duration: registry.gauge(
                 "dcgm_otel_collect_duration_seconds",
-                "Wall time of the last collection (source poll, enrichment, publication, rendering).",
+                "Wall time of the previous completed collection: source poll, enrichment, publication and rendering.",
                 &[],
             ),
             last_success: registry.gauge(
@@ -187,19 +242,145 @@ pub struct Pipeline {
     pub self_metrics: Arc<SelfMetrics>,
 }
 
+/// Publication: the store, the consumers and the health status change together, under one lock, from
+/// the collector thread and from the watchdog.
+struct Publisher {
+    store: Arc<SnapshotStore>,
+    consumers: Vec<Arc<dyn SnapshotConsumer>>,
+    status: Arc<CollectorStatus>,
+    counters: Arc<CounterSet>,
+    host: Arc<HostInfo>,
+    /// Sequence number of the last snapshot published.
+    seq: AtomicU64,
+    lock: Mutex<()>,
+    source_up: Arc<Metric>,
+    stuck_total: Arc<Metric>,
+}
+
+impl Publisher {
+    /// A snapshot without entities (its `seq` is set when it is published).
+    fn empty_snapshot(&self, seq: u64) -> Snapshot {
+        Snapshot {
+            seq,
+            taken_at: SystemTime::now(),
+            counters: self.counters.clone(),
+            host: self.host.clone(),
+            driver_version: None,
+            entities: Vec::new(),
+        }
+    }
+
+    /// Hand a snapshot to the store and the consumers; then record the outcome in the status (so a
+    /// 503 never coexists with the previous series, and a 200 never with an empty body).
+    fn publish_locked(&self, mut snapshot: Snapshot, failure: Option<&str>) {
+        snapshot.seq = self.seq.fetch_add(1, Ordering::AcqRel) + 1;
+        let snapshot = Arc::new(snapshot);
+        self.store.publish(snapshot.clone());
+        for c in &self.consumers {
+            c.on_snapshot(&snapshot);
+        }
+        match failure {
+            None => {
+                self.status.record_success();
+                self.status.mark_ready();
+            }
+            Some(msg) => self.status.record_failure(msg),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, ()> {
+        match self.lock.lock() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        }
+    }
+
+    /// Watchdog: withdraw the series when poll `poll` is still running past the freshness limit.
+    fn withdraw_if_stuck(&self, poll: u64) {
+        let _guard = self.lock();
+        let Some((running, elapsed)) = self.status.running_poll() else {
+            return;
+        };
+        if running != poll
+            || elapsed <= self.status.freshness_limit()
+            || self.status.stuck.load(Ordering::Acquire)
+        {
+            return;
+        }
+        tracing::error!(
+            stuck_s = elapsed.as_secs(),
+            limit_s = self.status.freshness_limit().as_secs_f64(),
+            "collection stuck: the source has not answered; its series are withdrawn until it does"
+        );
+        // Self-metrics first: the renderer appends them to the body it publishes.
+        self.source_up.set(0.0);
+        self.stuck_total.inc();
+        let seq = self.seq.fetch_add(1, Ordering::AcqRel) + 1;
+        let snapshot = Arc::new(self.empty_snapshot(seq));
+        self.store.publish(snapshot.clone());
+        for c in &self.consumers {
+            c.on_snapshot(&snapshot);
+        }
+        self.status.source_up.store(false, Ordering::Release);
+        self.status.stuck.store(true, Ordering::Release);
+    }
+}
+
+/// The watchdog thread: checks the running poll a few times per interval until `stop` closes.
+fn watch_polls(publisher: Arc<Publisher>, interval: Duration, stop: Receiver<()>) {
+    let period = (interval / 4).clamp(Duration::from_millis(50), Duration::from_secs(1));
+    loop {
+        match stop.recv_timeout(period) {
+            Err(RecvTimeoutError::Timeout) => {}
+            _ => return,
+        }
+        if let Some((poll, elapsed)) = publisher.status.running_poll() {
+            if elapsed > publisher.status.freshness_limit() {
+                publisher.withdraw_if_stuck(poll);
+            }
+        }
+    }
+}
+
 impl Pipeline {
     /// Run collections until `stop` receives a message or is disconnected. Blocks the calling thread.
     pub fn run(mut self, stop: Receiver<()>) {
         let mut metrics = PipelineMetrics::new(self.self_metrics.clone(), self.source.name());
-        let mut seq = 0u64;
+        let publisher = Arc::new(Publisher {
+            store: self.store.clone(),
+            consumers: std::mem::take(&mut self.consumers),
+            status: self.status.clone(),
+            counters: self.counters.clone(),
+            host: self.host.clone(),
+            seq: AtomicU64::new(0),
+            lock: Mutex::new(()),
+            source_up: metrics.source_up.clone(),
+            stuck_total: self.self_metrics.counter(
+                "dcgm_otel_collect_stuck_total",
+                "Collections that ran past the freshness limit (2 collect intervals + 5 s) and had their series withdrawn while the source did not answer.",
+                &[("source", self.source.name())],
+            ),
+        });
+        let (watchdog_stop, watchdog_rx) = std::sync::mpsc::channel::<()>();
+        let watchdog = {
+            let publisher = publisher.clone();
+            let interval = self.interval;
+            std::thread::Builder::new()
+                .name("collect-watchdog".into())
+                .spawn(move || watch_polls(publisher, interval, watchdog_rx))
+        };
+        if let Err(e) = &watchdog {
+            tracing::error!(error = %e, "cannot start the collection watchdog; a hanging source will not be detected");
+        }
         let mut next = Instant::now();
         let mut was_down = false;
-        let mut failure: Option<String> = None;
         loop {
             let started = Instant::now();
-            seq += 1;
             metrics.collects.inc();
-            let snapshot = match self.source.poll() {
+            self.status.poll_begins();
+            let polled = self.source.poll();
+            self.status.poll_ended();
+            let (snapshot, failure) = match polled {
                 Ok(mut reading) => {
                     for e in &mut self.enrichers {
                         e.enrich(&mut reading.entities);
@@ -219,14 +400,15 @@ impl Pipeline {
                             .map(|d| d.as_secs_f64())
                             .unwrap_or(0.0),
                     );
-                    Snapshot {
-                        seq,
+                    let snapshot = Snapshot {
+                        seq: 0,
                         taken_at: SystemTime::now(),
                         counters: self.counters.clone(),
                         host: self.host.clone(),
                         driver_version: reading.driver_version,
                         entities: reading.entities,
-                    }
+                    };
+                    (snapshot, None)
                 }
                 Err(err) => {
                     metrics.errors.inc();
@@ -245,32 +427,21 @@ impl Pipeline {
                     } else {
                         tracing::debug!(error = %msg, "source still down");
                     }
-                    failure = Some(msg);
-                    Snapshot {
-                        seq,
-                        taken_at: SystemTime::now(),
-                        counters: self.counters.clone(),
-                        host: self.host.clone(),
-                        driver_version: None,
-                        entities: Vec::new(),
-                    }
+                    (publisher.empty_snapshot(0), Some(msg))
                 }
             };
-            let snapshot = Arc::new(snapshot);
-            self.store.publish(snapshot.clone());
-            metrics.duration.set(started.elapsed().as_secs_f64());
-            for c in &self.consumers {
-                c.on_snapshot(&snapshot);
-            }
-            // Health follows what /metrics now serves: only after the consumers rendered this snapshot
-            // does /health say up (or down), so a 503 never coexists with the previous series.
-            match failure.take() {
-                None => {
-                    self.status.record_success();
-                    self.status.mark_ready();
+            {
+                let _guard = publisher.lock();
+                if publisher.status.stuck.load(Ordering::Acquire) {
+                    tracing::info!(
+                        after_s = started.elapsed().as_secs(),
+                        "the stuck collection returned; collection resumes"
+                    );
                 }
-                Some(msg) => self.status.record_failure(&msg),
+                publisher.publish_locked(snapshot, failure.as_deref());
             }
+            // Poll, enrichment, publication and rendering: shown in the next body.
+            metrics.duration.set(started.elapsed().as_secs_f64());
             next += self.interval;
             let now = Instant::now();
             if next < now {
@@ -281,6 +452,10 @@ impl Pipeline {
                 Err(RecvTimeoutError::Timeout) => continue,
                 _ => break,
             }
+        }
+        drop(watchdog_stop);
+        if let Ok(w) = watchdog {
+            let _ = w.join();
         }
         self.source.shutdown();
         tracing::info!("collector stopped");

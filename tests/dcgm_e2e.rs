@@ -392,6 +392,81 @@ fn remote_host_engine_loss_reconnects() {
     );
 }
 
+/// A host engine that stops answering (a read blocked for 15 s) is treated like a lost one: from 8 s
+/// into the hang until it ends, /metrics has no DCGM series and /health is 503 saying the collection is
+/// stuck; within 5 s after the call returns, both are back.
+#[test]
+fn hanging_host_engine_withdraws_series_until_it_answers() {
+    let fake = Fake::new();
+    let e = start_with(
+        &["-c", "1000"],
+        &fake.ld_env(&[("FAKE_DCGM_FAULTS", "hang_ms=15000@4")]),
+    );
+    let before = series(&scrape(e.port));
+    assert!(!before.is_empty());
+    let hung = |calls: &[String]| calls.iter().position(|c| c.starts_with("hang begins"));
+    wait_for("the hang to begin", Duration::from_secs(20), || {
+        hung(&fake.calls()).is_some()
+    });
+    let hang_start = Instant::now();
+    // The blocked call is logged when it returns: the first latest-values line after the hang line.
+    let returned = |calls: &[String]| {
+        hung(calls).is_some_and(|i| {
+            calls[i + 1..]
+                .iter()
+                .any(|c| c.starts_with("dcgmEntitiesGetLatestValues"))
+        })
+    };
+    let mut withdrawn_samples = 0;
+    while !returned(&fake.calls()) {
+        let elapsed = hang_start.elapsed();
+        assert!(elapsed < Duration::from_secs(25), "the hang never ended");
+        if elapsed >= Duration::from_secs(8) {
+            let h = get(e.port, "/health").unwrap();
+            let body = scrape(e.port);
+            if returned(&fake.calls()) {
+                break;
+            }
+            assert_eq!(h.status, 503, "{elapsed:?} into the hang: {}", h.text());
+            assert!(
+                h.text().starts_with("KO: collection stuck for "),
+                "{}",
+                h.text()
+            );
+            assert!(
+                series(&body).is_empty(),
+                "{elapsed:?} into the hang:\n{body}"
+            );
+            assert!(
+                body.contains("dcgm_otel_source_up{source=\"dcgm\"} 0"),
+                "{body}"
+            );
+            assert!(
+                body.contains("dcgm_otel_collect_stuck_total{source=\"dcgm\"} 1"),
+                "{body}"
+            );
+            withdrawn_samples += 1;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert!(
+        withdrawn_samples > 10,
+        "only {withdrawn_samples} samples during the hang"
+    );
+    let took = wait_for(
+        "/health 200 and the series after the call returned",
+        Duration::from_secs(5),
+        || health(e.port) == 200 && series(&scrape(e.port)) == before,
+    );
+    eprintln!("back {took:?} after the blocked call returned");
+    let err = terminate(e);
+    assert_eq!(
+        err.matches("collection stuck").count(),
+        1,
+        "logged once:\n{err}"
+    );
+}
+
 #[test]
 fn vanished_gpu_is_removed_without_restart() {
     let fake = Fake::new();

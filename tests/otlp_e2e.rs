@@ -522,6 +522,23 @@ fn assert_values_from_one_poll(
     );
 }
 
+/// The attributes a data point carries of its own in per-entity mode: the XID code and its meaning
+/// (no XID happens in the simulated default fleet).
+fn own_attributes(metric: &str, style: &Style) -> BTreeMap<String, String> {
+    if metric != "DCGM_FI_DEV_XID_ERRORS" {
+        return BTreeMap::new();
+    }
+    let (code, message) = if style.uuid == "hw.id" {
+        ("nvidia.xid.code", "nvidia.xid.message")
+    } else {
+        ("err_code", "err_msg")
+    };
+    BTreeMap::from([
+        (code.to_string(), "0".to_string()),
+        (message.to_string(), "No Error".to_string()),
+    ])
+}
+
 fn otlp_args(endpoint: &str, extra: &[&str]) -> Vec<String> {
     let mut v: Vec<String> = [
         "--simulate",
@@ -629,12 +646,14 @@ fn grpc_per_entity_otel_attributes_case(pipeline: &str) {
         assert!(res["nvidia.mig.instance_id"].parse::<u32>().is_ok());
         assert!(res["nvidia.mig.uuid"].starts_with("MIG-"), "{res:?}");
     }
-    // instruments: names, units, descriptions, types, temporality; no data-point attributes.
+    // instruments: names, units, descriptions, types, temporality; no data-point attributes but the
+    // XID code's own.
     let flat = flatten(&r.req);
-    for (_, p, _, _) in &flat {
-        assert!(
-            p.is_empty(),
-            "per-entity mode leaves no attributes on data points: {p:?}"
+    for (_, p, m, _) in &flat {
+        assert_eq!(
+            p,
+            &own_attributes(&m.name, &OTEL),
+            "per-entity mode leaves no identity attributes on data points"
         );
     }
     let metric = |name: &str| {
@@ -823,8 +842,8 @@ fn grpc_host_mode_otel_and_http_per_entity_dcgm_case(pipeline: &str) {
     let got = sink.wait_for(2, WAIT);
     drop(exporter);
     assert_eq!(got[1].req.resource_metrics.len(), 4);
-    for (r, p, _, _) in flatten(&got[1].req) {
-        assert!(p.is_empty());
+    for (r, p, m, _) in flatten(&got[1].req) {
+        assert_eq!(p, own_attributes(&m.name, &DCGM));
         assert!(r["UUID"].starts_with("GPU-"));
         assert_eq!(r["Hostname"], "test-node");
         assert_eq!(r["DCGM_FI_DRIVER_VERSION"], "550.144.03");

@@ -6,7 +6,7 @@ mod common;
 use std::io::Read as _;
 use std::time::Duration;
 
-use common::{check_golden, get, get_with, run_to_exit, shared_dir, start};
+use common::{check_golden, fixtures_dir, get, get_with, run_to_exit, start};
 
 fn scrape(port: u16) -> String {
     let r = get(port, "/metrics").unwrap();
@@ -48,6 +48,48 @@ fn golden_dgx_old_namespace_lowercase_host_label() {
         &[("NODE_NAME", "golden-host")],
     );
     check_golden("simulated-dgx-h100-mig-old-namespace.prom", &scrape(e.port));
+}
+
+/// NvLink series: dcgm-exporter's link template spells the host label `hostname` in every release and
+/// never rewrites the model name; the GPU and MIG series around them follow the flags. The XID series
+/// carries `err_code`/`err_msg`.
+#[test]
+fn golden_nvlinks_default_host_label() {
+    let scenario = common::fixtures_path("scenarios/nvlink-pair.yaml");
+    let csv = common::fixtures_path("counters/nvlink.csv");
+    let e = start(
+        &[
+            &format!("--simulate={scenario}"),
+            "-f",
+            &csv,
+            "-c",
+            "60000",
+            "--no-self-metrics",
+        ],
+        &[("NODE_NAME", "golden-host")],
+    );
+    check_golden("simulated-nvlink.prom", &scrape(e.port));
+}
+
+#[test]
+fn golden_nvlinks_lowercase_host_label_and_blank_free_model() {
+    let scenario = common::fixtures_path("scenarios/nvlink-pair.yaml");
+    let csv = common::fixtures_path("counters/nvlink.csv");
+    let e = start(
+        &[
+            &format!("--simulate={scenario}"),
+            "-f",
+            &csv,
+            "-c",
+            "60000",
+            "--no-self-metrics",
+            "--hostname-label",
+            "hostname",
+            "-rbmn",
+        ],
+        &[("NODE_NAME", "golden-host")],
+    );
+    check_golden("simulated-nvlink-hostname-rbmn.prom", &scrape(e.port));
 }
 
 #[test]
@@ -198,7 +240,7 @@ fn endpoints_health_ready_gzip_methods() {
 
 #[test]
 fn every_dcgm_exporter_csv_loads_unchanged() {
-    let dir = shared_dir().join("dcgm-exporter-csv");
+    let dir = fixtures_dir().join("dcgm-exporter-csv");
     let mut files = Vec::new();
     for sub in [dir.clone(), dir.join("4.5.3-4.8.2")] {
         for entry in std::fs::read_dir(&sub).unwrap() {

@@ -206,8 +206,8 @@ pub struct Cli {
     /// With basic auth on, also require it on /health and /ready (like dcgm-exporter). Kubernetes httpGet
     /// probes cannot send credentials: set false, or use tcpSocket probes.
     #[arg(long = "web-health-auth", env = "DCGM_OTEL_WEB_HEALTH_AUTH", value_name = "BOOL",
-          default_value = "true", num_args = 0..=1, default_missing_value = "true",
-          value_parser = clap::builder::BoolishValueParser::new(), help_heading = "Server")]
+          default_value = "true", num_args = 0..=1, default_missing_value = "true", require_equals = true,
+          value_parser = parse_go_bool, help_heading = "Server")]
     pub web_health_auth: bool,
 
     // ---------------------------------------------------------------- Logging
@@ -531,7 +531,49 @@ pub fn command() -> clap::Command {
         };
         cmd = cmd.arg(arg);
     }
-    cmd
+    go_booleans(cmd)
+}
+
+/// What Go's `strconv.ParseBool` accepts, and so what dcgm-exporter's flags and variables accept.
+pub const GO_BOOL_VALUES: [&str; 12] = [
+    "1", "t", "T", "TRUE", "true", "True", "0", "f", "F", "FALSE", "false", "False",
+];
+
+/// Parse a boolean as Go's `strconv.ParseBool` does.
+pub fn parse_go_bool(s: &str) -> Result<bool, String> {
+    match s {
+        "1" | "t" | "T" | "TRUE" | "true" | "True" => Ok(true),
+        "0" | "f" | "F" | "FALSE" | "false" | "False" => Ok(false),
+        _ => Err(format!("expected one of {}", GO_BOOL_VALUES.join(" "))),
+    }
+}
+
+/// Make every on/off flag behave like a Go boolean flag: `--flag`, `--flag=true`, `--flag=false`,
+/// `-k=false`, and its variable takes whatever `strconv.ParseBool` takes (`1`, `t`, `TRUE`, `0`, ...).
+/// A value needs the `=`: `-k false` leaves `false` as a stray argument, as in Go.
+fn go_booleans(cmd: clap::Command) -> clap::Command {
+    let ids: Vec<clap::Id> = cmd
+        .get_arguments()
+        .filter(|a| matches!(a.get_action(), ArgAction::SetTrue))
+        .map(|a| a.get_id().clone())
+        .collect();
+    ids.into_iter().fold(cmd, |cmd, id| {
+        cmd.mut_arg(id, |a| {
+            let default = match a.get_default_values().first().and_then(|v| v.to_str()) {
+                Some("true") => "true",
+                _ => "false",
+            };
+            a.action(ArgAction::Set)
+                .num_args(0..=1)
+                .require_equals(true)
+                .default_missing_value("true")
+                .default_value(default)
+                .value_name("BOOL")
+                .hide_default_value(true)
+                .hide_possible_values(true)
+                .value_parser(clap::builder::ValueParser::new(parse_go_bool))
+        })
+    })
 }
 
 /// The dcgm-exporter flags from [`ACCEPTED_NOT_IMPLEMENTED`] that were actually given (flag or env).
@@ -546,6 +588,94 @@ pub fn not_implemented_given(matches: &clap::ArgMatches) -> Vec<String> {
         })
         .map(|(long, _, _, _)| format!("--{long}"))
         .collect()
+}
+
+/// Parse the command line (Go-style single-dash long flags included) and the environment.
+pub fn parse_args(args: &[OsString]) -> Result<(Cli, clap::ArgMatches), clap::Error> {
+    use clap::FromArgMatches;
+    let matches = command().try_get_matches_from(normalize_args(args.iter().cloned()))?;
+    let cli = Cli::from_arg_matches(&matches)?;
+    Ok((cli, matches))
+}
+
+/// One line for a command-line error: what is wrong, the flag or variable it came from, a suggestion
+/// when clap has one, and "see --help" (never the usage line with all the flags).
+pub fn describe_error(error: &clap::Error, args: &[OsString]) -> String {
+    use clap::error::{ContextKind, ContextValue, ErrorKind};
+    let rendered = error.render().to_string();
+    let first = rendered
+        .lines()
+        .map(str::trim)
+        .find(|l| !l.is_empty())
+        .unwrap_or("invalid command line");
+    let mut line = first.strip_prefix("error: ").unwrap_or(first).to_string();
+    if matches!(
+        error.kind(),
+        ErrorKind::InvalidValue | ErrorKind::ValueValidation
+    ) {
+        let given_arg = match error.get(ContextKind::InvalidArg) {
+            Some(ContextValue::String(a)) => Some(a.as_str()),
+            _ => None,
+        };
+        let given_value = match error.get(ContextKind::InvalidValue) {
+            Some(ContextValue::String(v)) => Some(v.as_str()),
+            _ => None,
+        };
+        if let (Some(arg_text), Some(value)) = (given_arg, given_value) {
+            if let Some(var) = value_from_environment(arg_text, value, args) {
+                let flag = arg_text.split(['[', ' ', '=']).next().unwrap_or(arg_text);
+                let reason = line
+                    .split_once("': ")
+                    .map(|(_, r)| r.to_string())
+                    .unwrap_or_default();
+                line =
+                    format!("invalid value '{value}' in environment variable {var} (flag {flag})");
+                if !reason.is_empty() {
+                    line.push_str(": ");
+                    line.push_str(&reason);
+                }
+            }
+        }
+    }
+    let suggestion = match error.get(ContextKind::SuggestedArg) {
+        Some(ContextValue::String(s)) => Some(s.clone()),
+        Some(ContextValue::Strings(list)) => list.first().cloned(),
+        _ => None,
+    };
+    if let Some(tip) = suggestion {
+        line.push_str(&format!("; did you mean '{tip}'?"));
+    }
+    line.push_str("; see --help");
+    line
+}
+
+/// When the bad value came from an environment variable (the flag is not on the command line and its
+/// variable holds that value), the variable's name.
+fn value_from_environment(arg_text: &str, value: &str, args: &[OsString]) -> Option<String> {
+    let flag = arg_text.split(['[', ' ', '=']).next()?;
+    let cmd = command();
+    let arg = cmd.get_arguments().find(|a| {
+        flag.strip_prefix("--")
+            .is_some_and(|l| a.get_long() == Some(l))
+            || flag
+                .strip_prefix('-')
+                .and_then(|s| s.chars().next())
+                .is_some_and(|c| !flag.starts_with("--") && a.get_short() == Some(c))
+    })?;
+    let var = arg.get_env()?.to_str()?.to_string();
+    if std::env::var(&var).ok().as_deref() != Some(value) {
+        return None;
+    }
+    let normalized = normalize_args(args.iter().cloned());
+    let on_command_line = normalized.iter().skip(1).any(|a| {
+        let Some(a) = a.to_str() else { return false };
+        arg.get_long()
+            .is_some_and(|l| a == format!("--{l}") || a.starts_with(&format!("--{l}=")))
+            || arg.get_short().is_some_and(|c| {
+                !a.starts_with("--") && a.starts_with('-') && a[1..].starts_with(c)
+            })
+    });
+    (!on_command_line).then_some(var)
 }
 
 fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
@@ -623,7 +753,8 @@ mod tests {
     use super::*;
 
     fn parse(args: &[&str]) -> Result<Cli, clap::Error> {
-        Cli::try_parse_from(normalize_args(args.iter().map(OsString::from)))
+        let args: Vec<OsString> = args.iter().map(OsString::from).collect();
+        parse_args(&args).map(|(cli, _)| cli)
     }
 
     #[test]

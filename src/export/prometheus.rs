@@ -133,6 +133,7 @@ fn families(counters: &CounterSet) -> Vec<FamilyLayout> {
         open.push('{');
         out.push(FamilyLayout {
             row: i,
+            xid: row.field.id == crate::fields::xid::XID_FIELD_ID,
             header,
             open,
         });
@@ -175,6 +176,9 @@ struct RenderCache {
 /// One metric family: the row whose values it carries and its ready-made text.
 struct FamilyLayout {
     row: usize,
+    /// `DCGM_FI_DEV_XID_ERRORS` (whatever its CSV name): each sample also carries `err_code` and
+    /// `err_msg`, the code's meaning, sorted among the attributes as dcgm-exporter does.
+    xid: bool,
     /// `# HELP …\n# TYPE …\n`.
     header: String,
     /// `name{`.
@@ -189,6 +193,10 @@ struct EntityLabels {
     label_values: Vec<Option<Box<str>>>,
     /// One per (pod × job) combination, or one when unattributed: `labels} `, ready to follow `name{`.
     sets: Vec<String>,
+    /// The identity and label-field part of the sets (what precedes the attributes), and each
+    /// combination's attributes: for families whose samples add attributes of their own (XID).
+    base: String,
+    attributes: Vec<Vec<(&'static str, String)>>,
 }
 
 impl EntityLabels {
@@ -383,6 +391,39 @@ impl ValueFormatter {
     }
 }
 
+/// The samples of the XID family for one entity: each combination's attributes plus `err_code` (the
+/// value) and `err_msg` (its meaning in NVIDIA's catalogue), sorted by name as dcgm-exporter sorts them.
+fn write_xid_samples(
+    out: &mut String,
+    fam: &FamilyLayout,
+    labels: &EntityLabels,
+    v: &FieldValue,
+    value: &str,
+) {
+    let code = match v {
+        FieldValue::Int(i) => *i,
+        FieldValue::Double(d) => *d as i64,
+        _ => return,
+    };
+    let code_text = code.to_string();
+    let meaning = crate::fields::xid::meaning(code);
+    for attrs in &labels.attributes {
+        let mut all: Vec<(&str, &str)> = attrs.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        all.push(("err_code", &code_text));
+        all.push(("err_msg", meaning));
+        all.sort();
+        out.push_str(&fam.open);
+        out.push_str(&labels.base);
+        let mut first = labels.base.is_empty();
+        for (k, v) in all {
+            push_label(out, &mut first, k, v);
+        }
+        out.push_str("} ");
+        out.push_str(value);
+        out.push('\n');
+    }
+}
+
 impl Renderer {
     /// `self_metrics`: appended to every body when given (`--no-self-metrics` passes `None`).
     pub fn new(style: LabelStyle, self_metrics: Option<Arc<SelfMetrics>>) -> Renderer {
@@ -456,11 +497,15 @@ impl Renderer {
                     out.push_str(&fam.header);
                     wrote_any = true;
                 }
-                for set in &labels.sets {
-                    out.push_str(&fam.open);
-                    out.push_str(set);
-                    out.push_str(value);
-                    out.push('\n');
+                if fam.xid {
+                    write_xid_samples(out, fam, labels, v, value);
+                } else {
+                    for set in &labels.sets {
+                        out.push_str(&fam.open);
+                        out.push_str(set);
+                        out.push_str(value);
+                        out.push('\n');
+                    }
                 }
                 samples += labels.sets.len();
             }
@@ -504,6 +549,19 @@ impl Renderer {
             {
                 continue;
             }
+            let (base, attributes) = self.labels_of(e, &snap.host, snap);
+            let sets = attributes
+                .iter()
+                .map(|attrs| {
+                    let mut s = base.clone();
+                    let mut first = s.is_empty();
+                    for (k, v) in attrs {
+                        push_label(&mut s, &mut first, k, v);
+                    }
+                    s.push_str("} ");
+                    s
+                })
+                .collect();
             let built = EntityLabels {
                 entity: e.entity.clone(),
                 attribution: e.attribution.clone(),
@@ -512,14 +570,9 @@ impl Renderer {
                     .iter()
                     .map(|&r| e.values.get(r).and_then(FieldValue::as_text).map(Box::from))
                     .collect(),
-                sets: self
-                    .label_sets(e, &snap.host, snap)
-                    .into_iter()
-                    .map(|mut s| {
-                        s.push_str("} ");
-                        s
-                    })
-                    .collect(),
+                sets,
+                base,
+                attributes,
             };
             if i < cache.entities.len() {
                 cache.entities[i] = built;
@@ -529,13 +582,24 @@ impl Renderer {
         }
     }
 
-    /// The label strings of one entity: one per (pod × job) combination, or one when unattributed.
-    fn label_sets(&self, e: &EntityReading, host: &HostInfo, snap: &Snapshot) -> Vec<String> {
+    /// The labels of one entity: the identity and label-field part, and the sorted attributes of each
+    /// (pod × job) combination (one empty list when unattributed).
+    fn labels_of(
+        &self,
+        e: &EntityReading,
+        host: &HostInfo,
+        snap: &Snapshot,
+    ) -> (String, Vec<Vec<(&'static str, String)>>) {
         let mut base = String::with_capacity(256);
         let mut first = true;
         let gpu = &e.entity.gpu;
         let model = self.style.model_name(&gpu.model);
-        let host_label = self.style.hostname_label.as_str();
+        // dcgm-exporter's link template spells the host label `hostname` in every release and writes
+        // the model name as DCGM gives it (--replace-blanks-in-model-name applies to GPU series only).
+        let host_label = match e.entity.kind {
+            EntityKind::NvLink => "hostname",
+            _ => self.style.hostname_label.as_str(),
+        };
         match e.entity.kind {
             EntityKind::NvLink => {
                 let link = e.entity.link.unwrap_or(0).to_string();
@@ -544,7 +608,7 @@ impl Renderer {
                 push_label(&mut base, &mut first, "gpu_uuid", &gpu.uuid);
                 push_label(&mut base, &mut first, "pci_bus_id", &gpu.pci_bus_id);
                 push_label(&mut base, &mut first, "device", &gpu.device());
-                push_label(&mut base, &mut first, "model_name", &model);
+                push_label(&mut base, &mut first, "model_name", &gpu.model);
             }
             EntityKind::Gpu | EntityKind::GpuInstance => {
                 push_label(&mut base, &mut first, "gpu", &gpu.index.to_string());
@@ -580,42 +644,37 @@ impl Renderer {
         for (k, v) in label_fields {
             push_label(&mut base, &mut first, k, v);
         }
-        self.attribute_sets(&e.attribution, base, first)
+        (base, self.attribute_sets(&e.attribution))
     }
 
-    fn attribute_sets(&self, attr: &Attribution, base: String, first: bool) -> Vec<String> {
+    fn attribute_sets(&self, attr: &Attribution) -> Vec<Vec<(&'static str, String)>> {
         if attr.is_empty() {
-            return vec![base];
+            return vec![Vec::new()];
         }
         let old = self.style.use_old_namespace;
         let combinations = attr.combinations();
         let mut out = Vec::with_capacity(combinations.len());
         for (pod, job) in combinations {
-            let mut attrs: Vec<(&str, &str)> = Vec::new();
+            let mut attrs: Vec<(&'static str, String)> = Vec::new();
             if let Some(p) = pod {
                 attrs.push((
                     if old { "container_name" } else { "container" },
-                    &p.container,
+                    p.container.clone(),
                 ));
                 attrs.push((
                     if old { "pod_namespace" } else { "namespace" },
-                    &p.namespace,
+                    p.namespace.clone(),
                 ));
-                attrs.push((if old { "pod_name" } else { "pod" }, &p.name));
+                attrs.push((if old { "pod_name" } else { "pod" }, p.name.clone()));
                 if !p.uid.is_empty() {
-                    attrs.push(("pod_uid", &p.uid));
+                    attrs.push(("pod_uid", p.uid.clone()));
                 }
             }
             if let Some(j) = job {
-                attrs.push(("hpc_job", j));
+                attrs.push(("hpc_job", j.to_string()));
             }
             attrs.sort();
-            let mut s = base.clone();
-            let mut f = first;
-            for (k, v) in attrs {
-                push_label(&mut s, &mut f, k, v);
-            }
-            out.push(s);
+            out.push(attrs);
         }
         out
     }

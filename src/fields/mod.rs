@@ -8,6 +8,8 @@
 use std::collections::HashMap;
 use std::sync::LazyLock;
 
+pub mod xid;
+
 const FIELDS_TSV: &str = include_str!("dcgm-fields.tsv");
 const LEGACY_TSV: &str = include_str!("legacy-1x-names.tsv");
 

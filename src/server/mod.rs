@@ -64,22 +64,42 @@ const INDEX_HTML: &str = "<!DOCTYPE html>\n<html><head><title>dcgm-otel</title><
 <li><a href=\"./ready\">ready</a></li></ul></body></html>\n";
 
 fn accepts_gzip(req: &Request<Incoming>) -> bool {
-    req.headers()
+    let values = req
+        .headers()
         .get_all(header::ACCEPT_ENCODING)
         .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .any(|enc| {
-            let mut parts = enc.trim().split(';');
-            let name = parts.next().unwrap_or("").trim();
-            let q_zero = parts.any(|p| {
-                p.trim()
-                    .strip_prefix("q=")
-                    .and_then(|q| q.trim().parse::<f32>().ok())
-                    .is_some_and(|q| q == 0.0)
-            });
-            (name.eq_ignore_ascii_case("gzip") || name == "*") && !q_zero
-        })
+        .filter_map(|v| v.to_str().ok());
+    gzip_acceptable(values)
+}
+
+/// Whether `Accept-Encoding` lets the body be sent gzip-compressed (RFC 9110 §12.5.3): an explicit
+/// `gzip` (or `x-gzip`) entry decides by its weight (`q=0` refuses it even when `*` is also listed);
+/// without one, a `*` entry with a non-zero weight accepts it. No header: identity.
+fn gzip_acceptable<'a>(values: impl Iterator<Item = &'a str>) -> bool {
+    let mut explicit: Option<bool> = None;
+    let mut wildcard: Option<bool> = None;
+    for entry in values.flat_map(|v| v.split(',')) {
+        let mut parts = entry.trim().split(';');
+        let name = parts.next().unwrap_or("").trim();
+        let weight = parts
+            .filter_map(|p| {
+                let (k, v) = p.split_once('=')?;
+                k.trim()
+                    .eq_ignore_ascii_case("q")
+                    .then(|| v.trim().parse::<f32>().ok())
+                    .flatten()
+            })
+            .next_back()
+            .unwrap_or(1.0);
+        let acceptable = weight > 0.0;
+        if name.eq_ignore_ascii_case("gzip") || name.eq_ignore_ascii_case("x-gzip") {
+            // Several explicit entries: a refusal wins.
+            explicit = Some(explicit.unwrap_or(true) && acceptable);
+        } else if name == "*" {
+            wildcard = Some(wildcard.unwrap_or(true) && acceptable);
+        }
+    }
+    explicit.or(wildcard).unwrap_or(false)
 }
 
 /// Route one request.
@@ -430,4 +450,27 @@ async fn respond(shared: &Shared, req: Request<Incoming>) -> Response<Full<Bytes
     let mut resp = route(&shared.state, &req);
     add_headers(&web, &mut resp);
     resp
+}
+
+#[cfg(test)]
+mod tests {
+    use super::gzip_acceptable;
+
+    #[test]
+    fn accept_encoding_weights_follow_rfc_9110() {
+        let ok = |v: &str| gzip_acceptable(std::iter::once(v));
+        assert!(ok("gzip"));
+        assert!(ok("GZIP;q=0.5, identity"));
+        assert!(ok("x-gzip"));
+        assert!(ok("*"));
+        assert!(ok("br, *;q=0.1"));
+        assert!(!ok("gzip;q=0, *"));
+        assert!(!ok("*, gzip;q=0"));
+        assert!(!ok("gzip; q=0.000"));
+        assert!(!ok("*;q=0"));
+        assert!(!ok("identity"));
+        assert!(!ok(""));
+        assert!(!gzip_acceptable(std::iter::empty()));
+        assert!(!gzip_acceptable(["gzip", "gzip;q=0"].into_iter()));
+    }
 }

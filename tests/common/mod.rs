@@ -164,9 +164,18 @@ pub fn run_to_exit(args: &[&str], env: &[(&str, &str)]) -> (i32, String) {
     )
 }
 
-/// The repository's `shared/` reference folder (beside the checkout).
-pub fn shared_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/reference")
+/// Data copied from NVIDIA's DCGM and dcgm-exporter into the repository (`tests/fixtures/dcgm/README.md`).
+pub fn fixtures_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/dcgm")
+}
+
+/// A file under `tests/fixtures/` as a string path.
+pub fn fixtures_path(relative: &str) -> String {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(relative)
+        .display()
+        .to_string()
 }
 
 /// Where golden files live.
@@ -176,11 +185,22 @@ pub fn golden_path(name: &str) -> PathBuf {
         .join(name)
 }
 
-/// Compare a body with `tests/golden/<name>`; `UPDATE_GOLDEN=1` rewrites the file instead.
+/// True on a CI machine (any non-empty `CI`, as CI services set it).
+pub fn in_ci() -> bool {
+    std::env::var_os("CI").is_some_and(|v| !v.is_empty())
+}
+
+/// Compare a body with `tests/golden/<name>`; `UPDATE_GOLDEN=1` rewrites the file instead (never in
+/// CI, where a rewrite would make the comparison pass without comparing).
 pub fn check_golden(name: &str, actual: &str) {
     let path = golden_path(name);
     if std::env::var_os("UPDATE_GOLDEN").is_some() {
+        assert!(
+            !in_ci(),
+            "UPDATE_GOLDEN is set in CI: golden files are compared there, never rewritten"
+        );
         std::fs::write(&path, actual).unwrap();
+        eprintln!("rewrote {} (UPDATE_GOLDEN)", path.display());
         return;
     }
     let expected = std::fs::read_to_string(&path).unwrap_or_else(|e| {

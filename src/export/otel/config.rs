@@ -247,8 +247,28 @@ pub fn resolve(
         Some("http") | Some("https") => {}
         _ => return Err(bad_endpoint("the URL needs an http:// or https:// scheme")),
     }
-    if uri.host().is_none() {
+    if uri
+        .host()
+        .is_none_or(|h| h.trim_matches(['[', ']']).is_empty())
+    {
         return Err(bad_endpoint("the URL has no host"));
+    }
+    // The flag and the generic variable are base URLs (the OTel specification's rule for
+    // OTEL_EXPORTER_OTLP_ENDPOINT): /v1/metrics is appended for HTTP. A base that already ends in a
+    // signal path would post to .../v1/metrics/v1/metrics and fail every export.
+    if protocol == Protocol::HttpProtobuf && !verbatim {
+        let path = uri.path().trim_end_matches('/');
+        if let Some(signal) = ["/v1/metrics", "/v1/logs", "/v1/traces"]
+            .into_iter()
+            .find(|s| path.ends_with(s))
+        {
+            return Err(bad_endpoint(&format!(
+                "a base URL, to which /v1/metrics is appended; it already ends in {signal}: give the \
+                 base (e.g. {}://{}) or set OTEL_EXPORTER_OTLP_METRICS_ENDPOINT to the full URL",
+                uri.scheme_str().unwrap_or("http"),
+                uri.authority().map(|a| a.as_str()).unwrap_or("collector:4318"),
+            )));
+        }
     }
     let endpoint = match protocol {
         Protocol::Grpc => endpoint.trim_end_matches('/').to_string(),
@@ -473,6 +493,50 @@ mod tests {
         .unwrap();
         assert_eq!(c.endpoint, "http://flag:1234");
         assert_eq!(c.protocol, Protocol::Grpc);
+    }
+
+    #[test]
+    fn the_flag_is_a_base_url_like_the_generic_variable() {
+        let http = |endpoint: &str| {
+            resolve(
+                &cli(&[
+                    "--otlp-endpoint",
+                    endpoint,
+                    "--otlp-protocol",
+                    "http/protobuf",
+                ]),
+                C,
+                &env_of(&[]),
+            )
+        };
+        let c = http("http://h:4318/prefix/").unwrap().unwrap();
+        assert_eq!(c.endpoint, "http://h:4318/prefix/v1/metrics");
+        let e = http("http://h:4318/v1/metrics").unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "--otlp-endpoint: 'http://h:4318/v1/metrics': a base URL, to which /v1/metrics is appended; \
+             it already ends in /v1/metrics: give the base (e.g. http://h:4318) or set \
+             OTEL_EXPORTER_OTLP_METRICS_ENDPOINT to the full URL"
+        );
+        // The signal variable is a full URL, used as it is.
+        let c = resolve(
+            &cli(&["--otlp-protocol", "http/protobuf"]),
+            C,
+            &env_of(&[(
+                "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT",
+                "http://h:4318/v1/metrics",
+            )]),
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(c.endpoint, "http://h:4318/v1/metrics");
+        for no_host in ["http://:4317", "http://[]:4317"] {
+            let e = resolve(&cli(&["--otlp-endpoint", no_host]), C, &env_of(&[])).unwrap_err();
+            assert_eq!(
+                e.to_string(),
+                format!("--otlp-endpoint: '{no_host}': the URL has no host")
+            );
+        }
     }
 
     #[test]

@@ -72,6 +72,8 @@ enum Kind {
 /// One instrument: a counters-CSV metric row (the first row of a name wins, as in the SDK path).
 struct Instrument {
     row: usize,
+    /// The DCGM field: some give their points attributes of their own ([`Naming::value_attributes`]).
+    field_id: u16,
     kind: Kind,
     name: String,
     description: String,
@@ -93,6 +95,7 @@ fn instruments(counters: &CounterSet) -> Vec<Instrument> {
         };
         out.push(Instrument {
             row,
+            field_id: c.field.id,
             kind,
             name: c.name.clone(),
             description: c.help.clone(),
@@ -380,17 +383,22 @@ impl DirectBuilder {
                     else {
                         continue;
                     };
-                    let Some(v) = reading
-                        .values
-                        .get(inst.row)
-                        .and_then(|v| observe(inst.kind, v))
-                    else {
+                    let Some(raw) = reading.values.get(inst.row) else {
+                        continue;
+                    };
+                    let Some(v) = observe(inst.kind, raw) else {
                         continue;
                     };
                     let Some(set) = layout.sets.get(s) else {
                         continue;
                     };
-                    points.push(ctx.point(k, inst.kind, set, v, &mut next_previous));
+                    let mut point = ctx.point(k, inst.kind, set, v, &mut next_previous);
+                    let own = self.naming.value_attributes(inst.field_id, raw);
+                    if !own.is_empty() {
+                        point.attributes.extend(own.iter().map(pkv));
+                        point.attributes.sort_by(|a, b| a.key.cmp(&b.key));
+                    }
+                    points.push(point);
                 }
                 if points.is_empty() {
                     continue;

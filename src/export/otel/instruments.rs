@@ -93,17 +93,28 @@ impl SnapshotView {
 fn observe_rows<T: Copy>(
     view: &SnapshotView,
     row: usize,
+    field_id: u16,
     obs: &dyn AsyncInstrument<T>,
     convert: impl Fn(&FieldValue) -> Option<T>,
 ) {
     let body = AssertUnwindSafe(|| {
         let Some(p) = view.current() else { return };
         for (e, sets) in p.snapshot.entities.iter().zip(&p.sets) {
-            let Some(v) = e.values.get(row).and_then(&convert) else {
+            let Some(raw) = e.values.get(row) else {
                 continue;
             };
+            let Some(v) = convert(raw) else {
+                continue;
+            };
+            let own = view.naming.value_attributes(field_id, raw);
             for attrs in sets {
-                obs.observe(v, attrs);
+                if own.is_empty() {
+                    obs.observe(v, attrs);
+                } else {
+                    let mut all: Vec<KeyValue> = attrs.iter().chain(&own).cloned().collect();
+                    all.sort_by(|a, b| a.key.cmp(&b.key));
+                    obs.observe(v, &all);
+                }
             }
         }
     });
@@ -140,13 +151,14 @@ pub fn register(meter: &Meter, counters: &CounterSet, view: &Arc<SnapshotView>) 
         seen.push(&row.name);
         let v = view.clone();
         let unit = unit_for(row);
+        let field_id = row.field.id;
         match row.kind {
             MetricKind::Gauge => {
                 meter
                     .f64_observable_gauge(row.name.clone())
                     .with_description(row.help.clone())
                     .with_unit(unit)
-                    .with_callback(move |obs| observe_rows(&v, i, obs, as_f64))
+                    .with_callback(move |obs| observe_rows(&v, i, field_id, obs, as_f64))
                     .build();
             }
             MetricKind::Counter if row.field.value_type == ValueType::Int64 => {
@@ -154,7 +166,7 @@ pub fn register(meter: &Meter, counters: &CounterSet, view: &Arc<SnapshotView>) 
                     .u64_observable_counter(row.name.clone())
                     .with_description(row.help.clone())
                     .with_unit(unit)
-                    .with_callback(move |obs| observe_rows(&v, i, obs, as_u64))
+                    .with_callback(move |obs| observe_rows(&v, i, field_id, obs, as_u64))
                     .build();
             }
             MetricKind::Counter => {
@@ -162,7 +174,7 @@ pub fn register(meter: &Meter, counters: &CounterSet, view: &Arc<SnapshotView>) 
                     .f64_observable_counter(row.name.clone())
                     .with_description(row.help.clone())
                     .with_unit(unit)
-                    .with_callback(move |obs| observe_rows(&v, i, obs, as_nonneg_f64))
+                    .with_callback(move |obs| observe_rows(&v, i, field_id, obs, as_nonneg_f64))
                     .build();
             }
             MetricKind::Label => {}

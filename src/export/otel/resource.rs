@@ -197,6 +197,36 @@ impl Naming {
         sets
     }
 
+    /// Attributes a data point takes from its own value: the XID code and its meaning on
+    /// `DCGM_FI_DEV_XID_ERRORS` (`err_code`/`err_msg` as dcgm-exporter labels them, or
+    /// `nvidia.xid.code`/`nvidia.xid.message`). Empty for every other field.
+    pub fn value_attributes(
+        &self,
+        field_id: u16,
+        v: &crate::snapshot::FieldValue,
+    ) -> Vec<KeyValue> {
+        use crate::fields::xid;
+        use crate::snapshot::FieldValue;
+        if field_id != xid::XID_FIELD_ID {
+            return Vec::new();
+        }
+        let code = match v {
+            FieldValue::Int(i) => *i,
+            FieldValue::Double(d) if d.is_finite() => *d as i64,
+            _ => return Vec::new(),
+        };
+        let meaning = xid::meaning(code);
+        match self.style {
+            OtelAttributeStyle::Dcgm => {
+                vec![kv("err_code", code.to_string()), kv("err_msg", meaning)]
+            }
+            OtelAttributeStyle::Otel => vec![
+                KeyValue::new(Key::from_static_str("nvidia.xid.code"), Value::I64(code)),
+                kv("nvidia.xid.message", meaning),
+            ],
+        }
+    }
+
     /// The attributes an entity's `label` rows give it (the driver version, ...), first row per key wins.
     pub fn label_attributes(&self, e: &EntityReading) -> Vec<KeyValue> {
         self.label_attrs(e)

@@ -28,6 +28,9 @@ pub struct Faults {
     pub refuse_connect: u32,
     /// `slow_ms=N`: every latest-values call sleeps this long.
     pub slow: Duration,
+    /// `hang_ms=M@N`: the N-th polling latest-values call (live reads not counted) blocks M ms before
+    /// it answers, once: a host engine that stops answering instead of failing.
+    pub hang: Option<(Duration, u64)>,
     /// `vanish_gpu=IDX@N` (repeatable): GPU IDX disappears after the N-th latest-values call.
     pub vanish: Vec<(u32, u64)>,
     /// `blank_field=ID` (repeatable): the field is always blank.
@@ -112,6 +115,10 @@ impl Faults {
                     f.refuse_connect = u32::try_from(num(value)?).map_err(|_| bad("too large"))?
                 }
                 "slow_ms" => f.slow = Duration::from_millis(num(value)?),
+                "hang_ms" => {
+                    let (ms, at) = value.split_once('@').ok_or_else(|| bad("expected MS@N"))?;
+                    f.hang = Some((Duration::from_millis(num(ms)?), num(at)?));
+                }
                 "vanish_gpu" => {
                     let (idx, after) =
                         value.split_once('@').ok_or_else(|| bad("expected IDX@N"))?;
@@ -125,7 +132,7 @@ impl Faults {
                 _ => {
                     return Err(bad(
                         "unknown fault (known: disconnect_after_polls, down_ms, refuse_connect, \
-                         slow_ms, vanish_gpu, blank_field)",
+                         slow_ms, hang_ms, vanish_gpu, blank_field)",
                     ))
                 }
             }

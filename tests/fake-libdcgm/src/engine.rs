@@ -1,8 +1,8 @@
 //! The fake host engine: connections, groups, field groups, watches and values, in safe Rust.
 //!
 //! The exported C functions (`lib.rs`) only marshal pointers; every decision is made here. Behaviour
-//! follows `../shared/reference/dcgm-abi.md` (§2 per-function notes, §3.4 MIG hierarchy order, §6.2
-//! host-engine loss, §6.3 pitfalls); where the real engine is vaguer than a test needs, the fake is
+//! follows the documented behaviour of NVIDIA's libdcgm 4.x (per-function semantics, the MIG hierarchy's
+//! order, what a lost host engine returns, known pitfalls); where the real engine is vaguer than a test needs, the fake is
 //! stricter (see README.md "Deliberate strictness").
 
 use std::collections::{HashMap, HashSet};
@@ -102,6 +102,9 @@ pub struct Engine {
     down_until: Option<Instant>,
     disconnected_once: bool,
     polls: u64,
+    /// Polling calls begun (the `hang_ms` fault counts these).
+    polls_begun: u64,
+    hung_once: bool,
     read_since_advance: HashSet<EntityKey>,
     vanished: HashSet<u32>,
 }
@@ -758,6 +761,21 @@ impl Engine {
 
     pub fn slow(&self) -> Duration {
         self.cfg.faults.slow
+    }
+
+    /// A polling latest-values call begins: how long it must block first (`slow_ms`, plus `hang_ms`
+    /// once, on the call it names).
+    pub fn delay_for_poll(&mut self) -> Duration {
+        self.polls_begun += 1;
+        let mut delay = self.cfg.faults.slow;
+        if let Some((hang, at)) = self.cfg.faults.hang {
+            if !self.hung_once && self.polls_begun == at {
+                self.hung_once = true;
+                delay += hang;
+                crate::calllog::line(&format!("hang begins ms={}", hang.as_millis()));
+            }
+        }
+        delay
     }
 
     /// Before a latest-values call: start a new simulated cycle (advance the fleet by the watch

@@ -792,9 +792,14 @@ pub unsafe extern "C" fn dcgmUpdateAllFields(
 
 // ------------------------------------------------------------------------------------------ values
 
-/// `slow_ms`: sleep before taking the engine lock, so other calls are not held up.
-fn slow_down() {
-    let d = engine().slow();
+/// `slow_ms` / `hang_ms`: sleep before taking the engine lock for the read, so other calls are not
+/// held up. Live reads (discovery) are slowed but never hang.
+fn slow_down(live: bool) {
+    let d = if live {
+        engine().slow()
+    } else {
+        engine().delay_for_poll()
+    };
     if !d.is_zero() {
         std::thread::sleep(d);
     }
@@ -810,7 +815,7 @@ pub unsafe extern "C" fn dcgmEntityGetLatestValues(
     values: *mut dcgmFieldValue_v1,
 ) -> dcgmReturn_t {
     guard("dcgmEntityGetLatestValues", || {
-        slow_down();
+        slow_down(false);
         // The C parameter is `int`; entity ids (packed link ids) use the same 32-bit pattern.
         let key: EntityKey = (entity_group, entity_id as u32);
         let n = count as usize;
@@ -859,7 +864,7 @@ pub unsafe extern "C" fn dcgmEntitiesGetLatestValues(
     values: *mut dcgmFieldValue_v2,
 ) -> dcgmReturn_t {
     guard("dcgmEntitiesGetLatestValues", || {
-        slow_down();
+        slow_down(flags & ffi::DCGM_FV_FLAG_LIVE_DATA != 0);
         let (ne, nf) = (entity_count as usize, field_count as usize);
         let ok_args = ne <= ffi::DCGM_GROUP_MAX_ENTITIES_V2
             && nf <= ffi::DCGM_MAX_FIELD_IDS_PER_FIELD_GROUP
