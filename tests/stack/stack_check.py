@@ -8,10 +8,19 @@ Subcommands:
   consistency                   the compose file, prometheus.yml, collector.yaml and Grafana provisioning agree
                                 (mounted files exist, scrape targets are compose services on ports they
                                 listen on, datasource name/uid, dashboard paths); run from the repo root
-  otel-configs FILE...          every component a pipeline names is defined, every defined one is used, plus a
-                                few settings the stack depends on (listen addresses, prometheus translation, ...)
+  otel-configs FILE...          every component a pipeline names is defined, every defined one is used, no
+                                component type is a deprecated alias in the pinned collector (otlphttp, ...),
+                                plus a few settings the stack depends on (listen addresses, prometheus
+                                translation, ...); an awsemf exporter gives every declared metric a CloudWatch
+                                unit (metric_descriptors) and declares only metrics of the default counters CSV
+  cloudwatch-live FILE URL      the awsemf metric_declarations of FILE applied to the attribute sets dcgm-otel
+                                really sent (URL: otlp_standin.py's /attributes): every dimension exists, no
+                                series mixes a whole GPU with MIG instances, a series naming a GPU index gets
+                                one GPU or one MIG instance, every declared metric (but the -k ones) reaches
+                                CloudWatch, descriptor units fit the units sent
   dashboard-facts DIR           the 12239-equivalent dashboard keeps the original's title family, variables,
-                                panels, queries and units (facts: shared/reference/test-stack-notes.md section 3)
+                                panels, queries and units (facts: grafana/dcgm-exporter-dashboard.json in
+                                NVIDIA/dcgm-exporter, dashboard 12239 on grafana.com)
   tsc DIR TSDIR                 type-check every dashboard JSON against @grafana/schema with tsc
   prom-config SRC DST PULL OTLP derive the CI scrape config from prometheus/prometheus.yml: the pull-path job
                                 (dcgm-otel) scraping PULL and the OTLP-path job (otel-collector) scraping OTLP
@@ -202,6 +211,12 @@ def cmd_consistency():
                     elif port not in container_ports(host):
                         errs.append(f"prometheus job {job['job_name']}: {host} does not publish/expose {port}")
 
+    # the collector image is the one whose component names the otel-config files are checked against
+    image = services.get("otel-collector", {}).get("image")
+    if image != PINNED_COLLECTOR:
+        errs.append(f"compose: otel-collector image {image!r} is not {PINNED_COLLECTOR}, the version "
+                    f"stack_check.py knows the component names of (KNOWN_TYPES, DEPRECATED_TYPES): review them")
+
     # the collector config mounted by compose listens where compose and prometheus expect
     col_cmd = " ".join(services.get("otel-collector", {}).get("command") or [])
     m = re.search(r"--config=(\S+)", col_cmd)
@@ -267,17 +282,35 @@ def cmd_consistency():
 
 # ------------------------------------------------------------------------------------------------------------
 # otel-configs
+# Component types of the collector the stack pins (docker-compose.yaml: otel/opentelemetry-collector-contrib
+# 0.157.0), by their current names.
+PINNED_COLLECTOR = "otel/opentelemetry-collector-contrib:0.157.0"
 KNOWN_TYPES = {
     "receivers": {"otlp", "prometheus", "hostmetrics", "filelog", "k8s_cluster", "kubeletstats"},
-    "processors": {"memory_limiter", "batch", "resourcedetection", "k8sattributes", "resource", "attributes",
+    "processors": {"memory_limiter", "batch", "resource_detection", "k8sattributes", "resource", "attributes",
                    "filter", "transform", "cumulativetodelta", "deltatocumulative", "groupbyattrs",
                    "metricstransform"},
-    "exporters": {"prometheus", "prometheusremotewrite", "debug", "awsemf", "otlp", "otlphttp", "file"},
+    "exporters": {"prometheus", "prometheusremotewrite", "debug", "awsemf", "otlp_grpc", "otlp_http", "file"},
     "extensions": {"health_check", "pprof", "zpages", "basicauth", "bearertokenauth", "headers_setter",
                    "sigv4auth"},
     "connectors": {"forward", "count", "spanmetrics"},
 }
+# Old names the pinned collector still accepts as deprecated aliases (it logs a warning for each): the
+# configs must use the current name. (The otlp *receiver* keeps its name: it serves both transports.)
+DEPRECATED_TYPES = {
+    "exporters": {"otlphttp": "otlp_http", "otlp": "otlp_grpc"},
+    "processors": {"resourcedetection": "resource_detection"},
+}
 SIGNALS = {"metrics", "traces", "logs", "profiles"}
+# The units CloudWatch accepts (MetricDatum.Unit). awsemf drops a metric_descriptor with any other unit,
+# and passes a metric's own unit through except for a few UCUM ones (ms s us ns By bit 1).
+CLOUDWATCH_UNITS = {
+    "Seconds", "Microseconds", "Milliseconds", "Bytes", "Kilobytes", "Megabytes", "Gigabytes", "Terabytes",
+    "Bits", "Kilobits", "Megabits", "Gigabits", "Terabits", "Percent", "Count", "Bytes/Second",
+    "Kilobytes/Second", "Megabytes/Second", "Gigabytes/Second", "Terabytes/Second", "Bits/Second",
+    "Kilobits/Second", "Megabits/Second", "Gigabits/Second", "Terabits/Second", "Count/Second", "None",
+}
+DEFAULT_COUNTERS_CSV = "src/config/default-counters.csv"
 ENV_REF = re.compile(r"\$\{([^}]*)\}")
 ENV_OK = re.compile(r"^env:[A-Za-z_][A-Za-z0-9_]*(:-[^}]*)?$")
 
@@ -304,7 +337,11 @@ def check_otel_config(path):
         defined[section] = set(comps)
         for cid in comps:
             ctype = cid.split("/", 1)[0]
-            if ctype not in KNOWN_TYPES[section]:
+            current = DEPRECATED_TYPES.get(section, {}).get(ctype)
+            if current:
+                errors.append(f"{section}.{cid}: '{ctype}' is a deprecated alias of '{current}' in "
+                              f"{PINNED_COLLECTOR}; use the current name")
+            elif ctype not in KNOWN_TYPES[section]:
                 errors.append(f"{section}.{cid}: unknown component type '{ctype}' (typo? add it to KNOWN_TYPES "
                               f"in {os.path.basename(__file__)} if it is real)")
     service = cfg.get("service") or {}
@@ -372,25 +409,193 @@ def check_otel_config(path):
                 errors.append(f"exporters.{cid}: translation_strategy must keep the DCGM names "
                               f"(UnderscoreEscapingWithoutSuffixes or NoTranslation)")
         if ctype == "awsemf":
-            for key in ("namespace", "log_group_name", "metric_declarations"):
-                if not c.get(key):
-                    errors.append(f"exporters.{cid}: {key} is missing")
-            if not (c.get("resource_to_telemetry_conversion") or {}).get("enabled"):
-                errors.append(f"exporters.{cid}: resource_to_telemetry_conversion.enabled must be true")
-            for i, decl in enumerate(c.get("metric_declarations") or []):
-                dims = decl.get("dimensions")
-                if not (isinstance(dims, list) and dims and all(isinstance(d, list) for d in dims)):
-                    errors.append(f"exporters.{cid}.metric_declarations[{i}].dimensions must be a list of lists")
-                if not decl.get("metric_name_selectors"):
-                    errors.append(f"exporters.{cid}.metric_declarations[{i}]: metric_name_selectors is empty")
-                for sel in decl.get("metric_name_selectors") or []:
-                    try:
-                        re.compile(sel)
-                    except re.error as e:
-                        errors.append(f"exporters.{cid}.metric_declarations[{i}]: bad regex '{sel}': {e}")
-        if ctype in ("otlp", "otlphttp") and not c.get("endpoint"):
+            errors += check_awsemf(f"exporters.{cid}", c)
+        if ctype in ("otlp_grpc", "otlp_http") and not c.get("endpoint"):
             errors.append(f"exporters.{cid}: endpoint is required")
     return errors
+
+
+def default_counter_names():
+    """Metric names of the built-in counters CSV (the rows dcgm-otel exports by default)."""
+    names = []
+    with open(DEFAULT_COUNTERS_CSV) as f:
+        for line in f:
+            line = line.strip()
+            if line and not line.startswith("#"):
+                names.append(line.split(",", 1)[0].strip())
+    return names
+
+
+def declared_metrics(emf, known):
+    """{metric name: [declaration indexes]} for every name in `known` some metric_name_selector matches,
+    plus the selectors that match none of them."""
+    out, unmatched = {}, []
+    for i, decl in enumerate(emf.get("metric_declarations") or []):
+        for sel in decl.get("metric_name_selectors") or []:
+            try:
+                rx = re.compile(sel)
+            except re.error:
+                continue  # reported by check_awsemf
+            hits = [n for n in known if rx.search(n)]
+            if not hits:
+                unmatched.append((i, sel))
+            for n in hits:
+                out.setdefault(n, [])
+                if i not in out[n]:
+                    out[n].append(i)
+    return out, unmatched
+
+
+def check_awsemf(where, c):
+    """Settings an awsemf exporter needs to publish dcgm-otel's metrics as CloudWatch metrics."""
+    errors = []
+    for key in ("namespace", "log_group_name", "metric_declarations"):
+        if not c.get(key):
+            errors.append(f"{where}: {key} is missing")
+    if not (c.get("resource_to_telemetry_conversion") or {}).get("enabled"):
+        errors.append(f"{where}: resource_to_telemetry_conversion.enabled must be true")
+    for i, decl in enumerate(c.get("metric_declarations") or []):
+        dims = decl.get("dimensions")
+        if not (isinstance(dims, list) and dims and all(isinstance(d, list) for d in dims)):
+            errors.append(f"{where}.metric_declarations[{i}].dimensions must be a list of lists")
+        if not decl.get("metric_name_selectors"):
+            errors.append(f"{where}.metric_declarations[{i}]: metric_name_selectors is empty")
+        for sel in decl.get("metric_name_selectors") or []:
+            try:
+                re.compile(sel)
+            except re.error as e:
+                errors.append(f"{where}.metric_declarations[{i}]: bad regex '{sel}': {e}")
+        for j, lm in enumerate(decl.get("label_matchers") or []):
+            if not lm.get("label_names") or not lm.get("regex"):
+                errors.append(f"{where}.metric_declarations[{i}].label_matchers[{j}] needs label_names and regex")
+            else:
+                try:
+                    re.compile(lm["regex"])
+                except re.error as e:
+                    errors.append(f"{where}.metric_declarations[{i}].label_matchers[{j}]: bad regex: {e}")
+    # every declared metric: one descriptor with a CloudWatch unit and overwrite: true (the UCUM units
+    # dcgm-otel sends, such as % or MiB, are not CloudWatch units)
+    known = default_counter_names()
+    declared, unmatched = declared_metrics(c, known)
+    for i, sel in unmatched:
+        errors.append(f"{where}.metric_declarations[{i}]: selector '{sel}' matches no metric of "
+                      f"{DEFAULT_COUNTERS_CSV} (a typo, or a metric dcgm-otel does not export by default)")
+    descriptors = {}
+    for j, d in enumerate(c.get("metric_descriptors") or []):
+        name = (d or {}).get("metric_name")
+        if name in descriptors:
+            errors.append(f"{where}.metric_descriptors[{j}]: a second descriptor for {name}")
+        descriptors[name] = d or {}
+        if d.get("unit") not in CLOUDWATCH_UNITS:
+            errors.append(f"{where}.metric_descriptors[{j}] ({name}): unit {d.get('unit')!r} is not a CloudWatch "
+                          f"unit (awsemf drops the descriptor; CLOUDWATCH_UNITS in {os.path.basename(__file__)} "
+                          f"lists them)")
+        if d.get("overwrite") is not True:
+            errors.append(f"{where}.metric_descriptors[{j}] ({name}): overwrite must be true (otherwise the unit "
+                          f"dcgm-otel sends, e.g. % or MiB, is passed through)")
+    for name in sorted(declared):
+        if name not in descriptors:
+            errors.append(f"{where}: declared metric {name} has no metric_descriptor giving it a CloudWatch unit")
+    return errors
+
+
+# Units dcgm-otel sends (UCUM) and the CloudWatch units that say the same; "" is split by kind below.
+UCUM_TO_CLOUDWATCH = {
+    "%": {"Percent"}, "MiB": {"Megabytes"}, "By": {"Bytes"}, "By/s": {"Bytes/Second"},
+    "kBy/s": {"Kilobytes/Second"}, "MBy/s": {"Megabytes/Second"}, "s": {"Seconds"}, "ms": {"Milliseconds"},
+    "us": {"Microseconds"}, "1": {"None"}, "MHz": {"None"}, "Cel": {"None"}, "W": {"None"}, "mJ": {"None"},
+    "J": {"None"},
+}
+# Attributes only a Kubernetes run (-k with a kubelet) gives; the simulated fleet has none.
+KUBERNETES_ATTRIBUTES = {"k8s.namespace.name", "k8s.pod.name", "k8s.container.name", "k8s.pod.uid"}
+MIG_ATTRIBUTE = "nvidia.mig.profile"
+MIG_INSTANCE_ATTRIBUTE = "nvidia.mig.instance_id"
+GPU_INDEX_ATTRIBUTE = "nvidia.gpu.index"
+
+
+def emf_dimensions(decls, name, attrs):
+    """The dimension sets awsemf publishes a point of metric `name` with attributes `attrs` under: those of
+    every declaration whose selectors match the name and whose label matchers match the attributes (a
+    missing attribute reads as ""), keeping the sets whose attributes the point all has."""
+    out = []
+    for decl in decls:
+        if not any(re.search(sel, name) for sel in decl.get("metric_name_selectors") or []):
+            continue
+        matchers = decl.get("label_matchers") or []
+        if matchers and not any(
+                re.search(m["regex"], (m.get("separator") or ";").join(attrs.get(k, "") for k in m["label_names"]))
+                for m in matchers):
+            continue
+        for dims in decl.get("dimensions") or []:
+            if all(d in attrs for d in dims) and tuple(sorted(dims)) not in out:
+                out.append(tuple(sorted(dims)))
+    return out
+
+
+def cmd_cloudwatch_live(path, url):
+    cfg = load_yaml(path)
+    emf = next(c for cid, c in (cfg.get("exporters") or {}).items() if cid.split("/", 1)[0] == "awsemf")
+    decls = emf.get("metric_declarations") or []
+    descriptors = {d["metric_name"]: d["unit"] for d in emf.get("metric_descriptors") or []}
+    with urllib.request.urlopen(url, timeout=10) as r:
+        sent = json.load(r)
+    declared, _ = declared_metrics(emf, list(sent))
+    errs = []
+    if not any(MIG_ATTRIBUTE in a for m in sent.values() for a in m["sets"]):
+        errs.append(f"no point dcgm-otel sent has {MIG_ATTRIBUTE}: the simulated fleet should have MIG instances")
+    seen_attrs = {k for m in sent.values() for a in m["sets"] for k in a}
+    for i, decl in enumerate(decls):
+        for dims in decl.get("dimensions") or []:
+            for d in dims:
+                if d not in seen_attrs and d not in KUBERNETES_ATTRIBUTES:
+                    errs.append(f"metric_declarations[{i}]: dimension {d!r} is on no point dcgm-otel sent "
+                                f"(attributes seen: {sorted(seen_attrs)})")
+        for lm in decl.get("label_matchers") or []:
+            for d in lm.get("label_names") or []:
+                if d not in seen_attrs and d not in KUBERNETES_ATTRIBUTES:
+                    errs.append(f"metric_declarations[{i}]: label matcher on {d!r}, which no point carries")
+    published = set()
+    for name in sorted(declared):
+        series = {}   # (dimension set, its values) -> the entities whose points it gets
+        for attrs in sent[name]["sets"]:
+            entity = (attrs.get("host.name"), attrs.get("hw.id"), attrs.get(MIG_INSTANCE_ATTRIBUTE, ""))
+            for dims in emf_dimensions(decls, name, attrs):
+                published.add(name)
+                series.setdefault((dims, tuple(attrs[d] for d in dims)), set()).add(entity)
+        for (dims, values), entities in sorted(series.items()):
+            where = f"{name}: dimension set {list(dims)} = {list(values)}"
+            if {bool(e[2]) for e in entities} == {False, True}:
+                errs.append(f"{where} gets points of a whole GPU and of MIG instances, which CloudWatch would "
+                            f"aggregate into one series")
+            elif GPU_INDEX_ATTRIBUTE in dims and len(entities) > 1:
+                errs.append(f"{where} names one GPU but gets the points of {len(entities)} entities "
+                            f"({sorted(entities)}), which CloudWatch would aggregate into one series")
+        unit, kind = sent[name]["unit"], sent[name]["kind"]
+        want = UCUM_TO_CLOUDWATCH.get(unit) or ({"Count"} if unit == "" and kind == "counter" else
+                                                 {"None"} if unit == "" else set())
+        if descriptors.get(name) not in want:
+            errs.append(f"{name}: dcgm-otel sends unit {unit!r} ({kind}); its metric_descriptor says "
+                        f"{descriptors.get(name)!r}, expected {sorted(want) or 'a row in UCUM_TO_CLOUDWATCH'}")
+    for name in sorted(set(declared) - published):
+        only_k8s = all(any(d in KUBERNETES_ATTRIBUTES for dims in decls[i].get("dimensions") or [] for d in dims)
+                       for i in declared[name])
+        if not only_k8s:
+            errs.append(f"{name}: declared, sent by dcgm-otel, but no declaration publishes any of its points")
+    missing = set()
+    for decl in decls:
+        for sel in decl.get("metric_name_selectors") or []:
+            if not any(re.search(sel, n) for n in sent):
+                missing.add(sel)
+    for sel in sorted(missing):
+        errs.append(f"selector {sel!r} matches no metric dcgm-otel sent")
+    for e in errs:
+        print(f"FAIL: {path}: {e}", file=sys.stderr)
+    if errs:
+        sys.exit(1)
+    points = sum(len(sent[n]["sets"]) for n in declared)
+    print(f"ok: {path}: {len(declared)} declared metrics ({points} distinct attribute sets dcgm-otel sent) map to "
+          f"CloudWatch series that never mix a whole GPU with MIG instances, per-GPU series get one GPU or one "
+          f"MIG instance each; descriptor units fit what is sent")
 
 
 def cmd_otel_configs(paths):
@@ -684,6 +889,8 @@ def main(argv):
         cmd_dockerfile(*args)
     elif cmd == "otel-configs":
         cmd_otel_configs(args)
+    elif cmd == "cloudwatch-live":
+        cmd_cloudwatch_live(*args)
     elif cmd == "dashboard-facts":
         cmd_dashboard_facts(*args)
     elif cmd == "tsc":
