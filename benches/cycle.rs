@@ -10,6 +10,7 @@
 //! `-- --source fake` (the DCGM source over tests/fake-libdcgm instead of the simulated source;
 //! `cargo build --release -p fake-libdcgm` first),
 //! `-- --smoke` (20 cycles: proves it runs). See docs/performance.md.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests and benches fail loudly on purpose
 
 mod common;
 
@@ -18,16 +19,17 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::{ms, Stats};
-use dcgm_otel::config::counters::CounterSet;
 use dcgm_otel::config::devices::DeviceSelection;
+use dcgm_otel::counters::CounterSet;
 use dcgm_otel::export::prometheus::Renderer;
-use dcgm_otel::export::self_metrics::SelfMetrics;
 use dcgm_otel::export::SnapshotConsumer;
-use dcgm_otel::pipeline::{CollectorStatus, Pipeline, SnapshotStore};
+use dcgm_otel::pipeline::{CollectorStatus, Pipeline};
+use dcgm_otel::snapshot::SnapshotStore;
 use dcgm_otel::snapshot::{Reading, Snapshot};
 use dcgm_otel::source::dcgm::{DcgmOptions, DcgmSource};
 use dcgm_otel::source::sim::SimSource;
 use dcgm_otel::source::{Source, SourceError};
+use dcgm_otel::telemetry::self_metrics::SelfMetrics;
 use std::path::PathBuf;
 
 /// CPU time this thread has run, in nanoseconds (first field of /proc/thread-self/schedstat).

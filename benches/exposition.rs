@@ -5,6 +5,7 @@
 //! Run: `cargo bench --bench exposition` (all), `cargo bench --bench exposition -- render` (filter by
 //! name), `-- --smoke` (a few runs each: proves the benches work, figures meaningless).
 //! Every line prints the series count and the bytes produced. See docs/performance.md.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests and benches fail loudly on purpose
 
 mod common;
 
@@ -15,10 +16,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::{measure, ms, report, selected, smoke, Stats};
-use dcgm_otel::config::counters::{CounterSet, MetricKind};
+use dcgm_otel::counters::{CounterSet, MetricKind};
 use dcgm_otel::export::prometheus::Renderer;
-use dcgm_otel::export::self_metrics::SelfMetrics;
 use dcgm_otel::snapshot::{EntityKind, FieldValue, Snapshot};
+use dcgm_otel::telemetry::self_metrics::SelfMetrics;
 
 fn runs(full: usize) -> (usize, usize) {
     if smoke() {
@@ -460,10 +461,11 @@ fn otlp_sink() -> std::io::Result<(u16, std::sync::mpsc::Receiver<usize>)> {
 /// `convert` to one request regrouped per entity resource, protobuf encoding, the bounded queue, and
 /// the sender's HTTP/protobuf transport to a loopback receiver.
 fn bench_otlp(large: &Case) {
-    use dcgm_otel::config::cli::OtelAttributeStyle;
-    use dcgm_otel::export::otel::config::{OtlpConfig, Protocol, TlsFiles};
-    use dcgm_otel::export::otel::{instruments, otlp, resource, transport};
-    use dcgm_otel::pipeline::SnapshotStore;
+    use dcgm_otel::export::otel::naming::{self, OtelAttributeStyle, OtelResourceMode};
+    use dcgm_otel::export::otel::otlp::settings::{OtlpConfig, Protocol, TlsFiles};
+    use dcgm_otel::export::otel::otlp::{queue as otlp, transport};
+    use dcgm_otel::export::otel::sdk::{instruments, QueueExporter};
+    use dcgm_otel::snapshot::SnapshotStore;
     use opentelemetry::metrics::MeterProvider as _;
     use opentelemetry_sdk::metrics::{PeriodicReader, SdkMeterProvider, Temporality};
 
@@ -487,8 +489,8 @@ fn bench_otlp(large: &Case) {
         store.publish(large.snap.clone());
         let counters = large.snap.counters.clone();
         let naming =
-            resource::Naming::new(OtelAttributeStyle::Otel, common::default_style(), &counters);
-        let keys = naming.resource_keys();
+            naming::Naming::new(OtelAttributeStyle::Otel, common::default_style(), &counters);
+        let split = naming.resource_split(OtelResourceMode::PerEntity);
         let view = instruments::SnapshotView::new(store.clone(), naming);
         let registry = SelfMetrics::new();
         let metrics = Arc::new(otlp::ExportMetrics::new(&registry, "http/protobuf"));
@@ -508,9 +510,9 @@ fn bench_otlp(large: &Case) {
                 rt.block_on(otlp::run_sender(t, queue, metrics, cfg.endpoint.clone()));
             })
         };
-        let exporter = otlp::QueueExporter {
+        let exporter = QueueExporter {
             view: view.clone(),
-            resource_keys: keys,
+            split,
             queue: queue.clone(),
             temporality: Temporality::Cumulative,
             metrics: metrics.clone(),
@@ -723,14 +725,13 @@ fn bench_otlp_direct(large: &Case) {
     );
 }
 
-/// The product's direct pipeline (`--otlp-pipeline direct`, `src/export/otel/direct.rs`) on the same
+/// The product's direct pipeline (`--otlp-pipeline direct`, `src/export/otel/otlp/request.rs`) on the same
 /// snapshot: `DirectBuilder::build` with its per-entity layout cached (as between two exports), then
 /// `build_encoded` (what an export runs: build and encode one resource at a time) and gzip, in both
 /// resource modes. The first build (layout made) is timed once.
 fn bench_otlp_pipeline(large: &Case) {
-    use dcgm_otel::config::cli::OtelAttributeStyle;
-    use dcgm_otel::export::otel::direct::DirectBuilder;
-    use dcgm_otel::export::otel::resource::Naming;
+    use dcgm_otel::export::otel::naming::{Naming, OtelAttributeStyle, OtelResourceMode};
+    use dcgm_otel::export::otel::otlp::request::DirectBuilder;
     use opentelemetry_sdk::metrics::Temporality;
     use prost::Message;
 
@@ -744,14 +745,14 @@ fn bench_otlp_pipeline(large: &Case) {
         ("host", OtelAttributeStyle::Dcgm, false),
     ] {
         let naming = Naming::new(style, common::default_style(), &counters);
-        let keys = if per_entity {
-            naming.resource_keys()
+        let split = naming.resource_split(if per_entity {
+            OtelResourceMode::PerEntity
         } else {
-            Default::default()
-        };
+            OtelResourceMode::Host
+        });
         let mut b = DirectBuilder::new(
             naming,
-            keys,
+            split,
             &base,
             counters.clone(),
             Temporality::Cumulative,
@@ -950,7 +951,20 @@ fn bench_serve() {
 /// of the renderer can be compared byte for byte with `diff -r`.
 fn dump(dir: &str, cases: &[Case]) {
     use dcgm_otel::config::{HostnameLabel, LabelStyle};
-    use dcgm_otel::snapshot::{Attribution, PodRef};
+    use dcgm_otel::enrich::kubernetes::PodRef;
+    use dcgm_otel::snapshot::attribution::HPC_JOB;
+    use dcgm_otel::snapshot::{Attribute, Attribution};
+    let pods = |list: &[PodRef], jobs: &[&str]| {
+        let mut a = Attribution::default();
+        a.split(&list.iter().map(PodRef::attributes).collect::<Vec<_>>());
+        a.split(
+            &jobs
+                .iter()
+                .map(|j| vec![Attribute::new(&HPC_JOB, *j)])
+                .collect::<Vec<_>>(),
+        );
+        a
+    };
     let _ = std::fs::create_dir_all(dir);
     let pod = |n: &str| PodRef {
         namespace: "ml".into(),
@@ -979,16 +993,10 @@ fn dump(dir: &str, cases: &[Case]) {
             let mut snaps: Vec<Snapshot> = vec![(*c.snap).clone()];
             let mut s2 = (*c.snap).clone();
             if let Some(e) = s2.entities.get_mut(0) {
-                e.attribution = Arc::new(Attribution {
-                    pods: vec![pod("p-a"), pod("p-b")],
-                    hpc_jobs: vec![],
-                });
+                e.attribution = Arc::new(pods(&[pod("p-a"), pod("p-b")], &[]));
             }
             if let Some(e) = s2.entities.get_mut(1) {
-                e.attribution = Arc::new(Attribution {
-                    pods: vec![pod("p-c")],
-                    hpc_jobs: vec!["42".into(), "7\"x".into()],
-                });
+                e.attribution = Arc::new(pods(&[pod("p-c")], &["42", "7\"x"]));
             }
             snaps.push(s2.clone());
             let mut s3 = s2.clone();

@@ -11,6 +11,7 @@
 //! - `match`: only [`Mapping::build`] + [`apply`] on an already decoded reply (no I/O).
 //!
 //! Run: `cargo bench --bench kubernetes_mapping` (`-- --runs 500`; `-- --smoke`: 20 runs).
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests and benches fail loudly on purpose
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -19,8 +20,8 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use dcgm_otel::config::counters;
 use dcgm_otel::config::devices;
+use dcgm_otel::counters;
 use dcgm_otel::enrich::kubernetes::podresources::{
     ContainerDevices, ContainerResources, ListPodResourcesRequest, ListPodResourcesResponse,
     PodResources,
@@ -29,10 +30,10 @@ use dcgm_otel::enrich::kubernetes::{
     apply, GpuIdType, KubernetesConfig, KubernetesEnricher, Mapping, MatchRules,
 };
 use dcgm_otel::enrich::Enricher;
-use dcgm_otel::export::self_metrics::SelfMetrics;
 use dcgm_otel::snapshot::{Attribution, EntityReading};
 use dcgm_otel::source::sim::{self, Fleet, Scenario, SimSource};
 use dcgm_otel::source::Source;
+use dcgm_otel::telemetry::self_metrics::SelfMetrics;
 
 fn thread_cpu_ns() -> u64 {
     std::fs::read_to_string("/proc/thread-self/schedstat")
@@ -218,7 +219,7 @@ fn main() {
         wall.push(t.elapsed());
     }
     let cpu_refresh = (thread_cpu_ns() - cpu0) as f64 / runs as f64 / 1000.0;
-    let attributed = e.iter().filter(|r| !r.attribution.pods.is_empty()).count();
+    let attributed = e.iter().filter(|r| !r.attribution.is_empty()).count();
     assert_eq!(attributed, 56, "every MIG slice attributed");
     println!(
         "refresh ({runs} runs, List over the unix socket + match): wall {}; CPU {cpu_refresh:.1} µs per refresh on the collector thread (thread total / runs)",

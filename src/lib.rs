@@ -3,19 +3,24 @@
 //!
 //! Data flows one way: a [`source`] (libdcgm or the simulated fleet) is polled every collect interval by
 //! the [`pipeline`], which applies the [`enrich`]ers and publishes an immutable [`snapshot::Snapshot`];
-//! the [`export`]ers (Prometheus text, OTel) read only snapshots, and the [`server`] only serves bytes the
-//! exporters already rendered. [`config`] turns flags, environment and the counters CSV into settings;
-//! [`fields`] is the DCGM field catalog.
+//! the [`export`]ers (Prometheus text, OTLP) read only snapshots, and the [`server`] only serves bytes the
+//! exporters already rendered. Underneath: [`config`] (shared settings), [`counters`] (the counters
+//! CSV), [`fields`] (the DCGM field catalog), [`telemetry`] (self-metrics, logs). Above: [`cli`] gathers
+//! every feature's flags and [`app`] wires the pieces together. docs/developing.md has the map.
 
+pub mod app;
+pub mod cli;
 pub mod config;
+pub mod counters;
 pub mod enrich;
 pub mod export;
 pub mod fields;
-pub mod logging;
+pub mod lock;
 pub mod pipeline;
 pub mod server;
 pub mod snapshot;
 pub mod source;
+pub mod telemetry;
 
 /// `--version` output: package version and the git commit it was built from.
 pub const VERSION_LINE: &str = concat!(

@@ -19,32 +19,13 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use arc_swap::ArcSwapOption;
-
-use crate::config::counters::CounterSet;
+use crate::counters::CounterSet;
 use crate::enrich::Enricher;
-use crate::export::self_metrics::{Metric, SelfMetrics};
 use crate::export::SnapshotConsumer;
-use crate::snapshot::{Absent, FieldValue, HostInfo, Snapshot};
+use crate::lock::LockExt;
+use crate::snapshot::{Absent, FieldValue, HostInfo, Snapshot, SnapshotStore};
 use crate::source::{Source, SourceError};
-
-/// The newest published snapshot, readable from any thread without locks.
-#[derive(Default)]
-pub struct SnapshotStore {
-    latest: ArcSwapOption<Snapshot>,
-}
-
-impl SnapshotStore {
-    pub fn new() -> Arc<SnapshotStore> {
-        Arc::new(SnapshotStore::default())
-    }
-    pub fn latest(&self) -> Option<Arc<Snapshot>> {
-        self.latest.load_full()
-    }
-    pub fn publish(&self, snap: Arc<Snapshot>) {
-        self.latest.store(Some(snap));
-    }
-}
+use crate::telemetry::self_metrics::{Metric, SelfMetrics};
 
 /// Health of the collection, read by `/health` and `/ready`.
 pub struct CollectorStatus {
@@ -126,10 +107,7 @@ impl CollectorStatus {
             ));
         }
         if !self.source_up.load(Ordering::Acquire) {
-            let err = match self.last_error.lock() {
-                Ok(e) => e.clone(),
-                Err(p) => p.into_inner().clone(),
-            };
+            let err = self.last_error.lock_unpoisoned().clone();
             return Err(match err {
                 Some(e) => format!("source down: {e}"),
                 None => "no collection yet".to_string(),
@@ -289,10 +267,7 @@ impl Publisher {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, ()> {
-        match self.lock.lock() {
-            Ok(g) => g,
-            Err(p) => p.into_inner(),
-        }
+        self.lock.lock_unpoisoned()
     }
 
     /// Watchdog: withdraw the series when poll `poll` is still running past the freshness limit.

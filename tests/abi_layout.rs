@@ -6,6 +6,7 @@
 //! item missing from the file fails the test, and so does a `pub struct`/`pub union`/`pub type`/
 //! `pub const` in ffi.rs that this test does not cover, or a C member of a covered struct that the Rust
 //! struct lacks.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests and benches fail loudly on purpose
 
 use std::any::type_name;
 use std::collections::{BTreeSet, HashMap};

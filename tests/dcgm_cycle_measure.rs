@@ -5,13 +5,14 @@
 //! fake's environment in this process.
 //!
 //! `cargo nextest run --test dcgm_cycle_measure --no-capture` shows the numbers.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests and benches fail loudly on purpose
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use dcgm_otel::config::counters::{self, CounterSet};
 use dcgm_otel::config::devices::DeviceSelection;
+use dcgm_otel::counters::{self, CounterSet};
 use dcgm_otel::source::dcgm::{DcgmOptions, DcgmSource};
 use dcgm_otel::source::sim::scenario::builtin_counters;
 use dcgm_otel::source::Source;

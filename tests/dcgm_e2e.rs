@@ -6,16 +6,15 @@
 //!
 //! Golden file: `UPDATE_GOLDEN=1 cargo nextest run --test dcgm_e2e` rewrites
 //! tests/golden/dcgm-fake-default.prom.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests and benches fail loudly on purpose
 
 mod common;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::Read as _;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::{get, run_to_exit, start, Exporter};
+use common::{get, run_to_exit, start, terminate, Exporter};
 
 /// The fake library as built next to the binary under test.
 fn fake_library() -> PathBuf {
@@ -118,25 +117,6 @@ fn health(port: u16) -> u16 {
     get(port, "/health").map(|r| r.status).unwrap_or(0)
 }
 
-/// Stop the exporter like a supervisor does (SIGTERM) and return its stderr.
-fn terminate(mut e: Exporter) -> String {
-    let pid = e.child.id().to_string();
-    let status = Command::new("kill").args(["-TERM", &pid]).status().unwrap();
-    assert!(status.success());
-    let deadline = Instant::now() + Duration::from_secs(15);
-    while Instant::now() < deadline {
-        if e.child.try_wait().unwrap().is_some() {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let mut err = String::new();
-    if let Some(mut s) = e.child.stderr.take() {
-        let _ = s.read_to_string(&mut err);
-    }
-    err
-}
-
 const GPU0_LABELS: &str = "gpu=\"0\",UUID=\"GPU-08b4fda8-c892-b50e-71dc-d3d0944f065e\",pci_bus_id=\"00000000:18:00.0\",device=\"nvidia0\",modelName=\"NVIDIA H100 80GB HBM3\"";
 const GPU1_LABELS: &str = "gpu=\"1\",UUID=\"GPU-e9fd6049-d65a-f21e-f672-4c5ccb810ace\",pci_bus_id=\"00000000:2A:00.0\",device=\"nvidia1\",modelName=\"NVIDIA H100 80GB HBM3\"";
 
@@ -180,6 +160,12 @@ fn embedded_through_ld_library_path_exact_gpu_and_mig_lines() {
         .iter()
         .any(|c| c.starts_with("dcgmStartEmbedded mode=1 ")));
     assert!(!calls.iter().any(|c| c.starts_with("dcgmConnect")));
+    // SIGHUP (logrotate, a config tool) leaves the DCGM-backed exporter serving.
+    for _ in 0..3 {
+        common::signal(&e, "-HUP");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(series(&scrape(e.port)).contains(gpu.rsplit_once(' ').unwrap().0));
 }
 
 #[test]

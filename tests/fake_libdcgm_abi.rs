@@ -3,6 +3,7 @@
 //! (dcgm-abi.md §6.1) through the safe wrappers. Proves that the fake exports every required symbol with
 //! the expected behaviour at the C boundary (version words, out-parameters, value unions, sentinels), and
 //! that the wrappers marshal correctly. Everything runs in one test: the fake's engine is process-global.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests and benches fail loudly on purpose
 
 use std::ffi::CString;
 use std::path::PathBuf;

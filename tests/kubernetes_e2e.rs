@@ -3,6 +3,7 @@
 //! over HTTP. Asserts the exposition lines a user sees: which series carry which pod, what happens when
 //! the kubelet goes away or answers garbage, and that the kubelet is asked once per collect interval
 //! however many scrapes happen. Also the HPC job directory (`--hpc-job-mapping-dir`).
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests and benches fail loudly on purpose
 
 use std::convert::Infallible;
 use std::future::Future;

@@ -64,6 +64,8 @@ fi
 # --- repository checks (no build needed) ---------------------------------------------------------
 log "self-contained: nothing outside docs/ reads a folder beside the checkout (tests/structure)"
 ./tests/structure/self-contained.sh
+log "module structure: no import cycle between source files, config/ below the features (tests/structure)"
+python3 tests/structure/import_cycles.py
 
 # --- Rust: format, lint, build, tests ------------------------------------------------------------
 log "cargo fmt --check"

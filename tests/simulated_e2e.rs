@@ -1,5 +1,6 @@
 //! End to end on the simulated fleet: the binary as a user runs it, scraped over loopback.
 //! Golden files: `UPDATE_GOLDEN=1 cargo nextest run --test simulated_e2e` rewrites tests/golden/*.prom.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests and benches fail loudly on purpose
 
 mod common;
 
@@ -154,7 +155,7 @@ fn promtool_accepts_the_exposition() {
         .output()
     else {
         assert!(
-            std::env::var_os("CI").is_none(),
+            !common::in_ci(),
             "promtool is required in CI (apt-get install prometheus)"
         );
         eprintln!("promtool not installed; skipped outside CI");
@@ -263,55 +264,6 @@ fn every_dcgm_exporter_csv_loads_unchanged() {
 }
 
 #[test]
-fn bad_csv_fails_naming_file_line_and_column() {
-    let dir = tempfile::tempdir().unwrap();
-    let csv = dir.path().join("bad.csv");
-    std::fs::write(
-        &csv,
-        "# ok\nDCGM_FI_DEV_GPU_TEMP, gauge, t\nDCGM_FI_DEV_SM_CLOCK, histogram, x\n",
-    )
-    .unwrap();
-    let (code, err) = run_to_exit(&["--simulate", "-f", csv.to_str().unwrap()], &[]);
-    assert_eq!(code, 2, "{err}");
-    let expected = format!("{}:3:23: type 'histogram' is not supported", csv.display());
-    assert!(err.contains(&expected), "{err}");
-    let (code, err) = run_to_exit(&["--simulate", "-f", "/nonexistent/counters.csv"], &[]);
-    assert_eq!(code, 2);
-    assert!(
-        err.contains("/nonexistent/counters.csv") && err.contains("cannot read"),
-        "{err}"
-    );
-}
-
-#[test]
-fn bad_flags_exit_2_with_one_clear_line() {
-    let (code, err) = run_to_exit(&["--bogus"], &[]);
-    assert_eq!(code, 2);
-    assert!(err.contains("--bogus"), "{err}");
-    let (code, err) = run_to_exit(&["--simulate", "-d", "g:0,x"], &[]);
-    assert_eq!(code, 2);
-    assert!(
-        err.contains("invalid device selection 'g:0,x' at character 5"),
-        "{err}"
-    );
-    let (code, err) = run_to_exit(&["--simulate", "-d", "g:7"], &[]);
-    assert_eq!(code, 2);
-    assert!(
-        err.contains("GPU 7, which does not exist") || err.contains("GPU 7"),
-        "{err}"
-    );
-    let (code, err) = run_to_exit(&["--simulate=nope"], &[]);
-    assert_eq!(code, 2);
-    assert!(err.contains("unknown simulation scenario 'nope'"), "{err}");
-    let (code, err) = run_to_exit(&["--simulate", "-a", "::1:9400"], &[]);
-    assert_eq!(code, 2);
-    assert!(err.contains("needs brackets"), "{err}");
-    let (code, err) = run_to_exit(&["--simulate"], &[("DCGM_EXPORTER_INTERVAL", "soon")]);
-    assert_eq!(code, 2);
-    assert!(err.contains("soon"), "{err}");
-}
-
-#[test]
 fn version_and_grouped_help() {
     let (code, out) = run_to_exit(&["--version"], &[]);
     assert_eq!(code, 0);
@@ -330,25 +282,40 @@ fn version_and_grouped_help() {
 
 #[test]
 fn environment_is_used_when_the_flag_is_absent_and_the_flag_wins() {
-    // The exporter logs its resolved interval, then fails to bind a port that is taken: exits quickly.
-    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = taken.local_addr().unwrap().to_string();
-    let (code, err) = run_to_exit(
-        &["--simulate", "-a", &addr],
-        &[("DCGM_EXPORTER_INTERVAL", "1234")],
-    );
-    assert_eq!(code, 1, "{err}");
+    let e = start(&["--simulate"], &[("DCGM_EXPORTER_INTERVAL", "1234")]);
+    let err = common::terminate(e);
     assert!(err.contains("interval_ms=1234"), "{err}");
-    assert!(err.contains("cannot listen on"), "{err}");
-    let (_, err) = run_to_exit(
-        &["--simulate", "-a", &addr, "-c", "4321"],
+    let e = start(
+        &["--simulate", "-c", "4321"],
         &[("DCGM_EXPORTER_INTERVAL", "1234")],
     );
+    let err = common::terminate(e);
     assert!(err.contains("interval_ms=4321"), "{err}");
-    let (_, err) = run_to_exit(&["--simulate", "-a", &addr, "--log-format", "json"], &[]);
+    let e = start(&["--simulate", "--log-format", "json"], &[]);
+    let err = common::terminate(e);
     assert!(
         err.lines()
             .any(|l| l.starts_with('{') && l.contains("\"interval_ms\":30000")),
+        "{err}"
+    );
+}
+
+/// SIGHUP never ends the exporter: with or without a web config it logs what it reloaded and keeps
+/// serving.
+#[test]
+fn sighup_never_kills_the_exporter() {
+    let e = start(&["--simulate", "-c", "1000"], &[]);
+    for _ in 0..5 {
+        common::signal(&e, "-HUP");
+        std::thread::sleep(Duration::from_millis(100));
+        assert_eq!(get(e.port, "/metrics").unwrap().status, 200);
+    }
+    let mut e = e;
+    assert!(e.child.try_wait().unwrap().is_none(), "exited after SIGHUP");
+    let err = common::terminate(e);
+    assert_eq!(
+        err.matches("SIGHUP received: nothing to reload").count(),
+        5,
         "{err}"
     );
 }
@@ -364,28 +331,15 @@ fn scenario_file_and_no_hostname() {
     assert!(body.contains("modelName=\"NVIDIA A30\",GPU_I_PROFILE=\"2g.12gb\",GPU_I_ID=\"1\",DCGM_FI_DRIVER_VERSION"), "{body}");
     assert!(body.contains("modelName=\"NVIDIA L4\",DCGM_FI_DRIVER_VERSION"));
     assert!(!body.contains("Hostname="));
-    std::fs::write(&file, "gpus:\n  - model: B300\n").unwrap();
-    let (code, err) = run_to_exit(&[&arg], &[]);
-    assert_eq!(code, 2);
-    assert!(err.contains("unknown GPU model 'B300'"), "{err}");
 }
 
 #[test]
 fn unimplemented_dcgm_exporter_flags_are_accepted_with_a_warning() {
-    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = taken.local_addr().unwrap().to_string();
-    let (code, err) = run_to_exit(
-        &[
-            "--simulate",
-            "-a",
-            &addr,
-            "-p",
-            "f",
-            "-kubernetes-enable-pod-labels",
-        ],
+    let e = start(
+        &["--simulate", "-p", "f", "-kubernetes-enable-pod-labels"],
         &[("DCGM_EXPORTER_XID_COUNT_WINDOW_SIZE", "60000")],
     );
-    assert_eq!(code, 1, "{err}");
+    let err = common::terminate(e);
     for flag in [
         "--cpu-devices",
         "--kubernetes-enable-pod-labels",

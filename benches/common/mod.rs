@@ -9,9 +9,9 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
-use dcgm_otel::config::counters::{self, CounterSet};
 use dcgm_otel::config::devices::DeviceSelection;
 use dcgm_otel::config::{HostnameLabel, LabelStyle};
+use dcgm_otel::counters::{self, CounterSet};
 use dcgm_otel::snapshot::{HostInfo, Snapshot};
 use dcgm_otel::source::sim::{self, Scenario, SimSource};
 use dcgm_otel::source::Source;

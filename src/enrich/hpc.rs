@@ -1,6 +1,6 @@
 //! HPC job attribution (`--hpc-job-mapping-dir`): a batch scheduler's prolog/epilog writes, for each
 //! GPU in use, a file named after the GPU, one job id per line; series of that GPU get one `hpc_job`
-//! label per job (dcgm-exporter notes §5.1).
+//! label per job, as dcgm-exporter does.
 //!
 //! File names are `<gpu index>` (a whole GPU) or `<gpu index>.<GPU_I_ID>` (one MIG instance); anything
 //! else in the directory is ignored. A MIG instance takes the jobs of its own file, or, when it has
@@ -18,8 +18,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use super::Enricher;
-use crate::export::self_metrics::{Metric, SelfMetrics};
+use crate::snapshot::attribution::{self, Attribute};
 use crate::snapshot::{EntityKind, EntityReading};
+use crate::telemetry::self_metrics::{Metric, SelfMetrics};
 
 /// Largest job file read (bytes); longer files are truncated at this size.
 const MAX_FILE_BYTES: u64 = 64 * 1024;
@@ -76,7 +77,7 @@ pub fn read_dir(dir: &Path) -> std::io::Result<HashMap<JobTarget, Vec<String>>> 
     Ok(out)
 }
 
-/// Attribute entities from a job map (replacing earlier jobs, keeping pods).
+/// Attribute entities from a job map: one series per job of the entity's GPU (or MIG instance).
 pub fn apply(jobs: &HashMap<JobTarget, Vec<String>>, entities: &mut [EntityReading]) {
     for e in entities {
         let gpu = e.entity.gpu.index;
@@ -86,13 +87,35 @@ pub fn apply(jobs: &HashMap<JobTarget, Vec<String>>, entities: &mut [EntityReadi
                 .or_else(|| jobs.get(&(gpu, None))),
             _ => jobs.get(&(gpu, None)),
         };
-        match found {
-            Some(j) => Arc::make_mut(&mut e.attribution).hpc_jobs = j.clone(),
-            None if !e.attribution.hpc_jobs.is_empty() => {
-                Arc::make_mut(&mut e.attribution).hpc_jobs = Vec::new()
-            }
-            None => {}
+        if let Some(list) = found.filter(|l| !l.is_empty()) {
+            let alternatives: Vec<Vec<Attribute>> = list
+                .iter()
+                .map(|job| vec![Attribute::new(&attribution::HPC_JOB, job.as_str())])
+                .collect();
+            Arc::make_mut(&mut e.attribution).split(&alternatives);
         }
+    }
+}
+
+/// The HPC job flag (`Kubernetes` in `--help`, as dcgm-exporter groups it).
+#[derive(Debug, Clone, clap::Args)]
+#[command(next_help_heading = "Kubernetes")]
+pub struct HpcArgs {
+    /// Directory of HPC job files named <gpu> or <gpu>.<GPU_I_ID>, one job id per line (hpc_job label).
+    #[arg(
+        long = "hpc-job-mapping-dir",
+        env = "DCGM_HPC_JOB_MAPPING_DIR",
+        value_name = "DIR"
+    )]
+    pub hpc_job_mapping_dir: Option<PathBuf>,
+}
+
+impl HpcArgs {
+    /// The directory, when one is given (empty means none).
+    pub fn dir(&self) -> Option<&Path> {
+        self.hpc_job_mapping_dir
+            .as_deref()
+            .filter(|d| !d.as_os_str().is_empty())
     }
 }
 
@@ -232,7 +255,12 @@ mod tests {
         apply(&jobs, &mut entities);
         let got: Vec<Vec<String>> = entities
             .iter()
-            .map(|e| e.attribution.hpc_jobs.clone())
+            .map(|e| {
+                e.attribution
+                    .sets()
+                    .flat_map(|set| set.iter().map(|a| a.value.to_string()))
+                    .collect()
+            })
             .collect();
         assert_eq!(
             got,

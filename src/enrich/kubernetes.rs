@@ -15,6 +15,7 @@
 //! from the kubelet's device-manager checkpoint ([`checkpoint`]); a series whose pod's UID is not
 //! known there has no `pod_uid` label.
 
+pub mod args;
 pub mod checkpoint;
 pub mod mapping;
 pub mod podresources;
@@ -23,11 +24,12 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-pub use mapping::{GpuIdType, Mapping, MatchRules};
+pub use args::KubernetesArgs;
+pub use mapping::{GpuIdType, Mapping, MatchRules, PodRef};
 
 use super::Enricher;
-use crate::export::self_metrics::{Metric, SelfMetrics};
-use crate::snapshot::EntityReading;
+use crate::snapshot::{Attribute, EntityReading};
+use crate::telemetry::self_metrics::{Metric, SelfMetrics};
 
 /// Failed intervals during which the last good mapping is still used.
 pub const KEEP_INTERVALS: u32 = 3;
@@ -51,6 +53,26 @@ impl KubernetesConfig {
     /// The deadline for a collect interval: min(interval, 10 s).
     pub fn deadline_for(interval: Duration) -> Duration {
         interval.min(MAX_DEADLINE)
+    }
+
+    /// The settings the flags give, for a collect interval.
+    pub fn from_args(args: &KubernetesArgs, interval: Duration) -> KubernetesConfig {
+        KubernetesConfig {
+            socket: args.pod_resources_kubelet_socket.clone(),
+            rules: MatchRules {
+                extra_resource_names: args
+                    .nvidia_resource_names
+                    .iter()
+                    .map(|n| n.trim().to_string())
+                    .filter(|n| !n.is_empty())
+                    .collect(),
+                id_type: args.kubernetes_gpu_id_type,
+            },
+            pod_uid_checkpoint: args
+                .kubernetes_enable_pod_uid
+                .then(|| args.kubelet_device_checkpoint.clone()),
+            deadline: KubernetesConfig::deadline_for(interval),
+        }
     }
 }
 
@@ -220,15 +242,16 @@ impl KubernetesEnricher {
     }
 }
 
-/// Attribute entities from a mapping: each entity gets the pods of its device (replacing earlier pods,
-/// keeping other attribution such as HPC jobs).
+/// Attribute entities from a mapping: each entity gets the pods of its device, one series per pod
+/// when several share it.
 pub fn apply(mapping: &Mapping, id_type: GpuIdType, entities: &mut [EntityReading]) {
     for e in entities {
         let pods = mapping.pods_for(&e.entity, id_type);
-        if pods.is_empty() && e.attribution.pods.is_empty() {
+        if pods.is_empty() {
             continue;
         }
-        Arc::make_mut(&mut e.attribution).pods = pods;
+        let alternatives: Vec<Vec<Attribute>> = pods.iter().map(PodRef::attributes).collect();
+        Arc::make_mut(&mut e.attribution).split(&alternatives);
     }
 }
 

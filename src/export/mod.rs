@@ -1,11 +1,11 @@
 //! Exporters: everything that turns published snapshots into something a user reads.
 //!
 //! [`prometheus`] renders dcgm-exporter-compatible text once per snapshot and keeps the bytes for the
-//! HTTP server; [`self_metrics`] holds the exporter's own `dcgm_otel_*` counters and gauges.
+//! HTTP server; [`otel`] pushes OTLP (and holds the OpenTelemetry SDK path and its Prometheus bridge).
+//! Exporters read snapshots only; what an enricher attributed reaches them as open attribute sets.
 
 pub mod otel;
 pub mod prometheus;
-pub mod self_metrics;
 
 use std::sync::Arc;
 

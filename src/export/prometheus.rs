@@ -10,20 +10,21 @@
 //! The renderer runs on the collector thread after each collection and publishes the finished body
 //! (plain and gzip) with one atomic swap; the HTTP server only copies those bytes.
 
-use std::fmt::Write as _;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Instant;
 
 use arc_swap::ArcSwap;
 use bytes::Bytes;
 
-use super::self_metrics::{Metric, SelfMetrics};
 use super::SnapshotConsumer;
-use crate::config::counters::{CounterSet, MetricKind};
 use crate::config::LabelStyle;
+use crate::counters::{CounterSet, MetricKind};
+use crate::lock::LockExt;
 use crate::snapshot::{
-    Attribution, Entity, EntityKind, EntityReading, FieldValue, HostInfo, Snapshot,
+    Attribution, Entity, EntityKind, EntityReading, FieldValue, HostInfo, Placement, Snapshot,
 };
+use crate::telemetry::exposition::{escape_help, push_label, whole_f64, write_f64_slow};
+use crate::telemetry::self_metrics::{Metric, SelfMetrics};
 
 /// A finished /metrics body.
 #[derive(Debug, Clone, Default)]
@@ -35,74 +36,6 @@ pub struct RenderedBody {
     pub seq: u64,
     /// Number of GPU-metric samples (without self-metrics).
     pub series: usize,
-}
-
-/// Write a float the way Prometheus reads it: shortest round-trip digits, integers without a dot.
-pub fn write_f64(out: &mut String, v: f64) {
-    match whole_f64(v) {
-        Some(i) => out.push_str(itoa::Buffer::new().format(i)),
-        None => write_f64_slow(out, v),
-    }
-}
-
-/// `Some(i)` when `v` is a whole number below 2^53 (and not -0): then its shortest round-trip digits are
-/// exactly its integer digits, which itoa writes far faster than `{}`. (Non-whole values keep `{}`:
-/// ryu, for one, breaks ties between equally short digit strings differently.)
-fn whole_f64(v: f64) -> Option<i64> {
-    const TWO_POW_53: f64 = 9_007_199_254_740_992.0;
-    (v.trunc() == v && v.abs() < TWO_POW_53 && !(v == 0.0 && v.is_sign_negative()))
-        .then_some(v as i64)
-}
-
-/// The reference formatting: `{}` (shortest round-trip digits) in the range Prometheus reads as plain
-/// decimals, `{:e}` outside it.
-fn write_f64_slow(out: &mut String, v: f64) {
-    if v.is_nan() {
-        out.push_str("NaN");
-    } else if v.is_infinite() {
-        out.push_str(if v > 0.0 { "+Inf" } else { "-Inf" });
-    } else if v != 0.0 && (v.abs() >= 1e21 || v.abs() < 1e-6) {
-        let _ = write!(out, "{v:e}");
-    } else {
-        let _ = write!(out, "{v}");
-    }
-}
-
-/// Escape a label value for the text format (`\\`, `\"`, `\n`).
-pub(crate) fn escape_label_value(v: &str, out: &mut String) {
-    if !v.contains(['\\', '"', '\n']) {
-        out.push_str(v);
-        return;
-    }
-    for c in v.chars() {
-        match c {
-            '\\' => out.push_str("\\\\"),
-            '"' => out.push_str("\\\""),
-            '\n' => out.push_str("\\n"),
-            c => out.push(c),
-        }
-    }
-}
-
-fn escape_help(v: &str, out: &mut String) {
-    for c in v.chars() {
-        match c {
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            c => out.push(c),
-        }
-    }
-}
-
-fn push_label(out: &mut String, first: &mut bool, name: &str, value: &str) {
-    if !*first {
-        out.push(',');
-    }
-    *first = false;
-    out.push_str(name);
-    out.push_str("=\"");
-    escape_label_value(value, out);
-    out.push('"');
 }
 
 /// The families of a counter set in output order (by field id, then row), the first row of each metric
@@ -191,12 +124,45 @@ struct EntityLabels {
     attribution: Arc<Attribution>,
     /// Text of each label row (in `RenderCache::label_rows` order) when the strings were built.
     label_values: Vec<Option<Box<str>>>,
-    /// One per (pod × job) combination, or one when unattributed: `labels} `, ready to follow `name{`.
+    /// One per attribute set (one when unattributed): `labels} `, ready to follow `name{`.
     sets: Vec<String>,
-    /// The identity and label-field part of the sets (what precedes the attributes), and each
-    /// combination's attributes: for families whose samples add attributes of their own (XID).
+    /// The identity part of the sets, and each set's sorted label-class and attribute-class pairs:
+    /// for families whose samples add attributes of their own (XID).
     base: String,
-    attributes: Vec<Vec<(&'static str, String)>>,
+    tails: Vec<SetTail>,
+}
+
+/// What follows the identity labels in one series: the `label` fields with the label-class attributes
+/// (pod labels), sorted by name; then the attribute-class ones (pod, namespace, hpc_job, ...), sorted.
+#[derive(Debug, Clone, Default)]
+struct SetTail {
+    labels: Vec<(Box<str>, Box<str>)>,
+    attributes: Vec<(Box<str>, Box<str>)>,
+}
+
+impl SetTail {
+    fn write(&self, out: &mut String, first: &mut bool, extra: &[(&str, &str)]) {
+        for (k, v) in &self.labels {
+            push_label(out, first, k, v);
+        }
+        if extra.is_empty() {
+            for (k, v) in &self.attributes {
+                push_label(out, first, k, v);
+            }
+            return;
+        }
+        let mut all: Vec<(&str, &str)> = self
+            .attributes
+            .iter()
+            .map(|(k, v)| (&**k, &**v))
+            .filter(|(k, _)| !extra.iter().any(|(e, _)| e == k))
+            .chain(extra.iter().copied())
+            .collect();
+        all.sort();
+        for (k, v) in all {
+            push_label(out, first, k, v);
+        }
+    }
 }
 
 impl EntityLabels {
@@ -223,10 +189,7 @@ const POOL_SPARES: usize = 2;
 
 impl BufferPool {
     fn take(&self, min_capacity: usize) -> Vec<u8> {
-        let buf = match self.free.lock() {
-            Ok(mut f) => f.pop(),
-            Err(p) => p.into_inner().pop(),
-        };
+        let buf = self.free.lock_unpoisoned().pop();
         let mut buf = buf.unwrap_or_default();
         buf.clear();
         buf.reserve(min_capacity);
@@ -235,10 +198,7 @@ impl BufferPool {
 
     fn give(&self, mut buf: Vec<u8>) {
         buf.clear();
-        let mut free = match self.free.lock() {
-            Ok(f) => f,
-            Err(p) => p.into_inner(),
-        };
+        let mut free = self.free.lock_unpoisoned();
         if free.len() < POOL_SPARES {
             free.push(buf);
         }
@@ -391,8 +351,8 @@ impl ValueFormatter {
     }
 }
 
-/// The samples of the XID family for one entity: each combination's attributes plus `err_code` (the
-/// value) and `err_msg` (its meaning in NVIDIA's catalogue), sorted by name as dcgm-exporter sorts them.
+/// The samples of the XID family for one entity: each set's attributes plus `err_code` (the value)
+/// and `err_msg` (its meaning in NVIDIA's catalogue), sorted by name as dcgm-exporter sorts them.
 fn write_xid_samples(
     out: &mut String,
     fam: &FamilyLayout,
@@ -406,18 +366,15 @@ fn write_xid_samples(
         _ => return,
     };
     let code_text = code.to_string();
-    let meaning = crate::fields::xid::meaning(code);
-    for attrs in &labels.attributes {
-        let mut all: Vec<(&str, &str)> = attrs.iter().map(|(k, v)| (*k, v.as_str())).collect();
-        all.push(("err_code", &code_text));
-        all.push(("err_msg", meaning));
-        all.sort();
+    let extra = [
+        ("err_code", code_text.as_str()),
+        ("err_msg", crate::fields::xid::meaning(code)),
+    ];
+    for tail in &labels.tails {
         out.push_str(&fam.open);
         out.push_str(&labels.base);
         let mut first = labels.base.is_empty();
-        for (k, v) in all {
-            push_label(out, &mut first, k, v);
-        }
+        tail.write(out, &mut first, &extra);
         out.push_str("} ");
         out.push_str(value);
         out.push('\n');
@@ -479,10 +436,7 @@ impl Renderer {
         out: &mut String,
         mut gzip: Option<&mut GzipStream>,
     ) -> usize {
-        let mut cache = match self.cache.lock() {
-            Ok(c) => c,
-            Err(p) => p.into_inner(),
-        };
+        let mut cache = self.cache.lock_unpoisoned();
         self.refresh(&mut cache, snap);
         let mut fmt = ValueFormatter::default();
         let mut samples = 0;
@@ -549,15 +503,13 @@ impl Renderer {
             {
                 continue;
             }
-            let (base, attributes) = self.labels_of(e, &snap.host, snap);
-            let sets = attributes
+            let (base, tails) = self.labels_of(e, &snap.host, snap);
+            let sets = tails
                 .iter()
-                .map(|attrs| {
+                .map(|tail| {
                     let mut s = base.clone();
                     let mut first = s.is_empty();
-                    for (k, v) in attrs {
-                        push_label(&mut s, &mut first, k, v);
-                    }
+                    tail.write(&mut s, &mut first, &[]);
                     s.push_str("} ");
                     s
                 })
@@ -572,7 +524,7 @@ impl Renderer {
                     .collect(),
                 sets,
                 base,
-                attributes,
+                tails,
             };
             if i < cache.entities.len() {
                 cache.entities[i] = built;
@@ -582,14 +534,14 @@ impl Renderer {
         }
     }
 
-    /// The labels of one entity: the identity and label-field part, and the sorted attributes of each
-    /// (pod × job) combination (one empty list when unattributed).
+    /// The labels of one entity: its identity and host label, and per attribute set (one when
+    /// unattributed) what follows them.
     fn labels_of(
         &self,
         e: &EntityReading,
         host: &HostInfo,
         snap: &Snapshot,
-    ) -> (String, Vec<Vec<(&'static str, String)>>) {
+    ) -> (String, Vec<SetTail>) {
         let mut base = String::with_capacity(256);
         let mut first = true;
         let gpu = &e.entity.gpu;
@@ -630,7 +582,7 @@ impl Renderer {
         if let Some(h) = host.hostname.as_deref().filter(|h| !h.is_empty()) {
             push_label(&mut base, &mut first, host_label, h);
         }
-        // label-type fields, sorted by name
+        // label-type fields (first row per name)
         let mut label_fields: Vec<(&str, &str)> = snap
             .counters
             .rows
@@ -641,42 +593,35 @@ impl Renderer {
             .collect();
         label_fields.sort();
         label_fields.dedup_by(|a, b| a.0 == b.0);
-        for (k, v) in label_fields {
-            push_label(&mut base, &mut first, k, v);
-        }
-        (base, self.attribute_sets(&e.attribution))
-    }
-
-    fn attribute_sets(&self, attr: &Attribution) -> Vec<Vec<(&'static str, String)>> {
-        if attr.is_empty() {
-            return vec![Vec::new()];
-        }
         let old = self.style.use_old_namespace;
-        let combinations = attr.combinations();
-        let mut out = Vec::with_capacity(combinations.len());
-        for (pod, job) in combinations {
-            let mut attrs: Vec<(&'static str, String)> = Vec::new();
-            if let Some(p) = pod {
-                attrs.push((
-                    if old { "container_name" } else { "container" },
-                    p.container.clone(),
-                ));
-                attrs.push((
-                    if old { "pod_namespace" } else { "namespace" },
-                    p.namespace.clone(),
-                ));
-                attrs.push((if old { "pod_name" } else { "pod" }, p.name.clone()));
-                if !p.uid.is_empty() {
-                    attrs.push(("pod_uid", p.uid.clone()));
-                }
-            }
-            if let Some(j) = job {
-                attrs.push(("hpc_job", j.to_string()));
-            }
-            attrs.sort();
-            out.push(attrs);
-        }
-        out
+        let tails = e
+            .attribution
+            .sets()
+            .map(|set| {
+                let mut attributes: Vec<(Box<str>, Box<str>)> = set
+                    .iter()
+                    .filter(|a| a.key.placement == Placement::Attributes)
+                    .map(|a| (a.key.prometheus_name(old).into(), (*a.value).into()))
+                    .collect();
+                attributes.sort();
+                // A label-class name equal to an attribute's: the attribute wins, as in dcgm-exporter.
+                let taken = |k: &str| attributes.iter().any(|(a, _)| &**a == k);
+                let mut labels: Vec<(Box<str>, Box<str>)> = label_fields
+                    .iter()
+                    .map(|(k, v)| (Box::from(*k), Box::from(*v)))
+                    .chain(
+                        set.iter()
+                            .filter(|a| a.key.placement == Placement::Labels)
+                            .map(|a| (a.key.prometheus_name(old).into(), (*a.value).into())),
+                    )
+                    .filter(|(k, _)| !taken(k))
+                    .collect();
+                labels.sort();
+                labels.dedup_by(|a, b| a.0 == b.0);
+                SetTail { labels, attributes }
+            })
+            .collect();
+        (base, tails)
     }
 
     /// Render a full body (metrics + self-metrics) and publish it.
@@ -685,10 +630,7 @@ impl Renderer {
         let previous = self.body.load().text.len();
         // A pooled buffer is empty, so this conversion checks nothing and keeps its capacity.
         let mut text = String::from_utf8(self.text_pool.take(previous + 4096)).unwrap_or_default();
-        let mut deflate = match self.deflate.lock() {
-            Ok(d) => d,
-            Err(p) => p.into_inner(),
-        };
+        let mut deflate = self.deflate.lock_unpoisoned();
         let deflate = deflate
             .get_or_insert_with(|| flate2::Compress::new(flate2::Compression::fast(), false));
         let mut gzip = GzipStream::new(deflate, self.gzip_pool.take(previous / 16));
@@ -729,25 +671,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn floats_are_prometheus_friendly() {
-        let f = |v: f64| {
-            let mut s = String::new();
-            write_f64(&mut s, v);
-            s
-        };
-        assert_eq!(f(30.982), "30.982");
-        assert_eq!(f(42.0), "42");
-        assert_eq!(f(0.0), "0");
-        assert_eq!(f(1.5e22), "1.5e22");
-        assert_eq!(f(2.5e-9), "2.5e-9");
-        assert_eq!(f(-0.0), "-0");
-        assert_eq!(f(1e-5), "0.00001");
-        assert_eq!(f(f64::NAN), "NaN");
-        assert_eq!(f(f64::NEG_INFINITY), "-Inf");
-        assert_eq!(f(1_152_921_504_606_846_976.0), "1152921504606847000");
-    }
-
-    #[test]
     fn gzip_body_decodes_to_the_text() {
         use std::io::Read as _;
         let mut deflate = flate2::Compress::new(flate2::Compression::fast(), false);
@@ -781,7 +704,7 @@ mod tests {
     fn fast_float_paths_match_the_reference() {
         let check = |v: f64| {
             let (mut fast, mut slow) = (String::new(), String::new());
-            write_f64(&mut fast, v);
+            crate::telemetry::exposition::write_f64(&mut fast, v);
             write_f64_slow(&mut slow, v);
             assert_eq!(fast, slow, "bits {:#x}", v.to_bits());
             let mut f = ValueFormatter::default();

@@ -21,6 +21,7 @@ use ring::hmac;
 use subtle::{ConditionallySelectable, ConstantTimeEq};
 
 use crate::config::web_config::BasicAuthUser;
+use crate::lock::LockExt;
 
 /// How long a verified (user, password) pair is remembered.
 pub const CACHE_TTL: Duration = Duration::from_secs(120);
@@ -166,18 +167,12 @@ impl BasicAuth {
     }
 
     fn cached(&self, pair: &[u8; 32]) -> bool {
-        let cache = match self.cache.lock() {
-            Ok(c) => c,
-            Err(p) => p.into_inner(),
-        };
+        let cache = self.cache.lock_unpoisoned();
         cache.get(pair).is_some_and(|t| t.elapsed() < CACHE_TTL)
     }
 
     fn remember(&self, pair: [u8; 32]) {
-        let mut cache = match self.cache.lock() {
-            Ok(c) => c,
-            Err(p) => p.into_inner(),
-        };
+        let mut cache = self.cache.lock_unpoisoned();
         if cache.len() >= CACHE_MAX {
             cache.retain(|_, t| t.elapsed() < CACHE_TTL);
             if cache.len() >= CACHE_MAX {

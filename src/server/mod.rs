@@ -10,6 +10,7 @@
 //! limit and no request bodies. [`web`] holds the live settings, their SIGHUP reload and the HTTP
 //! self-metrics.
 
+pub mod args;
 pub mod auth;
 pub mod io;
 pub mod tls;
@@ -34,7 +35,7 @@ use tokio::sync::{watch, Semaphore};
 use self::auth::Outcome;
 use self::io::TimedIo;
 use self::web::{HttpMetrics, WebSecurity};
-use crate::export::self_metrics::SelfMetrics;
+use crate::telemetry::self_metrics::SelfMetrics;
 
 use crate::export::prometheus::RenderedBody;
 use crate::pipeline::CollectorStatus;

@@ -14,7 +14,7 @@ use tokio_rustls::TlsAcceptor;
 use super::auth::{BasicAuth, Outcome};
 use super::tls;
 use crate::config::web_config::{self, WebConfig, WebConfigError};
-use crate::export::self_metrics::{Metric, SelfMetrics};
+use crate::telemetry::self_metrics::{Metric, SelfMetrics};
 
 /// What one loaded web config enforces.
 pub struct WebSecurity {

@@ -150,6 +150,34 @@ pub fn wait_ready(e: &Exporter, limit: Duration) {
     );
 }
 
+/// Send a signal (`-HUP`, `-TERM`, ...) to the exporter with the shell's kill builtin.
+pub fn signal(e: &Exporter, sig: &str) {
+    let status = Command::new("sh")
+        .args(["-c", &format!("kill {sig} {}", e.child.id())])
+        .status()
+        .expect("cannot run sh");
+    assert!(status.success(), "kill {sig} failed");
+}
+
+/// Stop the exporter like a supervisor does (SIGTERM) and return its stderr; panics when it does
+/// not exit within 15 s.
+pub fn terminate(mut e: Exporter) -> String {
+    signal(&e, "-TERM");
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while e.child.try_wait().ok().flatten().is_none() {
+        assert!(
+            Instant::now() < deadline,
+            "dcgm-otel did not exit after SIGTERM"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let mut err = String::new();
+    if let Some(mut s) = e.child.stderr.take() {
+        let _ = s.read_to_string(&mut err);
+    }
+    err
+}
+
 /// Run the binary to completion with `args`; returns (exit code, stderr).
 pub fn run_to_exit(args: &[&str], env: &[(&str, &str)]) -> (i32, String) {
     let mut cmd = Command::new(binary());

@@ -246,10 +246,10 @@ else:
 
 # 5. counters ConfigMap == the built-in default CSV
 cm = next((d for _, d in base_objects if d.get("kind") == "ConfigMap"), {})
-with open("src/config/default-counters.csv") as f:
+with open("src/counters/default-counters.csv") as f:
     csv = f.read()
 if (cm.get("data") or {}).get("metrics") != csv:
-    fail.append("the counters ConfigMap's data.metrics differs from src/config/default-counters.csv")
+    fail.append("the counters ConfigMap's data.metrics differs from src/counters/default-counters.csv")
 
 # 6. variables set or suggested by the DaemonSet and its patches are known to the binary
 names = set()

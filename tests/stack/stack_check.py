@@ -148,7 +148,7 @@ def cmd_dockerfile(path):
             errs.append("HEALTHCHECK does not probe /health")
     ignore = os.path.join(root, ".dockerignore")
     patterns = [l.strip() for l in open(ignore) if l.strip() and not l.startswith("#")] if os.path.exists(ignore) else []
-    for needed in ("Cargo.toml", "Cargo.lock", "build.rs", "src/main.rs", "src/config/default-counters.csv",
+    for needed in ("Cargo.toml", "Cargo.lock", "build.rs", "src/main.rs", "src/counters/default-counters.csv",
                    "benches", "tests/fake-libdcgm/Cargo.toml"):
         if not os.path.exists(os.path.join(root, needed)):
             continue
@@ -310,7 +310,7 @@ CLOUDWATCH_UNITS = {
     "Kilobytes/Second", "Megabytes/Second", "Gigabytes/Second", "Terabytes/Second", "Bits/Second",
     "Kilobits/Second", "Megabits/Second", "Gigabits/Second", "Terabits/Second", "Count/Second", "None",
 }
-DEFAULT_COUNTERS_CSV = "src/config/default-counters.csv"
+DEFAULT_COUNTERS_CSV = "src/counters/default-counters.csv"
 ENV_REF = re.compile(r"\$\{([^}]*)\}")
 ENV_OK = re.compile(r"^env:[A-Za-z_][A-Za-z0-9_]*(:-[^}]*)?$")
 

@@ -23,7 +23,8 @@ use std::collections::HashMap;
 
 use super::checkpoint::UidIndex;
 use super::podresources::{ContainerResources, ListPodResourcesResponse};
-use crate::snapshot::{Entity, EntityKind, PodRef};
+use crate::snapshot::attribution::{self, Attribute};
+use crate::snapshot::{Entity, EntityKind};
 
 /// How whole GPUs are named in kubelet device ids (`--kubernetes-gpu-id-type`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -132,6 +133,31 @@ fn container_uid(uids: &UidIndex, c: &ContainerResources, rules: &MatchRules) ->
         .flat_map(|d| d.device_ids.iter().map(move |id| (d, id)))
         .find_map(|(d, id)| uids.uid(&d.resource_name, id, &c.name))
         .map(str::to_string)
+}
+
+/// A Kubernetes pod (and container) that was allocated a device.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct PodRef {
+    pub namespace: String,
+    pub name: String,
+    pub container: String,
+    /// Empty when not known (pod-resources v1 carries none).
+    pub uid: String,
+}
+
+impl PodRef {
+    /// The pod as attributes: `container`, `namespace`, `pod` and, when known, `pod_uid`.
+    pub fn attributes(&self) -> Vec<Attribute> {
+        let mut out = vec![
+            Attribute::new(&attribution::CONTAINER, self.container.as_str()),
+            Attribute::new(&attribution::NAMESPACE, self.namespace.as_str()),
+            Attribute::new(&attribution::POD, self.name.as_str()),
+        ];
+        if !self.uid.is_empty() {
+            out.push(Attribute::new(&attribution::POD_UID, self.uid.as_str()));
+        }
+        out
+    }
 }
 
 /// Pods by device, built from one `List` reply. Every pod list is sorted and free of duplicates.

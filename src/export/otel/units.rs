@@ -5,7 +5,7 @@
 //! time"). [`unit_for`] takes DCGM's unit when it is a real one, else the first help-text phrase that
 //! matches, else no unit (empty string: OTel's "unknown"). Both tables are data; add a row, not a branch.
 
-use crate::config::counters::Counter;
+use crate::counters::Counter;
 
 /// DCGM's declared unit → UCUM. `#` (a plain count or an enum) says nothing, so it falls through.
 const DCGM_UNITS: &[(&str, &str)] = &[
@@ -66,7 +66,7 @@ pub fn unit_for(row: &Counter) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::counters;
+    use crate::counters;
 
     #[test]
     fn default_counters_get_ucum_units() {

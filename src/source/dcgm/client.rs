@@ -71,7 +71,7 @@ fn code_name(code: i32) -> &'static str {
 /// Why the library could not be used at all.
 #[derive(Debug, thiserror::Error)]
 pub enum LoadError {
-    #[error("{0}")]
+    #[error(transparent)]
     Ffi(#[from] ffi::LoadError),
 }
 

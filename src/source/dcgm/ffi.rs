@@ -13,6 +13,8 @@
 //! turning codes into typed errors is the client's job (`client.rs`). Every wrapper takes Rust references
 //! / slices sized so that the library can never write outside them, and C strings as `&CStr`.
 #![allow(non_camel_case_types, non_snake_case, non_upper_case_globals)]
+// The one module where `unsafe` is allowed (the crate denies it everywhere else, Cargo.toml [lints]).
+#![allow(unsafe_code)]
 
 use std::ffi::{c_char, c_int, c_uint, c_ushort, CStr, OsStr};
 use std::mem::size_of;

@@ -15,6 +15,7 @@
 //! forms and the host label), `discover`, `session` (watches and reads of one connection), `values`
 //! (status and blank sentinels → [`FieldValue`](crate::snapshot::FieldValue)).
 
+pub mod args;
 pub mod client;
 mod discover;
 pub mod ffi;
@@ -29,12 +30,11 @@ use std::time::{Duration, Instant};
 pub use remote::{remote_hostname, RemoteAddressError, RemoteTarget};
 
 use self::client::{Connection, DcgmError, Library};
-use self::discover::Inventory;
 use self::session::{RowPlan, Session, Unsupported, WatchConfig};
 use super::{Source, SourceError};
-use crate::config::counters::{Counter, CounterSet};
 use crate::config::devices::{DeviceError, DeviceSelection, Selected};
-use crate::config::Cli;
+use crate::counters::{Counter, CounterSet};
+use crate::snapshot::inventory::{self, Inventory};
 use crate::snapshot::Reading;
 
 /// How the host engine is reached.
@@ -67,12 +67,13 @@ pub struct DcgmOptions {
 }
 
 impl DcgmOptions {
-    pub fn from_cli(cli: &Cli) -> Self {
+    /// The DCGM flags with the collection's interval and device selection.
+    pub fn new(args: &args::DcgmArgs, interval: Duration, devices: DeviceSelection) -> Self {
         DcgmOptions {
-            library: cli.dcgm_library.clone(),
-            remote: cli.remote_hostengine_info.clone(),
-            interval: Duration::from_millis(cli.collect_interval),
-            devices: cli.devices.clone(),
+            library: args.dcgm_library.clone(),
+            remote: args.remote_hostengine_info.clone(),
+            interval,
+            devices,
         }
     }
 }
@@ -82,12 +83,12 @@ impl DcgmOptions {
 pub enum StartError {
     /// libdcgm is not installed or not usable (exit code 1).
     #[error(
-        "{0}\nlibdcgm (NVIDIA DCGM 4.x) is needed to read GPUs: install datacenter-gpu-manager-4-core \
+        "{0}; libdcgm (NVIDIA DCGM 4.x) is needed to read GPUs: install datacenter-gpu-manager-4-core \
          (DCGM 3.x's libdcgm.so.3 is used as a fallback), or point --dcgm-library / DCGM_OTEL_LIBDCGM at \
          libdcgm.so.4. Use -r HOST:PORT to read a remote nv-hostengine (the client library is still \
          needed), or --simulate to run on a simulated fleet without GPUs."
     )]
-    Library(#[from] client::LoadError),
+    Library(client::LoadError),
     /// A bad `-r` value (exit code 2).
     #[error(transparent)]
     Address(#[from] RemoteAddressError),
@@ -101,6 +102,12 @@ pub enum StartError {
         #[source]
         source: DcgmError,
     },
+}
+
+impl From<client::LoadError> for StartError {
+    fn from(e: client::LoadError) -> Self {
+        StartError::Library(e)
+    }
 }
 
 impl StartError {
@@ -337,7 +344,7 @@ impl DcgmSource {
     /// Discover on `conn` and build a new session (the old one must already be gone).
     fn rebuild(&mut self, conn: Connection) -> Result<(), DcgmError> {
         let inv = discover::discover(&conn, self.want_links)?;
-        let (selected, missing) = discover::select_present(&self.devices, &inv.slots());
+        let (selected, missing) = inventory::select_present(&self.devices, &inv.slots());
         if !missing.is_empty() {
             tracing::warn!(missing = %missing.join(", "), "devices selected with -d are no longer present");
         }

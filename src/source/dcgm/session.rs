@@ -17,11 +17,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::client::{Connection, DcgmError, EntityPair, FieldGroup, Group, ValueBuffer};
-use super::discover::Inventory;
 use super::ffi;
 use super::values;
-use crate::config::counters::{Counter, MetricKind};
 use crate::config::devices::Selected;
+use crate::counters::{Counter, MetricKind};
+use crate::snapshot::inventory::Inventory;
 use crate::snapshot::{Absent, Attribution, Entity, EntityKind, EntityReading, FieldValue};
 
 /// dcgm-exporter's watch parameters: samples kept for 600 s, no sample-count limit.

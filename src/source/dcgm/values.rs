@@ -7,7 +7,7 @@
 //! [`FieldValue::Absent`] with the reason, never a number.
 
 use super::ffi;
-use crate::config::counters::MetricKind;
+use crate::counters::MetricKind;
 use crate::snapshot::{Absent, FieldValue};
 
 /// A decoded payload, as the field type says it should be read.

@@ -2,7 +2,9 @@
 //! laptops, demos, CI and benchmarks. It produces the same [`Reading`]s a DCGM source would, so every
 //! exporter downstream runs unchanged. Simulated time advances by exactly one collect interval per poll.
 
+pub mod args;
 pub mod fleet;
+pub mod models;
 pub mod scenario;
 
 use std::sync::Arc;
@@ -12,8 +14,8 @@ pub use fleet::{Fleet, SimGpu};
 pub use scenario::{Scenario, ScenarioError};
 
 use super::{Source, SourceError};
-use crate::config::counters::CounterSet;
-use crate::config::devices::{DeviceError, DeviceSelection, GpuSlots};
+use crate::config::devices::{DeviceError, DeviceSelection};
+use crate::counters::CounterSet;
 use crate::snapshot::{
     Absent, Attribution, Entity, EntityKind, EntityReading, FieldValue, Reading,
 };
@@ -38,41 +40,13 @@ impl SimSource {
         interval: Duration,
     ) -> Result<SimSource, DeviceError> {
         let fleet = Fleet::new(scenario, seed);
-        let slots: Vec<GpuSlots> = fleet
-            .gpus()
-            .iter()
-            .map(|g| GpuSlots {
-                gpu: g.identity.index,
-                instances: g.instances.iter().map(|m| m.entity_id).collect(),
-            })
-            .collect();
-        let selected = devices.select(&slots)?;
+        let inventory = fleet.inventory();
+        let selected = devices.select(&inventory.slots())?;
         let wants_links = counters
             .rows
             .iter()
             .any(|c| c.field.level.applies_to_links());
-        let mut entities = Vec::new();
-        for g in fleet.gpus() {
-            if selected.gpus.contains(&g.identity.index) {
-                entities.push(Arc::new(Entity::gpu(g.identity.clone())));
-            }
-            for m in &g.instances {
-                if selected.instances.contains(&m.entity_id) {
-                    entities.push(Arc::new(Entity::instance(g.identity.clone(), m.clone())));
-                }
-            }
-        }
-        if wants_links {
-            for g in fleet.gpus() {
-                for l in 0..g.nvlinks {
-                    entities.push(Arc::new(Entity::nvlink(
-                        g.identity.clone(),
-                        fleet::link_entity_id(g.identity.index, l),
-                        l + 1,
-                    )));
-                }
-            }
-        }
+        let entities = inventory.entities(&selected, wants_links);
         Ok(SimSource {
             fleet,
             counters,

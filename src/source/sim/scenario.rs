@@ -72,11 +72,8 @@ pub enum Load {
 pub enum ScenarioError {
     #[error("unknown simulation scenario '{0}' (built-in: default, dgx-h100-mig, large; or a path to a .yaml file)")]
     Unknown(String),
-    #[error("cannot read scenario file {path}: {source}")]
-    Read {
-        path: String,
-        source: std::io::Error,
-    },
+    #[error("cannot read scenario file {path}: {error}")]
+    Read { path: String, error: std::io::Error },
     #[error("{origin}: {message}")]
     Invalid { origin: String, message: String },
 }
@@ -107,9 +104,9 @@ impl Scenario {
         if !looks_like_file {
             return Err(ScenarioError::Unknown(name_or_path.to_string()));
         }
-        let text = std::fs::read_to_string(path).map_err(|source| ScenarioError::Read {
+        let text = std::fs::read_to_string(path).map_err(|error| ScenarioError::Read {
             path: name_or_path.to_string(),
-            source,
+            error,
         })?;
         Scenario::parse(&text, name_or_path)
     }
@@ -135,11 +132,11 @@ impl Scenario {
             return Err(invalid(format!("{total} GPUs; a host has 1 to 64")));
         }
         for g in &scenario.gpus {
-            let model = super::fleet::model(&g.model).ok_or_else(|| {
+            let model = super::models::model(&g.model).ok_or_else(|| {
                 invalid(format!(
                     "unknown GPU model '{}' (known: {})",
                     g.model,
-                    super::fleet::model_keys().join(", ")
+                    super::models::model_keys().join(", ")
                 ))
             })?;
             if g.mig.len() > 7 {
@@ -150,7 +147,7 @@ impl Scenario {
             }
             let mut slices = 0;
             for p in &g.mig {
-                let prof = super::fleet::mig_profile(model, p).ok_or_else(|| {
+                let prof = super::models::mig_profile(model, p).ok_or_else(|| {
                     invalid(format!("MIG profile '{p}' does not exist on {}", g.model))
                 })?;
                 slices += prof.slices;

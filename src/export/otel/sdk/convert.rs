@@ -6,16 +6,18 @@
 //! exactly what they observed. An SDK `MeterProvider` has one Resource, and its `ResourceMetrics` cannot
 //! be split through public API, so the conversion reads the SDK data through its public getters and
 //! writes proto directly (no intermediate single-resource proto): every data point's attributes are
-//! partitioned into *resource keys* (entity identity, [`super::resource::Naming::resource_keys`]) and
+//! partitioned into *resource keys* (entity identity, [`ResourceSplit`]) and
 //! the rest; data points with the same identity share one proto `ResourceMetrics`, whose resource is
 //! the provider's base resource plus that identity (identity wins on equal keys). With no resource keys
 //! (host mode) the result is one ResourceMetrics, as the stock exporter would send.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use opentelemetry::{KeyValue, Value};
+
+use crate::export::otel::naming::ResourceSplit;
 use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
 use opentelemetry_proto::tonic::common::v1::{
     any_value, AnyValue, InstrumentationScope, KeyValue as PKeyValue,
@@ -65,7 +67,7 @@ type IdentityKey = Vec<(String, String)>;
 
 /// Output being assembled: resources in first-seen order, each with its metrics in SDK order.
 struct Builder<'a> {
-    resource_keys: &'a HashSet<String>,
+    split: &'a ResourceSplit,
     base: Vec<PKeyValue>,
     schema_url: String,
     /// Identity hash → (identity, output slot); collisions are told apart by comparing identities.
@@ -91,7 +93,7 @@ impl<'a> Builder<'a> {
         let mut identity: Vec<&KeyValue> = Vec::new();
         let mut rest: Vec<PKeyValue> = Vec::new();
         for kv in attrs {
-            if self.resource_keys.contains(kv.key.as_str()) {
+            if self.split.is_identity(kv.key.as_str()) {
                 identity.push(kv);
             } else {
                 rest.push(pkv(kv));
@@ -234,9 +236,9 @@ pub struct Converted {
 }
 
 /// Convert one SDK collection into one request, one ResourceMetrics per distinct identity.
-pub fn convert(rm: &ResourceMetrics, resource_keys: &HashSet<String>) -> Converted {
+pub fn convert(rm: &ResourceMetrics, split: &ResourceSplit) -> Converted {
     let mut b = Builder {
-        resource_keys,
+        split,
         base: rm
             .resource()
             .iter()
@@ -316,7 +318,6 @@ pub fn convert(rm: &ResourceMetrics, resource_keys: &HashSet<String>) -> Convert
 pub(crate) mod tests {
     //! The whole OTel path on a hand-made snapshot: instruments → SDK collection → conversion.
     use std::sync::{Arc, Mutex};
-    use std::time::SystemTime;
 
     use opentelemetry::metrics::MeterProvider as _;
     use opentelemetry_sdk::error::OTelSdkResult;
@@ -324,19 +325,17 @@ pub(crate) mod tests {
     use opentelemetry_sdk::metrics::{PeriodicReader, SdkMeterProvider};
 
     use super::*;
-    use crate::config::cli::OtelAttributeStyle;
-    use crate::config::counters;
-    use crate::config::{HostnameLabel, LabelStyle};
-    use crate::export::otel::instruments::{register, SnapshotView};
-    use crate::export::otel::resource::Naming;
-    use crate::pipeline::SnapshotStore;
-    use crate::snapshot::*;
+    use crate::config::LabelStyle;
+    use crate::export::otel::naming::{Naming, OtelAttributeStyle, OtelResourceMode};
+    use crate::export::otel::sdk::instruments::{register, SnapshotView};
+    use crate::export::otel::test_fleet;
+    use crate::snapshot::SnapshotStore;
 
     /// A push exporter that converts each SDK collection and keeps the requests (shared with the
     /// direct pipeline's tests, which compare against it).
     pub(crate) struct Capture {
         pub(crate) view: Arc<SnapshotView>,
-        pub(crate) keys: HashSet<String>,
+        pub(crate) split: ResourceSplit,
         pub(crate) temporality: Temporality,
         pub(crate) out: Arc<Mutex<Vec<ExportMetricsServiceRequest>>>,
     }
@@ -350,7 +349,7 @@ pub(crate) mod tests {
             self.out
                 .lock()
                 .unwrap()
-                .push(convert(rm, &self.keys).request);
+                .push(convert(rm, &self.split).request);
             std::future::ready(Ok(()))
         }
         fn force_flush(&self) -> OTelSdkResult {
@@ -364,96 +363,21 @@ pub(crate) mod tests {
         }
     }
 
-    const CSV: &str = "DCGM_FI_DEV_SM_CLOCK, gauge, SM clock in MHz.\n\
-                       DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION, counter, Energy in mJ.\n\
-                       DCGM_FI_DEV_NVLINK_PPRM_OPER_RECOVERY, gauge, Link recovery status.\n\
-                       DCGM_FI_DRIVER_VERSION, label, Driver version.\n";
-
-    fn snapshot(counters: Arc<counters::CounterSet>) -> Snapshot {
-        let gpu = Arc::new(GpuIdentity {
-            index: 0,
-            uuid: "GPU-aaa".into(),
-            pci_bus_id: "00000000:18:00.0".into(),
-            model: "NVIDIA H100 80GB HBM3".into(),
-        });
-        let pod = |n: &str| PodRef {
-            namespace: "ml".into(),
-            name: n.into(),
-            container: "main".into(),
-            uid: format!("uid-{n}"),
-        };
-        let gpu_reading = EntityReading {
-            entity: Arc::new(Entity::gpu(gpu.clone())),
-            values: vec![
-                FieldValue::Int(1410),
-                FieldValue::Int(5000),
-                FieldValue::Absent(Absent::NotApplicable),
-                FieldValue::Text("550.1".into()),
-            ],
-            attribution: Arc::new(Attribution {
-                pods: vec![pod("a"), pod("b")],
-                hpc_jobs: vec![],
-            }),
-        };
-        let link = EntityReading {
-            entity: Arc::new(Entity::nvlink(gpu.clone(), 100, 1)),
-            values: vec![
-                FieldValue::Absent(Absent::NotApplicable),
-                FieldValue::Absent(Absent::NotApplicable),
-                FieldValue::Int(0),
-                FieldValue::Absent(Absent::NotApplicable),
-            ],
-            attribution: Arc::new(Attribution::default()),
-        };
-        let gpu2 = Arc::new(GpuIdentity {
-            index: 1,
-            uuid: "GPU-bbb".into(),
-            pci_bus_id: "00000000:2A:00.0".into(),
-            model: "NVIDIA H100 80GB HBM3".into(),
-        });
-        let absent_and_job = EntityReading {
-            entity: Arc::new(Entity::gpu(gpu2)),
-            values: vec![
-                FieldValue::Absent(Absent::Blank),
-                FieldValue::Double(f64::NAN),
-                FieldValue::Absent(Absent::NotApplicable),
-                FieldValue::Text("550.1".into()),
-            ],
-            attribution: Arc::new(Attribution {
-                pods: vec![],
-                hpc_jobs: vec!["job-7".into()],
-            }),
-        };
-        Snapshot {
-            seq: 1,
-            taken_at: SystemTime::now(),
-            counters,
-            host: Arc::new(HostInfo::default()),
-            driver_version: Some("550.1".into()),
-            entities: vec![gpu_reading, link, absent_and_job],
-        }
-    }
-
     fn run(style: OtelAttributeStyle, per_entity: bool) -> ExportMetricsServiceRequest {
-        let counters = Arc::new(counters::parse(CSV, "test").unwrap());
+        let counters = test_fleet::counters();
         let store = SnapshotStore::new();
-        store.publish(Arc::new(snapshot(counters.clone())));
-        let labels = LabelStyle {
-            use_old_namespace: false,
-            replace_blanks_in_model_name: false,
-            hostname_label: HostnameLabel::Hostname,
-        };
-        let naming = Naming::new(style, labels, &counters);
-        let keys = if per_entity {
-            naming.resource_keys()
+        store.publish(Arc::new(test_fleet::snapshot(counters.clone(), 1, 5000)));
+        let naming = Naming::new(style, LabelStyle::default(), &counters);
+        let split = naming.resource_split(if per_entity {
+            OtelResourceMode::PerEntity
         } else {
-            HashSet::new()
-        };
+            OtelResourceMode::Host
+        });
         let view = SnapshotView::new(store, naming);
         let out = Arc::new(Mutex::new(Vec::new()));
         let reader = PeriodicReader::builder(Capture {
             view: view.clone(),
-            keys,
+            split,
             temporality: Temporality::Cumulative,
             out: out.clone(),
         })
@@ -491,7 +415,8 @@ pub(crate) mod tests {
             .iter()
             .map(|r| &r.resource.as_ref().unwrap().attributes)
             .collect();
-        // GPU-aaa × pods a and b, GPU-aaa without pod (its link), GPU-bbb × job-7 (no values: absent).
+        // GPU-aaa × pods a and b, GPU-aaa without pod (its links), GPU-ccc; GPU-bbb × job-7 has no
+        // usable value, so no resource.
         let mut ids: Vec<(Option<String>, Option<String>, Option<String>)> = res
             .iter()
             .map(|a| {
@@ -509,6 +434,7 @@ pub(crate) mod tests {
                 (Some("GPU-aaa".into()), None, None),
                 (Some("GPU-aaa".into()), Some("a".into()), None),
                 (Some("GPU-aaa".into()), Some("b".into()), None),
+                (Some("GPU-ccc".into()), None, None),
             ],
             "GPU-bbb has only absent values, so no resource"
         );
@@ -524,7 +450,10 @@ pub(crate) mod tests {
         let link_res = req
             .resource_metrics
             .iter()
-            .find(|r| text(&r.resource.as_ref().unwrap().attributes, "k8s.pod.name").is_none())
+            .find(|r| {
+                let a = &r.resource.as_ref().unwrap().attributes;
+                text(a, "k8s.pod.name").is_none() && text(a, "hw.id").as_deref() == Some("GPU-aaa")
+            })
             .unwrap();
         let m = &link_res.scope_metrics[0].metrics;
         assert_eq!(m.len(), 1);
@@ -532,11 +461,14 @@ pub(crate) mod tests {
         let Some(Data::Gauge(g)) = &m[0].data else {
             panic!()
         };
-        assert_eq!(
-            text(&g.data_points[0].attributes, "nvidia.nvlink.index").as_deref(),
-            Some("1")
-        );
-        // Pod a's resource: SM clock gauge 1410 and energy counter 5000, no point attributes.
+        let mut links: Vec<String> = g
+            .data_points
+            .iter()
+            .filter_map(|dp| text(&dp.attributes, "nvidia.nvlink.index"))
+            .collect();
+        links.sort();
+        assert_eq!(links, ["0", "1"]);
+        // Pod a's resource: SM clock, energy counter and power, no point attributes.
         let pod_a = req
             .resource_metrics
             .iter()
@@ -554,7 +486,8 @@ pub(crate) mod tests {
             names,
             vec![
                 "DCGM_FI_DEV_SM_CLOCK",
-                "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"
+                "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
+                "DCGM_FI_DEV_POWER_USAGE"
             ]
         );
         for m in &pod_a.scope_metrics[0].metrics {
@@ -580,8 +513,13 @@ pub(crate) mod tests {
         let Some(Data::Gauge(g)) = &sm.data else {
             panic!()
         };
-        assert_eq!(g.data_points.len(), 2, "one point per pod");
-        for dp in &g.data_points {
+        let shared: Vec<_> = g
+            .data_points
+            .iter()
+            .filter(|dp| text(&dp.attributes, "UUID").as_deref() == Some("GPU-aaa"))
+            .collect();
+        assert_eq!(shared.len(), 2, "one point per pod");
+        for dp in shared {
             assert_eq!(text(&dp.attributes, "UUID").as_deref(), Some("GPU-aaa"));
             assert_eq!(
                 text(&dp.attributes, "DCGM_FI_DRIVER_VERSION").as_deref(),
@@ -597,9 +535,10 @@ pub(crate) mod tests {
         let Some(Data::Gauge(g)) = &link.data else {
             panic!()
         };
-        assert_eq!(
-            text(&g.data_points[0].attributes, "nvlink").as_deref(),
-            Some("1")
-        );
+        assert_eq!(g.data_points.len(), 2);
+        assert!(g
+            .data_points
+            .iter()
+            .all(|dp| text(&dp.attributes, "nvlink").is_some()));
     }
 }

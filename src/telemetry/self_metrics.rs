@@ -7,6 +7,9 @@ use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
+use super::exposition::{escape_label_value, write_f64};
+use crate::lock::LockExt;
+
 /// Prometheus type of a self-metric family.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
@@ -76,13 +79,10 @@ impl SelfMetrics {
             }
             label_text.push_str(k);
             label_text.push_str("=\"");
-            super::prometheus::escape_label_value(v, &mut label_text);
+            escape_label_value(v, &mut label_text);
             label_text.push('"');
         }
-        let mut families = match self.families.lock() {
-            Ok(f) => f,
-            Err(poisoned) => poisoned.into_inner(),
-        };
+        let mut families = self.families.lock_unpoisoned();
         let idx = match families.iter().position(|f| f.name == name) {
             Some(i) => i,
             None => {
@@ -115,10 +115,7 @@ impl SelfMetrics {
 
     /// Append every family in Prometheus text format.
     pub fn render(&self, out: &mut String) {
-        let families = match self.families.lock() {
-            Ok(f) => f,
-            Err(poisoned) => poisoned.into_inner(),
-        };
+        let families = self.families.lock_unpoisoned();
         for f in families.iter() {
             let _ = writeln!(out, "# HELP {} {}", f.name, f.help);
             let _ = writeln!(
@@ -138,7 +135,7 @@ impl SelfMetrics {
                     out.push('}');
                 }
                 out.push(' ');
-                super::prometheus::write_f64(out, m.get());
+                write_f64(out, m.get());
                 out.push('\n');
             }
         }

@@ -71,9 +71,10 @@ impl CounterSet {
     }
 }
 
-/// A CSV that cannot be used, with its position.
+/// A CSV that cannot be used, with its position (`origin:line:column: message`; a file that cannot be
+/// read at all has no position: `origin: message`).
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
-#[error("{origin}:{line}:{column}: {message}")]
+#[error("{}", self.describe())]
 pub struct CsvError {
     pub origin: String,
     pub line: usize,
@@ -81,8 +82,33 @@ pub struct CsvError {
     pub message: String,
 }
 
+impl CsvError {
+    fn describe(&self) -> String {
+        if self.line == 0 {
+            format!("{}: {}", self.origin, self.message)
+        } else {
+            format!(
+                "{}:{}:{}: {}",
+                self.origin, self.line, self.column, self.message
+            )
+        }
+    }
+}
+
 /// The project's default counters (same fields and types as dcgm-exporter's default-counters.csv).
 pub const DEFAULT_COUNTERS_CSV: &str = include_str!("default-counters.csv");
+
+/// Where dcgm-exporter's packages and images install the counters CSV (the `-f` default).
+pub const DEFAULT_COLLECTORS: &str = "/etc/dcgm-exporter/default-counters.csv";
+
+/// The counters of `-f PATH`: the file; but the built-in defaults when `path` is the default path,
+/// was not given explicitly and does not exist (a machine without dcgm-exporter's package).
+pub fn load(path: &Path, explicitly_set: bool) -> Result<CounterSet, CsvError> {
+    if !explicitly_set && path == Path::new(DEFAULT_COLLECTORS) && !path.exists() {
+        return parse(DEFAULT_COUNTERS_CSV, "built-in default counters");
+    }
+    load_file(path)
+}
 
 /// Read and parse a counters CSV file.
 pub fn load_file(path: &Path) -> Result<CounterSet, CsvError> {

@@ -21,7 +21,7 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use tonic::codec::{Codec, CompressionEncoding, DecodeBuf, Decoder, EncodeBuf, Encoder};
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
 
-use super::config::{OtlpConfig, Protocol};
+use super::settings::{OtlpConfig, Protocol};
 
 /// Why a send failed.
 #[derive(Debug)]

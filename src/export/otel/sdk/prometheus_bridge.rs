@@ -24,18 +24,33 @@ use opentelemetry_sdk::Resource;
 use prometheus::Encoder as _;
 
 use super::instruments::{register, SnapshotView};
-use super::resource::Naming;
-use crate::config::counters::CounterSet;
+use crate::counters::CounterSet;
+use crate::export::otel::naming::{self, Naming};
+use crate::export::otel::otlp::OtlpArgs;
+use crate::export::otel::OtelContext;
 use crate::export::prometheus::RenderedBody;
-use crate::export::self_metrics::{Metric, SelfMetrics};
 use crate::export::SnapshotConsumer;
-use crate::pipeline::SnapshotStore;
 use crate::snapshot::Snapshot;
+use crate::snapshot::SnapshotStore;
+use crate::telemetry::self_metrics::{Metric, SelfMetrics};
 
 /// The bridge could not be built.
 #[derive(Debug, thiserror::Error)]
-#[error("OpenTelemetry Prometheus bridge: {0}")]
-pub struct BridgeError(String);
+pub enum BridgeError {
+    /// `OTEL_RESOURCE_ATTRIBUTES` cannot be read (bad input).
+    #[error(transparent)]
+    Resource(#[from] naming::ResourceAttributesError),
+    /// The OpenTelemetry Prometheus exporter could not be built.
+    #[error("OpenTelemetry Prometheus bridge: {0}")]
+    Build(String),
+}
+
+impl BridgeError {
+    /// Bad input (exit code 2) rather than an internal failure (exit code 1).
+    pub fn is_bad_input(&self) -> bool {
+        matches!(self, BridgeError::Resource(_))
+    }
+}
 
 /// Renders /metrics bodies through the OpenTelemetry Prometheus bridge.
 pub struct OtelPrometheus {
@@ -52,6 +67,24 @@ pub struct OtelPrometheus {
 }
 
 impl OtelPrometheus {
+    /// The bridge for the OTLP naming flags (`--otel-attribute-style`, `--otel-service-name`),
+    /// publishing into `body`.
+    pub fn from_args(
+        args: &OtlpArgs,
+        ctx: &OtelContext<'_>,
+        env: &dyn Fn(&str) -> Option<String>,
+        body: Arc<ArcSwap<RenderedBody>>,
+        self_metrics: Option<Arc<SelfMetrics>>,
+    ) -> Result<OtelPrometheus, BridgeError> {
+        let (base, naming) = naming::base_and_naming(
+            args.otel_attribute_style,
+            args.otel_service_name.as_deref(),
+            ctx,
+            env,
+        )?;
+        OtelPrometheus::new(ctx.counters, naming, base, body, self_metrics)
+    }
+
     /// `body`: the cell the HTTP server reads; `resource`: the base resource (target_info).
     pub fn new(
         counters: &CounterSet,
@@ -64,7 +97,7 @@ impl OtelPrometheus {
         let exporter = opentelemetry_prometheus::exporter()
             .with_registry(registry.clone())
             .build()
-            .map_err(|e| BridgeError(e.to_string()))?;
+            .map_err(|e| BridgeError::Build(e.to_string()))?;
         let provider = SdkMeterProvider::builder()
             .with_resource(Resource::builder_empty().with_attributes(resource).build())
             .with_reader(exporter)

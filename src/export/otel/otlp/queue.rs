@@ -1,8 +1,7 @@
-//! The OTLP push path: a custom SDK `PushMetricExporter` (driven by the SDK's `PeriodicReader` thread)
-//! that converts each collection into one regrouped request ([`super::convert`]), encodes it once and
-//! hands it to a bounded queue; and a sender thread with its own single-threaded tokio runtime that
-//! delivers the queue through [`super::transport`]. The direct pipeline ([`super::direct`]) pushes its
-//! encoded requests into the same queue.
+//! The bounded queue of encoded OTLP requests and the sender that delivers it: the producers (the
+//! direct builder's export thread, [`super::request`], or the SDK pipeline's reader) push encoded
+//! requests; a sender thread with its own single-threaded tokio runtime delivers them through
+//! [`super::transport`].
 //!
 //! Nothing here runs on the collector thread or on the HTTP server's runtime, so a slow or down
 //! collector never delays a scrape of :9400 nor a collection. The queue holds at most `max_pending`
@@ -12,22 +11,15 @@
 //! the delay the server asked for (capped at 60 s), at most [`MAX_RETRIES`] times per request; a
 //! permanent failure is not retried. Failures are logged when the state changes, not on every attempt.
 
-use std::collections::{HashSet, VecDeque};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
-use opentelemetry_sdk::error::OTelSdkResult;
-use opentelemetry_sdk::metrics::data::ResourceMetrics;
-use opentelemetry_sdk::metrics::exporter::PushMetricExporter;
-use opentelemetry_sdk::metrics::Temporality;
-use prost::Message;
 
-use super::convert::convert;
-use super::instruments::SnapshotView;
 use super::transport::{SendError, Transport};
-use crate::export::self_metrics::{Metric, SelfMetrics};
+use crate::lock::LockExt;
+use crate::telemetry::self_metrics::{Metric, SelfMetrics};
 
 /// Retries of one request after its first attempt.
 pub const MAX_RETRIES: u32 = 5;
@@ -145,10 +137,7 @@ impl Queue {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, QueueInner> {
-        match self.inner.lock() {
-            Ok(g) => g,
-            Err(p) => p.into_inner(),
-        }
+        self.inner.lock_unpoisoned()
     }
 
     pub fn push(&self, body: Bytes) {
@@ -191,75 +180,6 @@ impl Queue {
             }
             self.notify.notified().await;
         }
-    }
-}
-
-/// The SDK-facing exporter: convert, encode, enqueue. Never blocks on the network.
-pub struct QueueExporter {
-    pub view: Arc<SnapshotView>,
-    pub resource_keys: HashSet<String>,
-    pub queue: Arc<Queue>,
-    pub temporality: Temporality,
-    pub metrics: Arc<ExportMetrics>,
-    pub shut_down: AtomicBool,
-}
-
-impl QueueExporter {
-    fn export_now(&self, rm: &ResourceMetrics) {
-        // The collection is over: the next one observes the newest snapshot.
-        if let Some(collect) = self.view.unpin() {
-            self.metrics.collect_seconds.set(collect.as_secs_f64());
-        }
-        let started = Instant::now();
-        let converted = convert(rm, &self.resource_keys);
-        if converted.data_points == 0 {
-            return;
-        }
-        let body = Bytes::from(converted.request.encode_to_vec());
-        self.metrics
-            .encode_seconds
-            .set(started.elapsed().as_secs_f64());
-        self.metrics.request_bytes.set(body.len() as f64);
-        self.metrics.data_points.set(converted.data_points as f64);
-        self.metrics
-            .resources
-            .set(converted.request.resource_metrics.len() as f64);
-        self.queue.push(body);
-    }
-}
-
-impl std::fmt::Debug for QueueExporter {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("QueueExporter")
-    }
-}
-
-impl PushMetricExporter for QueueExporter {
-    fn export(
-        &self,
-        metrics: &ResourceMetrics,
-    ) -> impl std::future::Future<Output = OTelSdkResult> + Send {
-        if !self.shut_down.load(Ordering::Acquire) {
-            let r =
-                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.export_now(metrics)));
-            if r.is_err() {
-                tracing::error!("OTLP conversion panicked; this export is skipped");
-            }
-        }
-        std::future::ready(Ok(()))
-    }
-
-    fn force_flush(&self) -> OTelSdkResult {
-        Ok(())
-    }
-
-    fn shutdown_with_timeout(&self, _timeout: Duration) -> OTelSdkResult {
-        self.shut_down.store(true, Ordering::Release);
-        Ok(())
-    }
-
-    fn temporality(&self) -> Temporality {
-        self.temporality
     }
 }
 

@@ -16,11 +16,12 @@ use std::sync::{Arc, Mutex};
 use opentelemetry::metrics::{AsyncInstrument, Meter};
 use opentelemetry::KeyValue;
 
-use super::resource::Naming;
-use super::units::unit_for;
-use crate::config::counters::{CounterSet, MetricKind};
+use crate::counters::{CounterSet, MetricKind};
+use crate::export::otel::naming::Naming;
+use crate::export::otel::units::unit_for;
 use crate::fields::ValueType;
-use crate::pipeline::SnapshotStore;
+use crate::lock::LockExt;
+use crate::snapshot::SnapshotStore;
 use crate::snapshot::{FieldValue, Snapshot};
 
 /// A snapshot and the attribute sets of its entities, prepared once for all instruments.
@@ -57,10 +58,7 @@ impl SnapshotView {
 
     /// The pinned snapshot of the running collection; the first call of a collection pins the newest.
     pub fn current(&self) -> Option<Arc<Prepared>> {
-        let mut pin = match self.pin.lock() {
-            Ok(p) => p,
-            Err(poisoned) => poisoned.into_inner(),
-        };
+        let mut pin = self.pin.lock_unpoisoned();
         if pin.pinned.is_none() {
             let latest = self.store.latest()?;
             let fresh = match &pin.prepared {
@@ -82,10 +80,7 @@ impl SnapshotView {
     /// End of a collection: the next callback takes the newest snapshot again. Returns the time since
     /// the collection's first callback (its callbacks and aggregation), if any callback ran.
     pub fn unpin(&self) -> Option<std::time::Duration> {
-        let mut pin = match self.pin.lock() {
-            Ok(p) => p,
-            Err(poisoned) => poisoned.into_inner(),
-        };
+        let mut pin = self.pin.lock_unpoisoned();
         pin.pinned.take().map(|t| t.elapsed())
     }
 }

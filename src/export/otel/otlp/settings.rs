@@ -10,7 +10,8 @@ use std::time::Duration;
 
 use opentelemetry_sdk::metrics::Temporality;
 
-use crate::config::Cli;
+use super::args::OtlpArgs;
+use crate::export::otel::naming::percent_decode;
 
 /// Transport.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -65,28 +66,6 @@ impl OtlpConfig {
     pub fn is_tls(&self) -> bool {
         self.endpoint.starts_with("https://")
     }
-}
-
-/// Percent-decode `%XX` sequences (header and resource attribute values).
-pub fn percent_decode(s: &str) -> Result<String, String> {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%' {
-            let hex = bytes
-                .get(i + 1..i + 3)
-                .and_then(|h| std::str::from_utf8(h).ok())
-                .and_then(|h| u8::from_str_radix(h, 16).ok())
-                .ok_or_else(|| format!("bad percent escape at byte {}", i + 1))?;
-            out.push(hex);
-            i += 3;
-        } else {
-            out.push(bytes[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8(out).map_err(|_| "percent-decoded value is not UTF-8".to_string())
 }
 
 /// Parse `k=v,k2=v2` headers.
@@ -186,7 +165,7 @@ fn parse_ms(found: &Found) -> Result<Duration, OtlpConfigError> {
 
 /// Resolve the OTLP settings; `Ok(None)` when OTLP is off.
 pub fn resolve(
-    cli: &Cli,
+    cli: &OtlpArgs,
     collect_interval: Duration,
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<Option<OtlpConfig>, OtlpConfigError> {
@@ -407,10 +386,16 @@ mod tests {
     use super::*;
     use clap::Parser;
 
-    fn cli(args: &[&str]) -> Cli {
+    #[derive(Parser)]
+    struct Only {
+        #[command(flatten)]
+        otlp: OtlpArgs,
+    }
+
+    fn cli(args: &[&str]) -> OtlpArgs {
         let mut v = vec!["dcgm-otel"];
         v.extend_from_slice(args);
-        Cli::try_parse_from(v).unwrap()
+        Only::try_parse_from(v).unwrap().otlp
     }
 
     fn env_of(pairs: &'static [(&'static str, &'static str)]) -> impl Fn(&str) -> Option<String> {

@@ -2,9 +2,9 @@
 //! label names), the attribute sets observed for each entity, and the host-level base resource.
 //!
 //! Every observed data point carries its entity's identity attributes. In `per-entity` resource mode the
-//! OTLP exporter moves the keys listed by [`Naming::resource_keys`] from the data points into one
-//! Resource per distinct identity (GPU, MIG instance, and pod/job when attributed); in `host` mode
-//! they stay on the data points under the single host Resource. NvLink entities carry their GPU's
+//! OTLP exporter moves them (all but the few [`ResourceSplit`] keeps on the points) into one Resource
+//! per distinct identity (GPU, MIG instance, and each attribution set: pod, job, whatever an enricher
+//! added); in `host` mode they stay on the data points under the single host Resource. NvLink entities carry their GPU's
 //! identity plus a link attribute (`nvidia.nvlink.index` / `nvlink`), so they land in the GPU's Resource.
 //!
 //! Resource attribute precedence, lowest first: built-in (`service.name=dcgm-otel`, `service.version`,
@@ -16,10 +16,49 @@ use std::sync::Arc;
 
 use opentelemetry::{Key, KeyValue, StringValue, Value};
 
-use crate::config::cli::OtelAttributeStyle;
-use crate::config::counters::{CounterSet, MetricKind};
+use clap::ValueEnum;
+
 use crate::config::LabelStyle;
-use crate::snapshot::{Attribution, EntityKind, EntityReading, Snapshot};
+use crate::counters::{CounterSet, MetricKind};
+use crate::snapshot::{AttributeKey, Attribution, EntityKind, EntityReading, Snapshot};
+
+/// Attribute names on OTLP resources and data points.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum OtelAttributeStyle {
+    /// Semantic-convention names (`hw.id`, `k8s.pod.name`, `nvidia.*`).
+    Otel,
+    /// dcgm-exporter's label names (`gpu`, `UUID`, `modelName`, `pod`, ...).
+    Dcgm,
+}
+
+/// How OTLP resources are cut.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum OtelResourceMode {
+    /// One Resource per GPU / MIG instance (and per attribution set: pod, job).
+    PerEntity,
+    /// One host Resource; entity identity as data-point attributes.
+    Host,
+}
+
+/// Which attributes of a data point move into its Resource. Per entity, everything identifies the
+/// resource but the few attributes that tell points of one entity apart (the NvLink index, the XID
+/// code): attribution attributes an enricher adds are identity without being listed anywhere.
+#[derive(Debug, Clone)]
+pub enum ResourceSplit {
+    /// Host mode: every attribute stays on the data points.
+    Host,
+    /// Per-entity mode: all but `point_keys` go into the resource.
+    PerEntity { point_keys: HashSet<String> },
+}
+
+impl ResourceSplit {
+    pub fn is_identity(&self, key: &str) -> bool {
+        match self {
+            ResourceSplit::Host => false,
+            ResourceSplit::PerEntity { point_keys } => !point_keys.contains(key),
+        }
+    }
+}
 
 /// DCGM field id of the driver version (`DCGM_FI_DRIVER_VERSION`).
 const DRIVER_VERSION_FIELD: u16 = 1;
@@ -34,12 +73,9 @@ struct Names {
     mig_profile: &'static str,
     mig_instance: &'static str,
     mig_uuid: Option<&'static str>,
-    pod: &'static str,
-    namespace: &'static str,
-    container: &'static str,
-    pod_uid: &'static str,
-    hpc_job: &'static str,
     nvlink: &'static str,
+    xid_code: &'static str,
+    xid_message: &'static str,
     /// Constant attributes of every GPU entity (`hw.type`, `hw.vendor`).
     constants: &'static [(&'static str, &'static str)],
 }
@@ -53,12 +89,9 @@ const OTEL_NAMES: Names = Names {
     mig_profile: "nvidia.mig.profile",
     mig_instance: "nvidia.mig.instance_id",
     mig_uuid: Some("nvidia.mig.uuid"),
-    pod: "k8s.pod.name",
-    namespace: "k8s.namespace.name",
-    container: "k8s.container.name",
-    pod_uid: "k8s.pod.uid",
-    hpc_job: "hpc.job.id",
     nvlink: "nvidia.nvlink.index",
+    xid_code: "nvidia.xid.code",
+    xid_message: "nvidia.xid.message",
     constants: &[("hw.type", "gpu"), ("hw.vendor", "NVIDIA")],
 };
 
@@ -71,12 +104,9 @@ const DCGM_NAMES: Names = Names {
     mig_profile: "GPU_I_PROFILE",
     mig_instance: "GPU_I_ID",
     mig_uuid: None,
-    pod: "pod",
-    namespace: "namespace",
-    container: "container",
-    pod_uid: "pod_uid",
-    hpc_job: "hpc_job",
     nvlink: "nvlink",
+    xid_code: "err_code",
+    xid_message: "err_msg",
     constants: &[],
 };
 
@@ -124,35 +154,32 @@ impl Naming {
         }
     }
 
-    /// Keys that identify an entity: moved into the Resource in per-entity mode.
-    pub fn resource_keys(&self) -> HashSet<String> {
-        let n = self.names();
-        let mut keys: HashSet<String> = [
-            n.gpu_index,
-            n.uuid,
-            n.pci_bus_id,
-            n.device,
-            n.model,
-            n.mig_profile,
-            n.mig_instance,
-            n.pod,
-            n.namespace,
-            n.container,
-            n.pod_uid,
-            n.hpc_job,
-        ]
-        .into_iter()
-        .chain(n.mig_uuid)
-        .chain(n.constants.iter().map(|(k, _)| *k))
-        .map(str::to_string)
-        .collect();
-        keys.extend(
-            self.label_keys
-                .iter()
-                .flatten()
-                .map(|k| k.as_str().to_string()),
-        );
-        keys
+    /// Which attributes go into the Resource in a resource mode.
+    pub fn resource_split(&self, mode: OtelResourceMode) -> ResourceSplit {
+        match mode {
+            OtelResourceMode::Host => ResourceSplit::Host,
+            OtelResourceMode::PerEntity => {
+                let n = self.names();
+                ResourceSplit::PerEntity {
+                    point_keys: [n.nvlink, n.xid_code, n.xid_message]
+                        .into_iter()
+                        .map(str::to_string)
+                        .collect(),
+                }
+            }
+        }
+    }
+
+    /// The OTel key of an attribution attribute in this style.
+    fn attribute_key(&self, key: &AttributeKey) -> Key {
+        let name = match self.style {
+            OtelAttributeStyle::Otel => &key.otel,
+            OtelAttributeStyle::Dcgm => &key.prometheus,
+        };
+        match name {
+            std::borrow::Cow::Borrowed(s) => Key::from_static_str(s),
+            std::borrow::Cow::Owned(s) => Key::from(s.clone()),
+        }
     }
 
     /// The attribute sets of every entity of a snapshot, index-aligned with `snap.entities`: one set
@@ -277,25 +304,18 @@ impl Naming {
         if attr.is_empty() {
             return vec![base];
         }
-        let n = self.names();
-        let combinations = attr.combinations();
-        let mut out = Vec::with_capacity(combinations.len());
-        for (pod, job) in combinations {
-            let mut set = base.clone();
-            if let Some(p) = pod {
-                set.push(kv(n.pod, p.name.as_str()));
-                set.push(kv(n.namespace, p.namespace.as_str()));
-                set.push(kv(n.container, p.container.as_str()));
-                if !p.uid.is_empty() {
-                    set.push(kv(n.pod_uid, p.uid.as_str()));
+        attr.sets()
+            .map(|set| {
+                let mut out = base.clone();
+                for a in set {
+                    out.push(KeyValue::new(
+                        self.attribute_key(&a.key),
+                        Value::String(StringValue::from(a.value.clone())),
+                    ));
                 }
-            }
-            if let Some(j) = job {
-                set.push(kv(n.hpc_job, j));
-            }
-            out.push(set);
-        }
-        out
+                out
+            })
+            .collect()
     }
 }
 
@@ -309,6 +329,28 @@ pub struct BaseResourceInput<'a> {
     pub node_name: Option<&'a str>,
     /// `--otel-service-name`.
     pub service_name_flag: Option<&'a str>,
+}
+
+/// Percent-decode `%XX` sequences (header and resource attribute values).
+pub fn percent_decode(s: &str) -> Result<String, String> {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = bytes
+                .get(i + 1..i + 3)
+                .and_then(|h| std::str::from_utf8(h).ok())
+                .and_then(|h| u8::from_str_radix(h, 16).ok())
+                .ok_or_else(|| format!("bad percent escape at byte {}", i + 1))?;
+            out.push(hex);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).map_err(|_| "percent-decoded value is not UTF-8".to_string())
 }
 
 /// A bad `OTEL_RESOURCE_ATTRIBUTES` entry.
@@ -341,10 +383,32 @@ pub fn parse_resource_attributes(
         if k.is_empty() {
             return Err(err("empty key"));
         }
-        let v = super::config::percent_decode(v.trim()).map_err(|m| err(&m))?;
+        let v = percent_decode(v.trim()).map_err(|m| err(&m))?;
         out.push((k.to_string(), v));
     }
     Ok(out)
+}
+
+/// The host base resource (flags, `OTEL_RESOURCE_ATTRIBUTES`, `OTEL_SERVICE_NAME`) and the attribute
+/// naming for entities: what the OTLP push and the `--prometheus-format otel` bridge start from.
+pub fn base_and_naming(
+    style: OtelAttributeStyle,
+    service_name_flag: Option<&str>,
+    ctx: &super::OtelContext<'_>,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<(Vec<KeyValue>, Naming), ResourceAttributesError> {
+    let base = base_resource(
+        &BaseResourceInput {
+            style,
+            hostname: ctx.hostname,
+            host_label: ctx.labels.hostname_label.as_str(),
+            node_name: ctx.node_name,
+            service_name_flag,
+        },
+        env,
+    )?;
+    let naming = Naming::new(style, ctx.labels.clone(), ctx.counters);
+    Ok((base, naming))
 }
 
 /// The base resource attributes, merged by the documented precedence. `env` looks up a variable.

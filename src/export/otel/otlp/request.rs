@@ -50,12 +50,12 @@ use opentelemetry_proto::tonic::metrics::v1::{
 use opentelemetry_proto::tonic::resource::v1::Resource;
 use opentelemetry_sdk::metrics::Temporality;
 
-use super::otlp::{ExportMetrics, Queue};
-use super::resource::Naming;
-use super::units::unit_for;
-use crate::config::counters::{CounterSet, MetricKind};
+use super::queue::{ExportMetrics, Queue};
+use crate::counters::{CounterSet, MetricKind};
+use crate::export::otel::naming::{Naming, ResourceSplit};
+use crate::export::otel::units::unit_for;
 use crate::fields::ValueType;
-use crate::pipeline::SnapshotStore;
+use crate::snapshot::SnapshotStore;
 use crate::snapshot::{Attribution, Entity, EntityKind, FieldValue, Snapshot};
 
 /// How one instrument reads its row.
@@ -174,8 +174,8 @@ struct Layout {
 /// value of every counter series.
 pub struct DirectBuilder {
     naming: Naming,
-    /// Identity keys moved into the Resource (per-entity mode); empty in host mode.
-    resource_keys: HashSet<String>,
+    /// Which attributes move into the Resource.
+    split: ResourceSplit,
     base: Vec<PKeyValue>,
     scope: InstrumentationScope,
     instruments: Vec<Instrument>,
@@ -197,12 +197,12 @@ pub struct Built {
 }
 
 impl DirectBuilder {
-    /// `base`: the host resource attributes; `resource_keys`: identity keys moved into per-entity
-    /// resources (empty: host mode); `temporality`: the exporter's preference (delta applies to
+    /// `base`: the host resource attributes; `split`: which attributes move into per-entity
+    /// resources (none in host mode); `temporality`: the exporter's preference (delta applies to
     /// counters only, as the SDK's selector does; lowmemory keeps observable counters cumulative).
     pub fn new(
         naming: Naming,
-        resource_keys: HashSet<String>,
+        split: ResourceSplit,
         base: &[KeyValue],
         counters: Arc<CounterSet>,
         temporality: Temporality,
@@ -210,7 +210,7 @@ impl DirectBuilder {
     ) -> DirectBuilder {
         DirectBuilder {
             naming,
-            resource_keys,
+            split,
             base: base.iter().map(pkv).collect(),
             scope: InstrumentationScope {
                 name: "dcgm-otel".to_string(),
@@ -287,7 +287,7 @@ impl DirectBuilder {
                         .collect();
                     let (identity, rest): (Vec<&KeyValue>, Vec<&KeyValue>) = set
                         .iter()
-                        .partition(|kv| self.resource_keys.contains(kv.key.as_str()));
+                        .partition(|kv| self.split.is_identity(kv.key.as_str()));
                     // Sets are sorted by key, so the identity is too.
                     let key: Vec<(String, String)> = identity
                         .iter()
@@ -661,112 +661,17 @@ mod tests {
     use prost::Message;
 
     use super::*;
-    use crate::config::cli::OtelAttributeStyle;
-    use crate::config::counters;
-    use crate::config::{HostnameLabel, LabelStyle};
-    use crate::export::otel::instruments::{register, SnapshotView};
+    use crate::config::LabelStyle;
+    use crate::export::otel::naming::{OtelAttributeStyle, OtelResourceMode};
+    use crate::export::otel::sdk::instruments::{register, SnapshotView};
     use crate::snapshot::*;
 
-    const CSV: &str = "DCGM_FI_DEV_SM_CLOCK, gauge, SM clock in MHz.\n\
-                       DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION, counter, Energy in mJ.\n\
-                       DCGM_FI_DEV_NVLINK_PPRM_OPER_RECOVERY, gauge, Link recovery status.\n\
-                       DCGM_FI_DEV_POWER_USAGE, gauge, Power draw in W.\n\
-                       DCGM_FI_DRIVER_VERSION, label, Driver version.\n";
+    use crate::export::otel::test_fleet::{counters as test_counters, snapshot};
 
-    fn snapshot(counters: Arc<CounterSet>, seq: u64, energy: i64) -> Snapshot {
-        let gpu = Arc::new(GpuIdentity {
-            index: 0,
-            uuid: "GPU-aaa".into(),
-            pci_bus_id: "00000000:18:00.0".into(),
-            model: "NVIDIA H100 80GB HBM3".into(),
-        });
-        let pod = |n: &str| PodRef {
-            namespace: "ml".into(),
-            name: n.into(),
-            container: "main".into(),
-            uid: format!("uid-{n}"),
-        };
-        let gpu_reading = EntityReading {
-            entity: Arc::new(Entity::gpu(gpu.clone())),
-            values: vec![
-                FieldValue::Int(1410),
-                FieldValue::Int(energy),
-                FieldValue::Absent(Absent::NotApplicable),
-                FieldValue::Double(312.5),
-                FieldValue::Text("550.1".into()),
-            ],
-            attribution: Arc::new(Attribution {
-                pods: vec![pod("a"), pod("b")],
-                hpc_jobs: vec![],
-            }),
-        };
-        let link = |l: u32| EntityReading {
-            entity: Arc::new(Entity::nvlink(gpu.clone(), 100 + l, l)),
-            values: vec![
-                FieldValue::Absent(Absent::NotApplicable),
-                FieldValue::Absent(Absent::NotApplicable),
-                FieldValue::Int(l as i64),
-                FieldValue::Absent(Absent::NotApplicable),
-                FieldValue::Absent(Absent::NotApplicable),
-            ],
-            attribution: Arc::new(Attribution::default()),
-        };
-        let gpu2 = Arc::new(GpuIdentity {
-            index: 1,
-            uuid: "GPU-bbb".into(),
-            pci_bus_id: "00000000:2A:00.0".into(),
-            model: "NVIDIA H100 80GB HBM3".into(),
-        });
-        let other = EntityReading {
-            entity: Arc::new(Entity::gpu(gpu2)),
-            values: vec![
-                FieldValue::Absent(Absent::Blank),
-                FieldValue::Int(-4),
-                FieldValue::Absent(Absent::NotApplicable),
-                FieldValue::Double(f64::NAN),
-                FieldValue::Text("550.1".into()),
-            ],
-            attribution: Arc::new(Attribution {
-                pods: vec![],
-                hpc_jobs: vec!["job-7".into()],
-            }),
-        };
-        let third = Arc::new(GpuIdentity {
-            index: 2,
-            uuid: "GPU-ccc".into(),
-            pci_bus_id: "00000000:3A:00.0".into(),
-            model: "NVIDIA H100 80GB HBM3".into(),
-        });
-        let plain = EntityReading {
-            entity: Arc::new(Entity::gpu(third)),
-            values: vec![
-                FieldValue::Int(1980),
-                FieldValue::Int(energy * 2),
-                FieldValue::Absent(Absent::NotApplicable),
-                FieldValue::Double(99.25),
-                FieldValue::Text("550.1".into()),
-            ],
-            attribution: Arc::new(Attribution::default()),
-        };
-        Snapshot {
-            seq,
-            taken_at: SystemTime::now(),
-            counters,
-            host: Arc::new(HostInfo::default()),
-            driver_version: Some("550.1".into()),
-            entities: vec![gpu_reading, link(0), link(1), other, plain],
-        }
-    }
-
-    use crate::export::otel::convert::tests::Capture;
+    use crate::export::otel::sdk::convert::tests::Capture;
 
     fn naming(counters: &CounterSet, style: OtelAttributeStyle) -> Naming {
-        let labels = LabelStyle {
-            use_old_namespace: false,
-            replace_blanks_in_model_name: false,
-            hostname_label: HostnameLabel::Hostname,
-        };
-        Naming::new(style, labels, counters)
+        Naming::new(style, LabelStyle::default(), counters)
     }
 
     fn base() -> Vec<KeyValue> {
@@ -783,18 +688,18 @@ mod tests {
         temporality: Temporality,
         energy: &[i64],
     ) -> Vec<(ExportMetricsServiceRequest, ExportMetricsServiceRequest)> {
-        let counters = Arc::new(counters::parse(CSV, "test").unwrap());
-        let keys = if per_entity {
-            naming(&counters, style).resource_keys()
+        let counters = test_counters();
+        let split = naming(&counters, style).resource_split(if per_entity {
+            OtelResourceMode::PerEntity
         } else {
-            HashSet::new()
-        };
+            OtelResourceMode::Host
+        });
         let store = SnapshotStore::new();
         let view = SnapshotView::new(store.clone(), naming(&counters, style));
         let out = Arc::new(Mutex::new(Vec::new()));
         let reader = PeriodicReader::builder(Capture {
             view: view.clone(),
-            keys: keys.clone(),
+            split: split.clone(),
             temporality,
             out: out.clone(),
         })
@@ -819,7 +724,7 @@ mod tests {
         );
         let mut direct = DirectBuilder::new(
             naming(&counters, style),
-            keys,
+            split,
             &base(),
             counters.clone(),
             temporality,
@@ -928,11 +833,11 @@ mod tests {
 
     #[test]
     fn a_delta_starts_at_the_previous_export_and_a_reset_restarts() {
-        let counters = Arc::new(counters::parse(CSV, "test").unwrap());
+        let counters = test_counters();
         let start = UNIX_EPOCH + Duration::from_secs(1000);
         let mut b = DirectBuilder::new(
             naming(&counters, OtelAttributeStyle::Otel),
-            HashSet::new(),
+            ResourceSplit::Host,
             &base(),
             counters.clone(),
             Temporality::Delta,
@@ -983,17 +888,17 @@ mod tests {
 
     #[test]
     fn encoding_one_resource_at_a_time_gives_the_request_bytes() {
-        let counters = Arc::new(counters::parse(CSV, "test").unwrap());
+        let counters = test_counters();
         for per_entity in [true, false] {
             let n = naming(&counters, OtelAttributeStyle::Otel);
-            let keys = if per_entity {
-                n.resource_keys()
+            let split = n.resource_split(if per_entity {
+                OtelResourceMode::PerEntity
             } else {
-                HashSet::new()
-            };
+                OtelResourceMode::Host
+            });
             let mut b = DirectBuilder::new(
                 n,
-                keys,
+                split,
                 &base(),
                 counters.clone(),
                 Temporality::Cumulative,
@@ -1014,12 +919,12 @@ mod tests {
 
     #[test]
     fn layout_is_reused_until_an_entity_changes() {
-        let counters = Arc::new(counters::parse(CSV, "test").unwrap());
+        let counters = test_counters();
         let n = naming(&counters, OtelAttributeStyle::Otel);
-        let keys = n.resource_keys();
+        let split = n.resource_split(OtelResourceMode::PerEntity);
         let mut b = DirectBuilder::new(
             n,
-            keys,
+            split,
             &base(),
             counters.clone(),
             Temporality::Cumulative,

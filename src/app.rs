@@ -1,0 +1,467 @@
+//! Start-up and shutdown: a parsed command line turned into a running exporter.
+//!
+//! Start-up is two phases so that bad input never has a side effect:
+//! 1. [`Plan::resolve`] reads and checks everything the flags name — listen address, web config,
+//!    scenario, counters CSV, `-r`, OTLP settings and resource attributes, `-d` against a simulated
+//!    fleet — and logs nothing. Any bad input is one line and exit code 2.
+//! 2. [`Plan::start`] binds :9400 first (a port in use fails before anything is read or pushed), then
+//!    installs the SIGHUP handler, connects the source, starts the enrichers, the exporters, the
+//!    collector thread and the HTTP server, and waits for SIGTERM/SIGINT.
+//!
+//! The wiring is declarative: one `match` over the sources, a list of enrichers, a list of consumers.
+//! Every failure is a [`StartError`] carrying its exit code.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use arc_swap::ArcSwap;
+
+use crate::cli::{Cli, Parsed};
+use crate::counters::{self, CounterSet};
+use crate::enrich::hpc::HpcEnricher;
+use crate::enrich::kubernetes::{KubernetesConfig, KubernetesEnricher};
+use crate::enrich::Enricher;
+use crate::export::otel::otlp::{OtelExport, OtlpPlan};
+use crate::export::otel::sdk::prometheus_bridge::OtelPrometheus;
+use crate::export::otel::{naming, OtelContext};
+use crate::export::prometheus::Renderer;
+use crate::export::SnapshotConsumer;
+use crate::pipeline::{CollectorStatus, Pipeline};
+use crate::server::args::{listen_addresses, PrometheusFormat};
+use crate::server::web::{HttpMetrics, WebSecurity};
+use crate::server::{self, ServeOptions, ServerState};
+use crate::snapshot::{HostInfo, SnapshotStore};
+use crate::source::dcgm::{self, DcgmOptions, DcgmSource};
+use crate::source::sim::{self, Scenario, SimSource};
+use crate::source::Source;
+use crate::telemetry::self_metrics::SelfMetrics;
+
+/// A start-up failure: the one line to print and the exit code (2: bad input, 1: the environment).
+#[derive(Debug)]
+pub struct StartError {
+    pub code: u8,
+    pub message: String,
+}
+
+impl StartError {
+    /// Bad input: a flag, variable or file the user gave (exit code 2).
+    pub fn input(error: impl std::fmt::Display) -> StartError {
+        StartError {
+            code: 2,
+            message: one_line(&error.to_string()),
+        }
+    }
+
+    /// The environment failed (library missing, host engine down, port taken): exit code 1.
+    pub fn environment(error: impl std::fmt::Display) -> StartError {
+        StartError {
+            code: 1,
+            message: one_line(&error.to_string()),
+        }
+    }
+
+    /// `input` or `environment`, as the error says.
+    fn classify(bad_input: bool, error: impl std::fmt::Display) -> StartError {
+        if bad_input {
+            StartError::input(error)
+        } else {
+            StartError::environment(error)
+        }
+    }
+}
+
+impl std::fmt::Display for StartError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+/// Whitespace runs (newlines included) become one space: every start-up error is one line.
+fn one_line(s: &str) -> String {
+    s.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// Where the readings come from.
+enum SourcePlan {
+    Simulated {
+        source: SimSource,
+        name: String,
+        description: String,
+        seed: u64,
+    },
+    Dcgm(DcgmOptions),
+}
+
+/// Everything start-up needs, resolved and checked, nothing started.
+pub struct Plan {
+    cli: Cli,
+    not_implemented: Vec<String>,
+    interval: Duration,
+    listen: Vec<SocketAddr>,
+    web_config: Option<PathBuf>,
+    web_security: WebSecurity,
+    counters: CounterSet,
+    source: SourcePlan,
+    host: HostInfo,
+    otlp: Option<OtlpPlan>,
+}
+
+impl Plan {
+    /// Check every input; no log line, no socket, no thread.
+    pub fn resolve(parsed: Parsed) -> Result<Plan, StartError> {
+        let Parsed {
+            cli,
+            collectors_explicit,
+            not_implemented,
+        } = parsed;
+        let env = |k: &str| std::env::var(k).ok();
+        let interval = cli.collection.interval();
+        let listen = listen_addresses(&cli.server.address).map_err(StartError::input)?;
+        let web_config = cli.server.web_config_path().map(PathBuf::from);
+        let web_security = match &web_config {
+            Some(path) => WebSecurity::load(path).map_err(StartError::input)?,
+            None => WebSecurity::plain(),
+        };
+        let scenario = match &cli.simulation.simulate {
+            Some(name) => Some(Scenario::load(name).map_err(StartError::input)?),
+            None => None,
+        };
+        let counters = load_counters(&cli, scenario.as_ref(), collectors_explicit)?;
+        // The host label: the host of -r for a remote engine (loopback and unix sockets: the local
+        // name), else NODE_NAME, else the kernel's name; with -k the node name always (dcgm-exporter
+        // 4.8.3). NODE_NAME is read here, once.
+        let node_name = env("NODE_NAME")
+            .map(|n| n.trim().to_string())
+            .filter(|n| !n.is_empty());
+        let remote_host = match (&scenario, &cli.dcgm.remote_hostengine_info) {
+            (None, Some(r)) if !cli.kubernetes.kubernetes => dcgm::remote_hostname(r),
+            _ => None,
+        };
+        let hostname = (!cli.collection.no_hostname).then(|| {
+            remote_host
+                .or_else(|| node_name.clone())
+                .unwrap_or_else(|| gethostname::gethostname().to_string_lossy().into_owned())
+        });
+        let host = HostInfo {
+            hostname,
+            node_name,
+        };
+        let source = match scenario {
+            Some(scenario) => {
+                let seed = cli.simulation.seed();
+                let source = SimSource::new(
+                    &scenario,
+                    seed,
+                    Arc::new(counters.clone()),
+                    &cli.collection.devices,
+                    interval,
+                )
+                .map_err(StartError::input)?;
+                SourcePlan::Simulated {
+                    source,
+                    name: cli
+                        .simulation
+                        .simulate
+                        .clone()
+                        .unwrap_or_else(|| "default".into()),
+                    description: scenario.description.clone(),
+                    seed,
+                }
+            }
+            None => {
+                if let Some(r) = &cli.dcgm.remote_hostengine_info {
+                    dcgm::remote::parse(r).map_err(StartError::input)?;
+                }
+                SourcePlan::Dcgm(DcgmOptions::new(
+                    &cli.dcgm,
+                    interval,
+                    cli.collection.devices.clone(),
+                ))
+            }
+        };
+        let otlp = {
+            let ctx = otel_context(&cli, &counters, &host);
+            if cli.server.prometheus_format == PrometheusFormat::Otel {
+                // The bridge reads the same resource attributes: check them now.
+                naming::base_and_naming(
+                    cli.otlp.otel_attribute_style,
+                    cli.otlp.otel_service_name.as_deref(),
+                    &ctx,
+                    &env,
+                )
+                .map_err(StartError::input)?;
+            }
+            OtlpPlan::resolve(&cli.otlp, &ctx, interval, &env)
+                .map_err(|e| StartError::classify(e.is_bad_input(), e))?
+        };
+        Ok(Plan {
+            cli,
+            not_implemented,
+            interval,
+            listen,
+            web_config,
+            web_security,
+            counters,
+            source,
+            host,
+            otlp,
+        })
+    }
+
+    /// Start everything and serve until SIGTERM/SIGINT.
+    pub fn start(self, started: Instant) -> Result<(), StartError> {
+        let Plan {
+            cli,
+            not_implemented,
+            interval,
+            listen,
+            web_config,
+            web_security,
+            mut counters,
+            source,
+            host,
+            otlp,
+        } = self;
+        for flag in &not_implemented {
+            tracing::warn!(flag = %flag, "dcgm-exporter flag accepted for compatibility but not implemented by dcgm-otel yet; it has no effect");
+        }
+        for (line, name) in &counters.unsupported_exporter_fields {
+            tracing::warn!(origin = %counters.origin, line, field = %name, "DCGM_EXP_* metrics are not yet supported by dcgm-otel; row skipped");
+        }
+
+        // :9400 first: a port in use stops start-up before a source is read or anything is pushed.
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .thread_name("dcgm-otel-rt")
+            .build()
+            .map_err(|e| StartError::environment(format!("cannot start the async runtime: {e}")))?;
+        let listener = runtime.block_on(server::bind(&listen)).map_err(|e| {
+            StartError::environment(format!("cannot listen on {}: {e}", cli.server.address))
+        })?;
+        let self_metrics = SelfMetrics::new();
+        self_metrics
+            .gauge(
+                "dcgm_otel_build_info",
+                "Build of the running exporter; always 1.",
+                &[
+                    ("version", env!("CARGO_PKG_VERSION")),
+                    ("commit", env!("DCGM_OTEL_GIT_COMMIT")),
+                ],
+            )
+            .set(1.0);
+        let web = Arc::new(ArcSwap::from_pointee(web_security));
+        let http_metrics = Arc::new(HttpMetrics::new(&self_metrics));
+        // SIGHUP never ends the process: from here on it reloads what is reloadable.
+        runtime.spawn(reload_on_sighup(Reloadable {
+            web_config,
+            web: web.clone(),
+            http_metrics: http_metrics.clone(),
+        }));
+
+        // ---- source ---------------------------------------------------------------------------
+        let source: Box<dyn Source> = match source {
+            SourcePlan::Simulated {
+                source,
+                name,
+                description,
+                seed,
+            } => {
+                tracing::warn!(
+                    scenario = %name,
+                    description = %description,
+                    seed,
+                    "SIMULATED METRICS: no GPU is being read; every value comes from the simulated fleet (--simulate)"
+                );
+                Box::new(source)
+            }
+            SourcePlan::Dcgm(opts) => {
+                // Rows DCGM cannot serve (DCP without the profiling module) leave the counter set
+                // here, before any exporter is built.
+                let s = DcgmSource::connect(opts, &mut counters)
+                    .map_err(|e| StartError::classify(e.is_bad_input(), e))?;
+                Box::new(s)
+            }
+        };
+        counters.rows.shrink_to_fit();
+        let counters = Arc::new(counters);
+        tracing::info!(
+            origin = %counters.origin,
+            rows = counters.len(),
+            interval_ms = interval.as_millis() as u64,
+            source = source.name(),
+            "configuration loaded"
+        );
+
+        // ---- enrichers --------------------------------------------------------------------------
+        let mut enrichers: Vec<Box<dyn Enricher>> = Vec::new();
+        if cli.kubernetes.kubernetes {
+            let config = KubernetesConfig::from_args(&cli.kubernetes, interval);
+            let k8s = KubernetesEnricher::new(config, &self_metrics).map_err(|e| {
+                StartError::environment(format!("cannot start the kubelet client runtime: {e}"))
+            })?;
+            enrichers.push(Box::new(k8s));
+        }
+        if let Some(dir) = cli.hpc.dir() {
+            enrichers.push(Box::new(HpcEnricher::new(dir.to_path_buf(), &self_metrics)));
+        }
+
+        // ---- consumers and OTLP ---------------------------------------------------------------
+        let shown_self_metrics = (!cli.collection.no_self_metrics).then(|| self_metrics.clone());
+        let renderer = Arc::new(Renderer::new(
+            cli.collection.label_style(),
+            shown_self_metrics.clone(),
+        ));
+        let consumers: Vec<Arc<dyn SnapshotConsumer>> = match cli.server.prometheus_format {
+            PrometheusFormat::Dcgm => vec![renderer.clone()],
+            PrometheusFormat::Otel => {
+                let env = |k: &str| std::env::var(k).ok();
+                let ctx = otel_context(&cli, &counters, &host);
+                let bridge = OtelPrometheus::from_args(
+                    &cli.otlp,
+                    &ctx,
+                    &env,
+                    renderer.body(),
+                    shown_self_metrics,
+                )
+                .map_err(|e| StartError::classify(e.is_bad_input(), e))?;
+                vec![Arc::new(bridge)]
+            }
+        };
+        let store = SnapshotStore::new();
+        let otel: Option<OtelExport> = match otlp {
+            Some(plan) => Some(
+                plan.start(store.clone(), &self_metrics)
+                    .map_err(|e| StartError::classify(e.is_bad_input(), e))?,
+            ),
+            None => None,
+        };
+
+        // ---- collector thread and HTTP server ---------------------------------------------------
+        let status = CollectorStatus::new(interval);
+        let pipeline = Pipeline {
+            source,
+            enrichers,
+            consumers,
+            counters,
+            host: Arc::new(host),
+            interval,
+            store,
+            status: status.clone(),
+            self_metrics: self_metrics.clone(),
+        };
+        let (stop_tx, stop_rx) = std::sync::mpsc::channel::<()>();
+        let collector = std::thread::Builder::new()
+            .name("collector".into())
+            .spawn(move || pipeline.run(stop_rx))
+            .map_err(|e| {
+                StartError::environment(format!("cannot start the collector thread: {e}"))
+            })?;
+        let state = ServerState {
+            body: renderer.body(),
+            status,
+        };
+        let options = ServeOptions {
+            limits: cli.server.limits(),
+            web,
+            metrics: http_metrics,
+            health_auth: cli.server.web_health_auth,
+        };
+        let local = listener
+            .local_addr()
+            .map(|a| a.to_string())
+            .unwrap_or_default();
+        tracing::info!(address = %local, startup_ms = started.elapsed().as_millis() as u64, "serving /metrics");
+        runtime.block_on(async move {
+            let (shutdown_tx, shutdown_rx) = tokio::sync::watch::channel(false);
+            let server = tokio::spawn(server::serve_with(listener, state, options, shutdown_rx));
+            wait_for_termination().await;
+            tracing::info!("shutting down");
+            let _ = shutdown_tx.send(true);
+            let _ = tokio::time::timeout(Duration::from_secs(5), server).await;
+        });
+        drop(stop_tx);
+        let _ = collector.join();
+        if let Some(otel) = otel {
+            otel.shutdown();
+        }
+        runtime.shutdown_timeout(Duration::from_secs(1));
+        Ok(())
+    }
+}
+
+/// The counters: a simulated scenario's own set unless `-f` was given explicitly, else `-f` (the
+/// built-in defaults when the default path is missing).
+fn load_counters(
+    cli: &Cli,
+    scenario: Option<&Scenario>,
+    collectors_explicit: bool,
+) -> Result<CounterSet, StartError> {
+    let own = scenario
+        .and_then(|s| s.counters.as_deref())
+        .filter(|_| !collectors_explicit);
+    let loaded = match own {
+        Some(name) => match sim::scenario::builtin_counters(name) {
+            Some(text) => counters::parse(text, &format!("built-in '{name}' counters")),
+            None => counters::load_file(std::path::Path::new(name)),
+        },
+        None => counters::load(&cli.collection.collectors, collectors_explicit),
+    };
+    loaded.map_err(StartError::input)
+}
+
+fn otel_context<'a>(cli: &Cli, counters: &'a CounterSet, host: &'a HostInfo) -> OtelContext<'a> {
+    OtelContext {
+        counters,
+        labels: cli.collection.label_style(),
+        hostname: host.hostname.as_deref(),
+        node_name: host.node_name.as_deref(),
+    }
+}
+
+/// What SIGHUP reloads.
+struct Reloadable {
+    web_config: Option<PathBuf>,
+    web: Arc<ArcSwap<WebSecurity>>,
+    http_metrics: Arc<HttpMetrics>,
+}
+
+/// On every SIGHUP (logrotate, config tools, a user), reload what can be reloaded and keep serving.
+async fn reload_on_sighup(what: Reloadable) {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut hup = match signal(SignalKind::hangup()) {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot listen for SIGHUP; nothing will be reloaded on it");
+            return;
+        }
+    };
+    while hup.recv().await.is_some() {
+        match &what.web_config {
+            Some(path) => {
+                tracing::info!(file = %path.display(), "SIGHUP: reloading the web config");
+                server::web::reload(path, &what.web, &what.http_metrics);
+            }
+            None => tracing::info!(
+                "SIGHUP received: nothing to reload (no --web-config-file); still serving"
+            ),
+        }
+    }
+}
+
+async fn wait_for_termination() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = match signal(SignalKind::terminate()) {
+        Ok(s) => s,
+        Err(_) => {
+            let _ = tokio::signal::ctrl_c().await;
+            return;
+        }
+    };
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = tokio::signal::ctrl_c() => {}
+    }
+}

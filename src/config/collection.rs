@@ -1,0 +1,125 @@
+//! The collection flags (`Metrics` in `--help`): which counters, how often, which devices, and how the
+//! host and the labels are spelled — the settings every source and exporter share, resolved once here
+//! (the collect interval as a [`Duration`], the [`LabelStyle`]) and handed down as typed values.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{ArgAction, Args, ValueEnum};
+
+use super::devices::{self, DeviceSelection};
+use crate::counters::DEFAULT_COLLECTORS;
+
+/// Spelling of the host label: dcgm-exporter up to 4.8.2 wrote `Hostname`, 4.8.3 writes `hostname`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum HostnameLabel {
+    #[value(name = "Hostname")]
+    Hostname,
+    #[value(name = "hostname")]
+    LowerHostname,
+}
+
+impl HostnameLabel {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            HostnameLabel::Hostname => "Hostname",
+            HostnameLabel::LowerHostname => "hostname",
+        }
+    }
+}
+
+/// The `Metrics` flags.
+#[derive(Debug, Clone, Args)]
+#[command(next_help_heading = "Metrics")]
+pub struct CollectionArgs {
+    /// Counters CSV: which DCGM fields to export. When the default path does not exist, the built-in
+    /// default counters are used.
+    #[arg(short = 'f', long = "collectors", env = "DCGM_EXPORTER_COLLECTORS", value_name = "PATH",
+          default_value = DEFAULT_COLLECTORS)]
+    pub collectors: PathBuf,
+
+    /// Collect interval in milliseconds (also DCGM's watch update frequency).
+    #[arg(short = 'c', long = "collect-interval", env = "DCGM_EXPORTER_INTERVAL", value_name = "MS",
+          default_value_t = 30000, value_parser = clap::value_parser!(u64).range(100..=3_600_000))]
+    pub collect_interval: u64,
+
+    /// GPUs and MIG instances to monitor: f (flex), g, i, g:0,1, i:0,2-4, g:0+i:3.
+    #[arg(short = 'd', long = "devices", env = "DCGM_EXPORTER_DEVICES_STR", value_name = "SELECTION",
+          default_value = "f", value_parser = parse_devices)]
+    pub devices: DeviceSelection,
+
+    /// Use dcgm-exporter 1.x label names (uuid, pod_name, pod_namespace, container_name).
+    #[arg(short = 'o', long = "use-old-namespace", env = "DCGM_EXPORTER_USE_OLD_NAMESPACE",
+          action = ArgAction::SetTrue)]
+    pub use_old_namespace: bool,
+
+    /// Collapse whitespace in the model name and replace spaces with '-' (alias -rbmn).
+    #[arg(long = "replace-blanks-in-model-name", env = "DCGM_EXPORTER_REPLACE_BLANKS_IN_MODEL_NAME",
+          action = ArgAction::SetTrue)]
+    pub replace_blanks_in_model_name: bool,
+
+    /// Do not add the host label to series.
+    #[arg(short = 'n', long = "no-hostname", env = "DCGM_EXPORTER_NO_HOSTNAME", action = ArgAction::SetTrue)]
+    pub no_hostname: bool,
+
+    /// Name of the host label: Hostname (dcgm-exporter <= 4.8.2, the default) or hostname (4.8.3).
+    #[arg(
+        long = "hostname-label",
+        env = "DCGM_OTEL_HOSTNAME_LABEL",
+        value_enum,
+        default_value = "Hostname"
+    )]
+    pub hostname_label: HostnameLabel,
+
+    /// Leave out the exporter's own dcgm_otel_* metrics.
+    #[arg(long = "no-self-metrics", env = "DCGM_OTEL_NO_SELF_METRICS", action = ArgAction::SetTrue)]
+    pub no_self_metrics: bool,
+}
+
+impl CollectionArgs {
+    /// The collect interval.
+    pub fn interval(&self) -> Duration {
+        Duration::from_millis(self.collect_interval)
+    }
+
+    pub fn label_style(&self) -> LabelStyle {
+        LabelStyle {
+            use_old_namespace: self.use_old_namespace,
+            replace_blanks_in_model_name: self.replace_blanks_in_model_name,
+            hostname_label: self.hostname_label,
+        }
+    }
+}
+
+fn parse_devices(s: &str) -> Result<DeviceSelection, String> {
+    devices::parse(s).map_err(|e| e.to_string())
+}
+
+/// Labels and identity choices shared by all exporters.
+#[derive(Debug, Clone)]
+pub struct LabelStyle {
+    pub use_old_namespace: bool,
+    pub replace_blanks_in_model_name: bool,
+    pub hostname_label: HostnameLabel,
+}
+
+impl Default for LabelStyle {
+    fn default() -> Self {
+        LabelStyle {
+            use_old_namespace: false,
+            replace_blanks_in_model_name: false,
+            hostname_label: HostnameLabel::Hostname,
+        }
+    }
+}
+
+impl LabelStyle {
+    /// The model name as it is written in labels.
+    pub fn model_name(&self, model: &str) -> String {
+        if self.replace_blanks_in_model_name {
+            model.split_whitespace().collect::<Vec<_>>().join("-")
+        } else {
+            model.to_string()
+        }
+    }
+}

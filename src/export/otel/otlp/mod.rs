@@ -1,0 +1,250 @@
+//! OTLP push: one `ExportMetricsServiceRequest` per export, with one Resource per GPU / MIG instance
+//! (and per pod or job when attributed), to any OpenTelemetry collector or vendor.
+//!
+//! In data-flow order:
+//! - [`request`]: the newest snapshot → the request (`--otlp-pipeline direct`, the default), built on
+//!   its own export thread with per-entity resources cached between exports; no SDK state (the SDK
+//!   alternative is [`crate::export::otel::sdk`]).
+//! - [`queue`]: the bounded queue of encoded requests (oldest dropped, counted) and the sender loop
+//!   with retries, backoff and `Retry-After`; the export self-metrics.
+//! - [`transport`]: gRPC (tonic) and HTTP/protobuf (hyper + rustls), TLS and mTLS, gzip.
+//! - [`args`] and [`settings`]: the `--otlp-*` flags and the `OTEL_EXPORTER_OTLP_*` variables.
+//!
+//! Start-up is two steps: [`OtlpPlan::resolve`] checks every setting without side effects (a bad one is
+//! exit code 2 before anything starts), [`OtlpPlan::start`] starts the sender and the producer. The
+//! export and sender threads never touch the collector thread or the :9400 server.
+
+pub mod args;
+pub mod queue;
+pub mod request;
+pub mod settings;
+pub mod transport;
+
+use std::sync::mpsc;
+use std::sync::Arc;
+use std::time::Duration;
+
+use opentelemetry::KeyValue;
+use opentelemetry_sdk::metrics::SdkMeterProvider;
+
+pub use args::{OtlpArgs, OtlpPipeline};
+pub use settings::{OtlpConfig, Protocol};
+
+use super::naming::{self, Naming, ResourceSplit};
+use super::{sdk, OtelContext};
+use crate::counters::CounterSet;
+use crate::snapshot::SnapshotStore;
+use crate::telemetry::self_metrics::SelfMetrics;
+
+/// Why OTLP export could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum OtelError {
+    #[error(transparent)]
+    Config(#[from] settings::OtlpConfigError),
+    #[error(transparent)]
+    Resource(#[from] naming::ResourceAttributesError),
+    #[error(transparent)]
+    Transport(#[from] transport::TransportError),
+    #[error("cannot start the OTLP sender thread: {0}")]
+    Thread(String),
+}
+
+impl OtelError {
+    /// Bad flags, variables or files (exit code 2) rather than an environment failure.
+    pub fn is_bad_input(&self) -> bool {
+        !matches!(self, OtelError::Thread(_))
+    }
+}
+
+/// OTLP push, resolved and checked, not started.
+pub struct OtlpPlan {
+    settings: OtlpConfig,
+    pipeline: OtlpPipeline,
+    base: Vec<KeyValue>,
+    naming: Naming,
+    split: ResourceSplit,
+    counters: Arc<CounterSet>,
+    describe: String,
+}
+
+impl OtlpPlan {
+    /// The plan, or `None` when OTLP is off (no `--otlp` and no endpoint). `env` looks up variables.
+    pub fn resolve(
+        args: &OtlpArgs,
+        ctx: &OtelContext<'_>,
+        collect_interval: Duration,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<Option<OtlpPlan>, OtelError> {
+        let Some(settings) = settings::resolve(args, collect_interval, env)? else {
+            return Ok(None);
+        };
+        let (base, naming) = naming::base_and_naming(
+            args.otel_attribute_style,
+            args.otel_service_name.as_deref(),
+            ctx,
+            env,
+        )?;
+        let split = naming.resource_split(args.otel_resource_mode);
+        let describe = format!(
+            "pipeline={:?} resource_mode={:?} attribute_style={:?}",
+            args.otlp_pipeline, args.otel_resource_mode, args.otel_attribute_style
+        );
+        Ok(Some(OtlpPlan {
+            settings,
+            pipeline: args.otlp_pipeline,
+            base,
+            naming,
+            split,
+            counters: Arc::new(ctx.counters.clone()),
+            describe,
+        }))
+    }
+
+    /// Start the sender and the producer over the published snapshots.
+    pub fn start(
+        self,
+        store: Arc<SnapshotStore>,
+        self_metrics: &SelfMetrics,
+    ) -> Result<OtelExport, OtelError> {
+        let cfg = self.settings;
+        let protocol = match cfg.protocol {
+            Protocol::Grpc => "grpc",
+            Protocol::HttpProtobuf => "http/protobuf",
+        };
+        let metrics = Arc::new(queue::ExportMetrics::new(self_metrics, protocol));
+        let queue = queue::Queue::new(cfg.max_pending, metrics.clone());
+        let done = spawn_sender(&cfg, queue.clone(), metrics.clone())?;
+        let (producer, n) = match self.pipeline {
+            OtlpPipeline::Direct => {
+                let builder = request::DirectBuilder::new(
+                    self.naming,
+                    self.split,
+                    &self.base,
+                    self.counters,
+                    cfg.temporality,
+                    std::time::SystemTime::now(),
+                );
+                let n = builder.instrument_count();
+                match request::spawn(builder, store, queue.clone(), metrics, cfg.interval) {
+                    Ok(e) => (Producer::Direct(e), n),
+                    Err(e) => {
+                        queue.close();
+                        return Err(OtelError::Thread(e.to_string()));
+                    }
+                }
+            }
+            OtlpPipeline::Sdk => {
+                let (provider, n) = sdk::start(
+                    store,
+                    self.naming,
+                    self.split,
+                    self.base,
+                    &self.counters,
+                    queue.clone(),
+                    metrics,
+                    cfg.temporality,
+                    cfg.interval,
+                );
+                (Producer::Sdk(provider), n)
+            }
+        };
+        tracing::info!(
+            endpoint = %cfg.endpoint,
+            protocol,
+            interval_ms = cfg.interval.as_millis() as u64,
+            instruments = n,
+            settings = %self.describe,
+            tls = cfg.is_tls(),
+            gzip = cfg.gzip,
+            "OTLP push enabled"
+        );
+        Ok(OtelExport {
+            producer,
+            queue,
+            done,
+            drain_timeout: cfg.timeout.min(Duration::from_secs(5)),
+        })
+    }
+}
+
+/// The sender thread: builds the transport inside its own runtime and delivers the queue; reports
+/// whether the transport could be built. The returned channel closes when the sender has finished.
+fn spawn_sender(
+    cfg: &OtlpConfig,
+    queue: Arc<queue::Queue>,
+    metrics: Arc<queue::ExportMetrics>,
+) -> Result<mpsc::Receiver<()>, OtelError> {
+    let (ready_tx, ready_rx) = mpsc::channel::<Result<(), transport::TransportError>>();
+    let (done_tx, done_rx) = mpsc::channel::<()>();
+    let cfg = cfg.clone();
+    std::thread::Builder::new()
+        .name("otlp-sender".into())
+        .spawn(move || {
+            let rt = match tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            {
+                Ok(rt) => rt,
+                Err(e) => {
+                    let _ = ready_tx.send(Err(transport::TransportError(format!("runtime: {e}"))));
+                    return;
+                }
+            };
+            let transport = match rt.block_on(async { transport::Transport::new(&cfg) }) {
+                Ok(t) => t,
+                Err(e) => {
+                    let _ = ready_tx.send(Err(e));
+                    return;
+                }
+            };
+            let _ = ready_tx.send(Ok(()));
+            rt.block_on(queue::run_sender(
+                transport,
+                queue,
+                metrics,
+                cfg.endpoint.clone(),
+            ));
+            let _ = done_tx.send(());
+        })
+        .map_err(|e| OtelError::Thread(e.to_string()))?;
+    match ready_rx.recv() {
+        Ok(Ok(())) => Ok(done_rx),
+        Ok(Err(e)) => Err(e.into()),
+        Err(_) => Err(OtelError::Thread(
+            "the sender thread ended during start-up".into(),
+        )),
+    }
+}
+
+/// What produces the requests.
+enum Producer {
+    Direct(request::DirectExport),
+    Sdk(SdkMeterProvider),
+}
+
+/// A running OTLP export; [`OtelExport::shutdown`] sends the last collection and stops.
+pub struct OtelExport {
+    producer: Producer,
+    queue: Arc<queue::Queue>,
+    done: mpsc::Receiver<()>,
+    drain_timeout: Duration,
+}
+
+impl OtelExport {
+    /// Export the last collection, then give the sender up to the request timeout (at most 5 s) to
+    /// deliver what is pending. Blocks; call it outside any async runtime.
+    pub fn shutdown(self) {
+        match self.producer {
+            Producer::Direct(d) => d.shutdown(),
+            Producer::Sdk(provider) => {
+                if let Err(e) = provider.shutdown() {
+                    tracing::debug!(error = %e, "OTel meter provider shutdown");
+                }
+            }
+        }
+        self.queue.close();
+        if self.done.recv_timeout(self.drain_timeout).is_err() {
+            tracing::warn!("OTLP sender did not finish within the shutdown timeout; pending exports are dropped");
+        }
+    }
+}

@@ -1,0 +1,249 @@
+//! Attribution as data: who uses an entity (a Kubernetes pod, an HPC job, a team...), written by the
+//! enrichers as attributes, read by every exporter without knowing which enricher wrote them.
+//!
+//! An [`Attribute`] is a value under an [`AttributeKey`], and the key says how each exporter spells it
+//! (the Prometheus label name, its dcgm-exporter 1.x spelling under `-o`, the OpenTelemetry attribute
+//! key) and where dcgm-exporter puts it among the labels ([`Placement`]). An entity's [`Attribution`]
+//! is a list of attribute sets, one per series: a device shared by three pods has three sets, and each
+//! exporter writes one series (or one OTLP resource) per set. An enricher either adds attributes to
+//! every set ([`Attribution::add`]) or splits the entity into alternatives ([`Attribution::split`]:
+//! the cross product with the sets already there). Within a set each key appears once, the last write
+//! winning; sets keep insertion order and the exporters sort by the name they write.
+
+use std::borrow::Cow;
+use std::sync::{Arc, LazyLock};
+
+/// Where dcgm-exporter writes an attribute among a series' labels: after the entity's identity come
+/// the `label`-type fields together with the [`Placement::Labels`] attributes (pod labels) sorted by
+/// name, then the [`Placement::Attributes`] (pod, namespace, container, hpc_job, ...) sorted by name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Placement {
+    Labels,
+    Attributes,
+}
+
+/// The name of an attribute, per exporter.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct AttributeKey {
+    /// Prometheus label name, as dcgm-exporter writes it (`pod`, `hpc_job`): also the OTLP attribute
+    /// key with `--otel-attribute-style dcgm`.
+    pub prometheus: Cow<'static, str>,
+    /// The label name under `-o/--use-old-namespace` (dcgm-exporter 1.x: `pod_name`), when different.
+    pub prometheus_v1: Option<Cow<'static, str>>,
+    /// OpenTelemetry attribute key (semantic conventions: `k8s.pod.name`).
+    pub otel: Cow<'static, str>,
+    pub placement: Placement,
+}
+
+impl AttributeKey {
+    /// A key spelled the same way everywhere but in OTel.
+    pub fn new(
+        prometheus: impl Into<Cow<'static, str>>,
+        otel: impl Into<Cow<'static, str>>,
+        placement: Placement,
+    ) -> Arc<AttributeKey> {
+        Arc::new(AttributeKey {
+            prometheus: prometheus.into(),
+            prometheus_v1: None,
+            otel: otel.into(),
+            placement,
+        })
+    }
+
+    /// The Prometheus label name (`old_namespace`: the dcgm-exporter 1.x spelling).
+    pub fn prometheus_name(&self, old_namespace: bool) -> &str {
+        match (&self.prometheus_v1, old_namespace) {
+            (Some(v1), true) => v1,
+            _ => &self.prometheus,
+        }
+    }
+}
+
+fn well_known(
+    prometheus: &'static str,
+    prometheus_v1: Option<&'static str>,
+    otel: &'static str,
+) -> Arc<AttributeKey> {
+    Arc::new(AttributeKey {
+        prometheus: Cow::Borrowed(prometheus),
+        prometheus_v1: prometheus_v1.map(Cow::Borrowed),
+        otel: Cow::Borrowed(otel),
+        placement: Placement::Attributes,
+    })
+}
+
+/// `pod` (`pod_name` with `-o`), `k8s.pod.name`.
+pub static POD: LazyLock<Arc<AttributeKey>> =
+    LazyLock::new(|| well_known("pod", Some("pod_name"), "k8s.pod.name"));
+/// `namespace` (`pod_namespace` with `-o`), `k8s.namespace.name`.
+pub static NAMESPACE: LazyLock<Arc<AttributeKey>> =
+    LazyLock::new(|| well_known("namespace", Some("pod_namespace"), "k8s.namespace.name"));
+/// `container` (`container_name` with `-o`), `k8s.container.name`.
+pub static CONTAINER: LazyLock<Arc<AttributeKey>> =
+    LazyLock::new(|| well_known("container", Some("container_name"), "k8s.container.name"));
+/// `pod_uid`, `k8s.pod.uid`.
+pub static POD_UID: LazyLock<Arc<AttributeKey>> =
+    LazyLock::new(|| well_known("pod_uid", None, "k8s.pod.uid"));
+/// `hpc_job`, `hpc.job.id`.
+pub static HPC_JOB: LazyLock<Arc<AttributeKey>> =
+    LazyLock::new(|| well_known("hpc_job", None, "hpc.job.id"));
+
+/// One attribute: a key and its value.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Attribute {
+    pub key: Arc<AttributeKey>,
+    pub value: Arc<str>,
+}
+
+impl Attribute {
+    pub fn new(key: &Arc<AttributeKey>, value: impl Into<Arc<str>>) -> Attribute {
+        Attribute {
+            key: key.clone(),
+            value: value.into(),
+        }
+    }
+}
+
+/// Who uses an entity: one attribute set per series. Empty means not attributed — one series with no
+/// attributes at all.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Attribution {
+    sets: Vec<Vec<Attribute>>,
+}
+
+/// The one set of an unattributed entity.
+const NO_ATTRIBUTES: &[Attribute] = &[];
+
+impl Attribution {
+    pub fn is_empty(&self) -> bool {
+        self.sets.is_empty()
+    }
+
+    /// The attribute sets, one per series; a single empty set when nothing was attributed.
+    pub fn sets(&self) -> impl Iterator<Item = &[Attribute]> {
+        let none = self.sets.is_empty().then_some(NO_ATTRIBUTES);
+        none.into_iter().chain(self.sets.iter().map(Vec::as_slice))
+    }
+
+    /// Number of series the entity gets (at least one).
+    pub fn series(&self) -> usize {
+        self.sets.len().max(1)
+    }
+
+    /// Add attributes to every series of the entity (replacing a value under the same key).
+    pub fn add(&mut self, attributes: &[Attribute]) {
+        if attributes.is_empty() {
+            return;
+        }
+        if self.sets.is_empty() {
+            self.sets.push(Vec::new());
+        }
+        for set in &mut self.sets {
+            for a in attributes {
+                put(set, a.clone());
+            }
+        }
+    }
+
+    /// The entity is used by several parties at once (pods sharing a GPU, several HPC jobs): every
+    /// series it has so far becomes one series per alternative. No alternatives: nothing changes.
+    pub fn split(&mut self, alternatives: &[Vec<Attribute>]) {
+        match alternatives {
+            [] => {}
+            [only] => self.add(only),
+            _ => {
+                let existing = if self.sets.is_empty() {
+                    vec![Vec::new()]
+                } else {
+                    std::mem::take(&mut self.sets)
+                };
+                let mut out = Vec::with_capacity(existing.len() * alternatives.len());
+                for set in &existing {
+                    for alt in alternatives {
+                        let mut s = set.clone();
+                        for a in alt {
+                            put(&mut s, a.clone());
+                        }
+                        out.push(s);
+                    }
+                }
+                self.sets = out;
+            }
+        }
+    }
+
+    /// Forget every attribute under `key` (an enricher replacing what an earlier run wrote).
+    pub fn remove(&mut self, key: &AttributeKey) {
+        for set in &mut self.sets {
+            set.retain(|a| *a.key != *key);
+        }
+        self.sets.retain(|s| !s.is_empty());
+        self.sets.dedup();
+    }
+}
+
+/// Insert or replace by key (the Prometheus name identifies a key).
+fn put(set: &mut Vec<Attribute>, a: Attribute) {
+    match set
+        .iter_mut()
+        .find(|x| x.key.prometheus == a.key.prometheus)
+    {
+        Some(slot) => *slot = a,
+        None => set.push(a),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn values(attr: &Attribution) -> Vec<Vec<(String, String)>> {
+        attr.sets()
+            .map(|s| {
+                s.iter()
+                    .map(|a| (a.key.prometheus.to_string(), a.value.to_string()))
+                    .collect()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn add_and_split_make_one_series_per_alternative() {
+        let mut a = Attribution::default();
+        assert_eq!(a.series(), 1);
+        assert_eq!(values(&a), vec![Vec::<(String, String)>::new()]);
+        a.split(&[
+            vec![Attribute::new(&POD, "p1")],
+            vec![Attribute::new(&POD, "p2")],
+        ]);
+        a.split(&[
+            vec![Attribute::new(&HPC_JOB, "j1")],
+            vec![Attribute::new(&HPC_JOB, "j2")],
+        ]);
+        let team = AttributeKey::new("team", "team", Placement::Attributes);
+        a.add(&[Attribute::new(&team, "x")]);
+        assert_eq!(a.series(), 4);
+        let v = values(&a);
+        assert_eq!(
+            v[0],
+            [("pod", "p1"), ("hpc_job", "j1"), ("team", "x")]
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+        );
+        assert_eq!(v[3][0].1, "p2");
+        assert_eq!(v[3][1].1, "j2");
+        // The same key again replaces the value.
+        a.add(&[Attribute::new(&team, "y")]);
+        assert!(a
+            .sets()
+            .all(|s| s.iter().filter(|x| x.key.prometheus == "team").count() == 1));
+        a.remove(&HPC_JOB);
+        assert_eq!(a.series(), 2);
+    }
+
+    #[test]
+    fn old_namespace_spelling() {
+        assert_eq!(POD.prometheus_name(true), "pod_name");
+        assert_eq!(POD.prometheus_name(false), "pod");
+        assert_eq!(HPC_JOB.prometheus_name(true), "hpc_job");
+    }
+}

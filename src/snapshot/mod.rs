@@ -1,0 +1,149 @@
+//! The snapshot: the one currency between sources and exporters.
+//!
+//! A source (simulated fleet, libdcgm) reads every monitored entity once per collect interval and hands
+//! the pipeline a [`Reading`]; the pipeline adds host and workload attribution and publishes an immutable
+//! [`Snapshot`] by one atomic swap. Exporters (Prometheus text, OTel instruments, OTLP push) only ever
+//! read the newest snapshot — they never call a source, and a scrape never waits on one.
+//!
+//! [`entity`] is the entity model (GPU, MIG instance, NvLink), [`inventory`] what a source discovered and
+//! the monitored entities in output order, [`attribution`] who uses each entity, as open attribute sets;
+//! [`SnapshotStore`] holds the newest published snapshot.
+
+pub mod attribution;
+pub mod entity;
+pub mod inventory;
+
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use arc_swap::ArcSwapOption;
+
+pub use attribution::{Attribute, AttributeKey, Attribution, Placement};
+pub use entity::{Entity, EntityKind, GpuIdentity, MigIdentity};
+
+use crate::counters::CounterSet;
+
+/// Why a value is missing. Missing values are never rendered; they are counted in self-metrics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Absent {
+    /// DCGM returned a blank sentinel (no data yet / N/A).
+    Blank,
+    /// DCGM reports the field not supported on this entity.
+    NotSupported,
+    /// DCGM reports the field or entity not found.
+    NotFound,
+    /// DCGM reports insufficient permission (e.g. profiling without CAP_SYS_ADMIN).
+    NotPermissioned,
+    /// A non-zero status or a value that cannot be represented (NaN, blob, wrong type).
+    Error,
+    /// The field does not apply to this kind of entity (a link field on a GPU); not counted.
+    NotApplicable,
+}
+
+impl Absent {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Absent::Blank => "blank",
+            Absent::NotSupported => "not_supported",
+            Absent::NotFound => "not_found",
+            Absent::NotPermissioned => "not_permissioned",
+            Absent::Error => "error",
+            Absent::NotApplicable => "not_applicable",
+        }
+    }
+}
+
+/// The latest value of one field on one entity.
+#[derive(Debug, Clone, PartialEq)]
+pub enum FieldValue {
+    Int(i64),
+    Double(f64),
+    Text(Box<str>),
+    Absent(Absent),
+}
+
+impl FieldValue {
+    /// The value as a float for numeric exporters; `None` for text and absent values.
+    pub fn as_f64(&self) -> Option<f64> {
+        match self {
+            FieldValue::Int(i) => Some(*i as f64),
+            FieldValue::Double(d) if d.is_finite() => Some(*d),
+            _ => None,
+        }
+    }
+
+    pub fn as_text(&self) -> Option<&str> {
+        match self {
+            FieldValue::Text(s) => Some(s),
+            _ => None,
+        }
+    }
+}
+
+/// One entity and the latest value of every counter row, index-aligned with [`CounterSet::rows`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct EntityReading {
+    pub entity: Arc<Entity>,
+    pub values: Vec<FieldValue>,
+    pub attribution: Arc<Attribution>,
+}
+
+/// What a source returns from one poll.
+#[derive(Debug, Clone, Default)]
+pub struct Reading {
+    /// Entities in output order (GPU index, then instance, then link).
+    pub entities: Vec<EntityReading>,
+    /// Driver version reported by the source, if it knows one.
+    pub driver_version: Option<String>,
+}
+
+/// Facts about the node, the same for every entity.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct HostInfo {
+    /// Value of the host label; `None` with `--no-hostname`.
+    pub hostname: Option<String>,
+    /// `NODE_NAME` when running in Kubernetes.
+    pub node_name: Option<String>,
+}
+
+/// An immutable, complete view of the fleet at one collection.
+#[derive(Debug, Clone)]
+pub struct Snapshot {
+    /// Collection sequence number, from 1.
+    pub seq: u64,
+    /// Wall-clock time the collection finished.
+    pub taken_at: SystemTime,
+    pub counters: Arc<CounterSet>,
+    pub host: Arc<HostInfo>,
+    pub driver_version: Option<String>,
+    pub entities: Vec<EntityReading>,
+}
+
+impl Snapshot {
+    /// Number of present numeric values (what a Prometheus scrape would count as samples, before
+    /// per-pod duplication).
+    pub fn numeric_values(&self) -> usize {
+        self.entities
+            .iter()
+            .map(|e| e.values.iter().filter(|v| v.as_f64().is_some()).count())
+            .sum()
+    }
+}
+
+/// The newest published snapshot, readable from any thread without locks.
+#[derive(Default)]
+pub struct SnapshotStore {
+    latest: ArcSwapOption<Snapshot>,
+}
+
+impl SnapshotStore {
+    pub fn new() -> Arc<SnapshotStore> {
+        Arc::new(SnapshotStore::default())
+    }
+    pub fn latest(&self) -> Option<Arc<Snapshot>> {
+        self.latest.load_full()
+    }
+    pub fn publish(&self, snap: Arc<Snapshot>) {
+        self.latest.store(Some(snap));
+    }
+}

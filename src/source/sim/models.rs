@@ -1,0 +1,187 @@
+//! The simulated GPU models and their MIG profiles: static facts (names, memory, power range, clocks,
+//! NvLinks, VBIOS, MIG placement) the fleet model and the scenario checker read. Data, not behaviour.
+
+/// Static facts about a GPU model.
+#[derive(Debug)]
+pub struct GpuModel {
+    pub key: &'static str,
+    pub name: &'static str,
+    pub fb_mib: i64,
+    pub fb_reserved_mib: i64,
+    pub idle_w: f64,
+    pub max_w: f64,
+    pub sm_idle_mhz: i64,
+    pub sm_max_mhz: i64,
+    pub mem_mhz: i64,
+    pub nvlinks: u32,
+    pub vbios: &'static str,
+    pub profiles: &'static [MigProfile],
+}
+
+/// A MIG GPU-instance profile.
+#[derive(Debug)]
+pub struct MigProfile {
+    pub name: &'static str,
+    pub slices: u32,
+    pub mem_mib: i64,
+    /// NVML GPU-instance ids this profile can be placed at, in placement order.
+    pub gi_ids: &'static [u32],
+}
+
+const H100_PROFILES: &[MigProfile] = &[
+    MigProfile {
+        name: "1g.10gb",
+        slices: 1,
+        mem_mib: 9856,
+        gi_ids: &[7, 8, 9, 10, 11, 12, 13],
+    },
+    MigProfile {
+        name: "1g.20gb",
+        slices: 1,
+        mem_mib: 19968,
+        gi_ids: &[9, 10, 11, 12],
+    },
+    MigProfile {
+        name: "2g.20gb",
+        slices: 2,
+        mem_mib: 19968,
+        gi_ids: &[3, 4, 5],
+    },
+    MigProfile {
+        name: "3g.40gb",
+        slices: 3,
+        mem_mib: 40192,
+        gi_ids: &[1, 2],
+    },
+    MigProfile {
+        name: "4g.40gb",
+        slices: 4,
+        mem_mib: 40192,
+        gi_ids: &[1],
+    },
+    MigProfile {
+        name: "7g.80gb",
+        slices: 7,
+        mem_mib: 80384,
+        gi_ids: &[0],
+    },
+];
+
+const A100_PROFILES: &[MigProfile] = &[
+    MigProfile {
+        name: "1g.10gb",
+        slices: 1,
+        mem_mib: 9728,
+        gi_ids: &[7, 8, 9, 10, 11, 12, 13],
+    },
+    MigProfile {
+        name: "2g.20gb",
+        slices: 2,
+        mem_mib: 19968,
+        gi_ids: &[3, 4, 5],
+    },
+    MigProfile {
+        name: "3g.40gb",
+        slices: 3,
+        mem_mib: 40192,
+        gi_ids: &[1, 2],
+    },
+    MigProfile {
+        name: "7g.80gb",
+        slices: 7,
+        mem_mib: 80384,
+        gi_ids: &[0],
+    },
+];
+
+const A30_PROFILES: &[MigProfile] = &[
+    MigProfile {
+        name: "1g.6gb",
+        slices: 1,
+        mem_mib: 5836,
+        gi_ids: &[3, 4, 5, 6],
+    },
+    MigProfile {
+        name: "2g.12gb",
+        slices: 2,
+        mem_mib: 11968,
+        gi_ids: &[1, 2],
+    },
+    MigProfile {
+        name: "4g.24gb",
+        slices: 4,
+        mem_mib: 24064,
+        gi_ids: &[0],
+    },
+];
+
+static MODELS: &[GpuModel] = &[
+    GpuModel {
+        key: "H100-SXM5-80GB",
+        name: "NVIDIA H100 80GB HBM3",
+        fb_mib: 81559,
+        fb_reserved_mib: 541,
+        idle_w: 72.0,
+        max_w: 700.0,
+        sm_idle_mhz: 345,
+        sm_max_mhz: 1980,
+        mem_mhz: 2619,
+        nvlinks: 18,
+        vbios: "96.00.99.00.01",
+        profiles: H100_PROFILES,
+    },
+    GpuModel {
+        key: "A100-SXM4-80GB",
+        name: "NVIDIA A100-SXM4-80GB",
+        fb_mib: 81920,
+        fb_reserved_mib: 611,
+        idle_w: 62.0,
+        max_w: 400.0,
+        sm_idle_mhz: 210,
+        sm_max_mhz: 1410,
+        mem_mhz: 1593,
+        nvlinks: 12,
+        vbios: "92.00.45.00.05",
+        profiles: A100_PROFILES,
+    },
+    GpuModel {
+        key: "A30",
+        name: "NVIDIA A30",
+        fb_mib: 24576,
+        fb_reserved_mib: 382,
+        idle_w: 31.0,
+        max_w: 165.0,
+        sm_idle_mhz: 210,
+        sm_max_mhz: 1440,
+        mem_mhz: 1215,
+        nvlinks: 4,
+        vbios: "92.00.66.00.02",
+        profiles: A30_PROFILES,
+    },
+    GpuModel {
+        key: "L4",
+        name: "NVIDIA L4",
+        fb_mib: 23034,
+        fb_reserved_mib: 313,
+        idle_w: 16.0,
+        max_w: 72.0,
+        sm_idle_mhz: 210,
+        sm_max_mhz: 2040,
+        mem_mhz: 6251,
+        nvlinks: 0,
+        vbios: "95.04.29.00.06",
+        profiles: &[],
+    },
+];
+
+pub fn model(key: &str) -> Option<&'static GpuModel> {
+    MODELS.iter().find(|m| m.key == key)
+}
+
+pub fn model_keys() -> Vec<&'static str> {
+    MODELS.iter().map(|m| m.key).collect()
+}
+
+pub fn mig_profile(model: &'static GpuModel, name: &str) -> Option<&'static MigProfile> {
+    model.profiles.iter().find(|p| p.name == name)
+}

@@ -1,0 +1,204 @@
+//! Every bad input the README describes stops start-up with exactly one line on stderr, naming the
+//! input (and the line and column for files), before anything else is printed or started; exit code 2.
+//! A failing environment (no libdcgm, a port in use) is one line too, exit code 1. These tests compare
+//! the whole stderr, not a fragment of it.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests and benches fail loudly on purpose
+
+mod common;
+
+use common::run_to_exit;
+
+/// Run with `args` and `env`; the exit code and the whole stderr must be exactly these.
+fn expect(args: &[&str], env: &[(&str, &str)], code: i32, stderr: &str) {
+    let (got_code, got) = run_to_exit(args, env);
+    assert_eq!(
+        (got_code, got.as_str()),
+        (code, format!("dcgm-otel: {stderr}\n").as_str()),
+        "args {args:?}, env {env:?}"
+    );
+}
+
+#[test]
+fn bad_flags_and_variables() {
+    expect(
+        &["--bogus"],
+        &[],
+        2,
+        "unexpected argument '--bogus' found; see --help",
+    );
+    expect(
+        &["--no-hostnam"],
+        &[],
+        2,
+        "unexpected argument '--no-hostnam' found; did you mean '--no-hostname'?; see --help",
+    );
+    expect(
+        &["--kubernetes=yes"],
+        &[],
+        2,
+        "invalid value 'yes' for '--kubernetes[=<BOOL>]': expected one of 1 t T TRUE true True 0 f F FALSE false False; see --help",
+    );
+    expect(
+        &["--simulate"],
+        &[("DCGM_EXPORTER_KUBERNETES", "yes")],
+        2,
+        "invalid value 'yes' in environment variable DCGM_EXPORTER_KUBERNETES (flag --kubernetes): expected one of 1 t T TRUE true True 0 f F FALSE false False; see --help",
+    );
+    expect(
+        &["--simulate"],
+        &[("DCGM_EXPORTER_INTERVAL", "soon")],
+        2,
+        "invalid value 'soon' in environment variable DCGM_EXPORTER_INTERVAL (flag --collect-interval): invalid digit found in string; see --help",
+    );
+    expect(
+        &["--simulate", "-c", "50"],
+        &[],
+        2,
+        "invalid value '50' for '--collect-interval <MS>': 50 is not in 100..=3600000; see --help",
+    );
+    expect(
+        &["--simulate", "-d", "g:0,x"],
+        &[],
+        2,
+        "invalid value 'g:0,x' for '--devices <SELECTION>': invalid device selection 'g:0,x' at character 5: expected a number or a range n-m; see --help",
+    );
+    expect(
+        &["--simulate", "-a", "::1:9400"],
+        &[],
+        2,
+        "invalid --address '::1:9400': an IPv6 address needs brackets, e.g. [::1]:9400",
+    );
+    expect(
+        &["-r", "fd00::1:5555"],
+        &[],
+        2,
+        "invalid --remote-hostengine-info 'fd00::1:5555': an IPv6 address needs brackets, e.g. [::1]:5555",
+    );
+}
+
+#[test]
+fn bad_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let csv = dir.path().join("bad.csv");
+    std::fs::write(
+        &csv,
+        "# ok\nDCGM_FI_DEV_GPU_TEMP, gauge, t\nDCGM_FI_DEV_SM_CLOCK, histogram, x\n",
+    )
+    .unwrap();
+    let csv = csv.display().to_string();
+    expect(
+        &["--simulate", "-f", &csv],
+        &[],
+        2,
+        &format!("{csv}:3:23: type 'histogram' is not supported for a DCGM field (a DCGM field is one number: use gauge or counter)"),
+    );
+    expect(
+        &["--simulate", "-f", "/nonexistent/counters.csv"],
+        &[],
+        2,
+        "/nonexistent/counters.csv: cannot read counters CSV: No such file or directory (os error 2)",
+    );
+    let scenario = dir.path().join("lab.yaml");
+    std::fs::write(&scenario, "gpus:\n  - model: B300\n").unwrap();
+    let scenario = scenario.display().to_string();
+    expect(
+        &[&format!("--simulate={scenario}")],
+        &[],
+        2,
+        &format!(
+            "{scenario}: unknown GPU model 'B300' (known: H100-SXM5-80GB, A100-SXM4-80GB, A30, L4)"
+        ),
+    );
+    expect(
+        &["--simulate=/nonexistent/lab.yaml"],
+        &[],
+        2,
+        "cannot read scenario file /nonexistent/lab.yaml: No such file or directory (os error 2)",
+    );
+    expect(
+        &["--simulate=nope"],
+        &[],
+        2,
+        "unknown simulation scenario 'nope' (built-in: default, dgx-h100-mig, large; or a path to a .yaml file)",
+    );
+    expect(
+        &["--simulate", "--web-config-file", "/nonexistent/web.yml"],
+        &[],
+        2,
+        "web config /nonexistent/web.yml: cannot read: No such file or directory (os error 2)",
+    );
+}
+
+#[test]
+fn bad_devices_on_the_simulated_fleet() {
+    expect(
+        &["--simulate", "-d", "g:7"],
+        &[],
+        2,
+        "device selection asks for GPU 7, which does not exist (present: 0,1)",
+    );
+}
+
+#[test]
+fn bad_otlp_settings() {
+    expect(
+        &["--simulate", "--otlp-endpoint", "ftp://collector"],
+        &[],
+        2,
+        "--otlp-endpoint: 'ftp://collector': the URL needs an http:// or https:// scheme",
+    );
+    expect(
+        &["--simulate", "--otlp-endpoint", "http://:4317"],
+        &[],
+        2,
+        "--otlp-endpoint: 'http://:4317': the URL has no host",
+    );
+    expect(
+        &[
+            "--simulate",
+            "--otlp-protocol",
+            "http/protobuf",
+            "--otlp-endpoint",
+            "http://collector:4318/v1/metrics",
+        ],
+        &[],
+        2,
+        "--otlp-endpoint: 'http://collector:4318/v1/metrics': a base URL, to which /v1/metrics is appended; it already ends in /v1/metrics: give the base (e.g. http://collector:4318) or set OTEL_EXPORTER_OTLP_METRICS_ENDPOINT to the full URL",
+    );
+    expect(
+        &["--simulate", "--otlp-protocol", "http/json", "--otlp"],
+        &[],
+        2,
+        "--otlp-protocol: unsupported protocol 'http/json' (use grpc or http/protobuf)",
+    );
+    expect(
+        &["--simulate", "--otlp"],
+        &[("OTEL_RESOURCE_ATTRIBUTES", "team")],
+        2,
+        "OTEL_RESOURCE_ATTRIBUTES: entry 1 'team': expected key=value",
+    );
+    expect(
+        &["--simulate", "--prometheus-format", "otel"],
+        &[("OTEL_RESOURCE_ATTRIBUTES", "team")],
+        2,
+        "OTEL_RESOURCE_ATTRIBUTES: entry 1 'team': expected key=value",
+    );
+}
+
+#[test]
+fn failing_environment_is_one_line_and_exit_1() {
+    expect(
+        &["--dcgm-library", "/nonexistent/libdcgm.so.4"],
+        &[],
+        1,
+        "cannot load libdcgm (tried /nonexistent/libdcgm.so.4): /nonexistent/libdcgm.so.4: cannot open shared object file: No such file or directory; libdcgm (NVIDIA DCGM 4.x) is needed to read GPUs: install datacenter-gpu-manager-4-core (DCGM 3.x's libdcgm.so.3 is used as a fallback), or point --dcgm-library / DCGM_OTEL_LIBDCGM at libdcgm.so.4. Use -r HOST:PORT to read a remote nv-hostengine (the client library is still needed), or --simulate to run on a simulated fleet without GPUs.",
+    );
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    expect(
+        &["--simulate", "-a", &addr],
+        &[],
+        1,
+        &format!("cannot listen on {addr}: Address already in use (os error 98)"),
+    );
+}
