@@ -18,8 +18,8 @@ fn main() {
     // Re-run when HEAD moves. The files are asked from git, so that a worktree (where `.git` is a file)
     // or a checkout without git does not make every build re-run this script and rebuild the crate.
     println!("cargo:rerun-if-changed=build.rs");
-    let branch_ref = git(&["symbolic-ref", "-q", "HEAD"])
-        .and_then(|r| git(&["rev-parse", "--git-path", &r]));
+    let branch_ref =
+        git(&["symbolic-ref", "-q", "HEAD"]).and_then(|r| git(&["rev-parse", "--git-path", &r]));
     for path in [
         git(&["rev-parse", "--git-path", "HEAD"]),
         branch_ref,

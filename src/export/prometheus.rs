@@ -130,6 +130,9 @@ struct EntityLabels {
     /// for families whose samples add attributes of their own (XID).
     base: String,
     tails: Vec<SetTail>,
+    /// The XID family's label strings for the last code seen (`labels} `, one per set): rebuilt only when
+    /// the code changes, which is rare.
+    xid: Option<(i64, Vec<String>)>,
 }
 
 /// What follows the identity labels in one series: the `label` fields with the label-class attributes
@@ -351,12 +354,13 @@ impl ValueFormatter {
     }
 }
 
-/// The samples of the XID family for one entity: each set's attributes plus `err_code` (the value)
-/// and `err_msg` (its meaning in NVIDIA's catalogue), sorted by name as dcgm-exporter sorts them.
+/// The XID family's samples for one entity: each set's attributes plus `err_code` (the value) and
+/// `err_msg` (its meaning in NVIDIA's catalogue), sorted by name as dcgm-exporter sorts them. The label
+/// strings are cached per code.
 fn write_xid_samples(
     out: &mut String,
     fam: &FamilyLayout,
-    labels: &EntityLabels,
+    labels: &mut EntityLabels,
     v: &FieldValue,
     value: &str,
 ) {
@@ -365,19 +369,32 @@ fn write_xid_samples(
         FieldValue::Double(d) => *d as i64,
         _ => return,
     };
-    let code_text = code.to_string();
-    let extra = [
-        ("err_code", code_text.as_str()),
-        ("err_msg", crate::fields::xid::meaning(code)),
-    ];
-    for tail in &labels.tails {
-        out.push_str(&fam.open);
-        out.push_str(&labels.base);
-        let mut first = labels.base.is_empty();
-        tail.write(out, &mut first, &extra);
-        out.push_str("} ");
-        out.push_str(value);
-        out.push('\n');
+    if labels.xid.as_ref().is_none_or(|(c, _)| *c != code) {
+        let code_text = code.to_string();
+        let extra = [
+            ("err_code", code_text.as_str()),
+            ("err_msg", crate::fields::xid::meaning(code)),
+        ];
+        let sets = labels
+            .tails
+            .iter()
+            .map(|tail| {
+                let mut s = labels.base.clone();
+                let mut first = s.is_empty();
+                tail.write(&mut s, &mut first, &extra);
+                s.push_str("} ");
+                s
+            })
+            .collect();
+        labels.xid = Some((code, sets));
+    }
+    if let Some((_, sets)) = &labels.xid {
+        for set in sets {
+            out.push_str(&fam.open);
+            out.push_str(set);
+            out.push_str(value);
+            out.push('\n');
+        }
     }
 }
 
@@ -438,11 +455,14 @@ impl Renderer {
     ) -> usize {
         let mut cache = self.cache.lock_unpoisoned();
         self.refresh(&mut cache, snap);
+        let RenderCache {
+            families, entities, ..
+        } = &mut *cache;
         let mut fmt = ValueFormatter::default();
         let mut samples = 0;
-        for fam in &cache.families {
+        for fam in families.iter() {
             let mut wrote_any = false;
-            for (e, labels) in snap.entities.iter().zip(&cache.entities) {
+            for (e, labels) in snap.entities.iter().zip(entities.iter_mut()) {
                 let Some(v) = e.values.get(fam.row) else {
                     continue;
                 };
@@ -525,6 +545,7 @@ impl Renderer {
                 sets,
                 base,
                 tails,
+                xid: None,
             };
             if i < cache.entities.len() {
                 cache.entities[i] = built;

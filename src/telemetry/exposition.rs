@@ -5,6 +5,7 @@
 use std::fmt::Write as _;
 
 /// Write a float the way Prometheus reads it: shortest round-trip digits, integers without a dot.
+#[inline]
 pub fn write_f64(out: &mut String, v: f64) {
     match whole_f64(v) {
         Some(i) => out.push_str(itoa::Buffer::new().format(i)),
@@ -15,6 +16,7 @@ pub fn write_f64(out: &mut String, v: f64) {
 /// `Some(i)` when `v` is a whole number below 2^53 (and not -0): then its shortest round-trip digits are
 /// exactly its integer digits, which itoa writes far faster than `{}`. (Non-whole values keep `{}`:
 /// ryu, for one, breaks ties between equally short digit strings differently.)
+#[inline]
 pub fn whole_f64(v: f64) -> Option<i64> {
     const TWO_POW_53: f64 = 9_007_199_254_740_992.0;
     (v.trunc() == v && v.abs() < TWO_POW_53 && !(v == 0.0 && v.is_sign_negative()))
@@ -36,6 +38,7 @@ pub fn write_f64_slow(out: &mut String, v: f64) {
 }
 
 /// Escape a label value for the text format (`\\`, `\"`, `\n`).
+#[inline]
 pub fn escape_label_value(v: &str, out: &mut String) {
     if !v.contains(['\\', '"', '\n']) {
         out.push_str(v);
@@ -63,6 +66,7 @@ pub fn escape_help(v: &str, out: &mut String) {
 }
 
 /// Append `name="value"` to a label list, with a comma unless it is the first.
+#[inline]
 pub fn push_label(out: &mut String, first: &mut bool, name: &str, value: &str) {
     if !*first {
         out.push(',');
