@@ -469,6 +469,8 @@ impl Renderer {
                 }
             }
         }
+        // Per-process families (`--collect-processes`), after the DCGM ones.
+        samples += super::process_series::render(snap, &self.style, out);
         samples
     }
 

@@ -15,6 +15,7 @@
 //! export and sender threads never touch the collector thread or the :9400 server.
 
 pub mod args;
+pub mod processes;
 pub mod queue;
 pub mod request;
 pub mod settings;

@@ -126,7 +126,7 @@ fn nanos(t: SystemTime) -> u64 {
         .unwrap_or(0)
 }
 
-fn pkv(kv: &KeyValue) -> PKeyValue {
+pub(super) fn pkv(kv: &KeyValue) -> PKeyValue {
     let value = match &kv.value {
         Value::Bool(b) => any_value::Value::BoolValue(*b),
         Value::I64(i) => any_value::Value::IntValue(*i),
@@ -443,6 +443,19 @@ impl DirectBuilder {
         if self.delta {
             self.previous = next_previous;
         }
+        // Per-process points (`--collect-processes`), one resource per device (and pod).
+        data_points += super::processes::emit(
+            &super::processes::Context {
+                naming: &self.naming,
+                split: &self.split,
+                base: &self.base,
+                scope: &self.scope,
+                time: nanos(snap.taken_at),
+                start: self.start_nanos,
+            },
+            snap,
+            &mut sink,
+        );
         data_points
     }
 
