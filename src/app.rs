@@ -222,10 +222,13 @@ impl Plan {
                 proc_root: cli.source.proc_root.clone(),
             };
             Some(match (&source, &scenario_processes) {
-                (SourcePlan::Simulated { source, name, .. }, Some(list)) => ProcessPlan::Simulated(
-                    SimProcesses::new(source.fleet(), list, options, name)
-                        .map_err(StartError::input)?,
-                ),
+                // A scenario that lists processes serves them; without, processes come from NVML.
+                (SourcePlan::Simulated { source, name, .. }, Some(list)) if !list.is_empty() => {
+                    ProcessPlan::Simulated(
+                        SimProcesses::new(source.fleet(), list, options, name)
+                            .map_err(StartError::input)?,
+                    )
+                }
                 _ => ProcessPlan::Nvml {
                     library: cli.source.nvml_library.clone(),
                     options,

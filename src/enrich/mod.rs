@@ -4,7 +4,6 @@
 
 pub mod hpc;
 pub mod kubernetes;
-pub mod pod_split;
 
 use crate::snapshot::{EntityReading, ProcessReading};
 

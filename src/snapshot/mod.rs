@@ -13,6 +13,7 @@
 pub mod attribution;
 pub mod entity;
 pub mod inventory;
+pub mod pod_split;
 pub mod process;
 
 use std::sync::Arc;

@@ -368,6 +368,22 @@ fn text(r: Result<String, nvmlReturn_t>) -> FieldValue {
     }
 }
 
+/// NVML fields of the whole GPU that DCGM does not report on a GPU instance.
+fn gpu_only(nvml_field: u32) -> bool {
+    matches!(
+        nvml_field,
+        ffi::NVML_FI_DEV_REMAPPED_COR
+            | ffi::NVML_FI_DEV_REMAPPED_UNC
+            | ffi::NVML_FI_DEV_REMAPPED_PENDING
+            | ffi::NVML_FI_DEV_REMAPPED_FAILURE
+            | ffi::NVML_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL
+            | ffi::NVML_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL
+            | ffi::NVML_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL
+            | ffi::NVML_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL
+            | ffi::NVML_FI_DEV_NVLINK_BANDWIDTH_C0_TOTAL
+    )
+}
+
 fn mib(bytes: u64) -> FieldValue {
     FieldValue::Int(i64::try_from(bytes >> 20).unwrap_or(i64::MAX))
 }
@@ -586,6 +602,11 @@ impl NvmlSource {
                     Ok(v) => FieldValue::Int(i64::try_from(v).unwrap_or(i64::MAX)),
                     Err(rc) => FieldValue::Absent(absent_of(rc)),
                 }
+            }
+            // Row remapping and NvLink counters belong to the whole GPU: not on its MIG instances
+            // (as DCGM reports them).
+            Read::Field(id) if e.kind == EntityKind::GpuInstance && gpu_only(id) => {
+                FieldValue::Absent(Absent::NotSupported)
             }
             Read::Field(id) => number(batch.get(&(id, 0))),
             Read::LinkState => FieldValue::Int(1),

@@ -14,13 +14,15 @@
 //!   idle power is the cost of holding the device.
 //!
 //! Per-device values (temperature, clocks) are not split. Input: the snapshot's processes
-//! ([`pod_usage`]) and the device's power and energy increment; output: one [`PodShare`] per pod.
-//! This is what `--kubernetes-virtual-gpus` series and the per-pod cost counters use when per-process
-//! data exists (`split`); without it they fall back to their own rule.
+//! ([`pod_usage`]) and the device's power and energy increment; output: one [`PodShare`] per pod
+//! ([`split`]). The Prometheus renderer writes the `dcgm_otel_pod_gpu_*` split series from it; the
+//! `--kubernetes-virtual-gpus` series and the per-pod cost counters are meant to call the same two
+//! functions when per-process data exists (the energy increment needs the previous collection's
+//! counter, which those counters keep).
 
 use std::collections::BTreeMap;
 
-use crate::snapshot::{Entity, ProcessReading};
+use super::{Entity, ProcessReading};
 
 /// A pod, as `namespace/pod`.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -100,9 +102,8 @@ pub fn pod_usage(processes: &[ProcessReading], entity: &Entity) -> (Vec<PodUsage
     (pods.into_values().collect(), total)
 }
 
-/// Split a device among the pods using it (see the module doc for the model). `holders`: pods that
-/// hold the device without a running process this interval get an even part of idle power only when
-/// nothing ran; pass them with zero usage.
+/// Split a device among the pods using it (see the module doc for the model). Pods that hold the device
+/// without a running process can be passed with zero usage: they get a part only when nothing ran.
 pub fn split(device: DeviceUse, pods: &[PodUsage]) -> Vec<PodShare> {
     let busy = device.total_sm_util > 0.0;
     let n = pods.len().max(1) as f64;
