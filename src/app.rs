@@ -366,7 +366,7 @@ impl Plan {
                         Err(e) if e.is_bad_input() => return Err(StartError::input(e)),
                         Err(nvml_error) => {
                             return Err(StartError::environment(format!(
-                                "--source auto: no GPU library is usable: DCGM: {}; NVML: {}; install the NVIDIA driver (it brings libnvidia-ml.so.1) and, for all fields, DCGM 4.x (datacenter-gpu-manager-4-core), or run with --simulate",
+                                "--source auto: neither DCGM nor NVML is usable: DCGM: {}; NVML: {}; install the NVIDIA driver (it brings libnvidia-ml.so.1) and, for all fields, DCGM 4.x (datacenter-gpu-manager-4-core), or run with --simulate",
                                 auto_reason(&dcgm_error),
                                 nvml_reason(&nvml_error)
                             )))
