@@ -163,7 +163,8 @@ mod tests {
             proc(&a, 40, 50, 2.5),
         ];
         let out = fold_beyond(list, 2);
-        let rows: Vec<(String, Option<u32>, Option<u64>, Option<f64>, u32)> = out
+        type Row = (String, Option<u32>, Option<u64>, Option<f64>, u32);
+        let rows: Vec<Row> = out
             .iter()
             .map(|p| {
                 (
