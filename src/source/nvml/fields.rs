@@ -10,7 +10,7 @@
 use super::ffi;
 
 /// How one DCGM field is read through NVML.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Read {
     /// `nvmlSystemGetDriverVersion` (text).
     DriverVersion,

@@ -312,6 +312,8 @@ struct DeviceReads<'a> {
     handle: nvmlDevice_t,
     util: Option<Result<ffi::nvmlUtilization_t, nvmlReturn_t>>,
     memory: Option<Result<ffi::nvmlMemory_v2_t, nvmlReturn_t>>,
+    /// Values already read from this device in this poll (the GPU's are shared by its instances).
+    done: HashMap<Read, FieldValue>,
     calls: usize,
     lost: bool,
 }
@@ -323,6 +325,7 @@ impl<'a> DeviceReads<'a> {
             handle,
             util: None,
             memory: None,
+            done: HashMap::new(),
             calls: 0,
             lost: false,
         }
@@ -478,11 +481,27 @@ impl NvmlSource {
         let Some(read) = plan.read else {
             return FieldValue::Absent(Absent::Unsupported);
         };
+        // NOT_SUPPORTED once on an entity: not asked again there (as the DCGM source does).
+        if self
+            .logged_not_supported
+            .contains(&(plan.field, e.kind, e.entity_id))
+        {
+            return FieldValue::Absent(Absent::NotSupported);
+        }
         let sym = self.nvml.sym();
         let dev: &mut DeviceReads<'n> = match mig {
             Some(m) if fields::per_instance(read) => m,
             _ => gpu,
         };
+        let cacheable = !matches!(
+            read,
+            Read::Xid | Read::Field(_) | Read::LinkField(_) | Read::LinkFieldSum(..) | Read::Name
+        );
+        if cacheable {
+            if let Some(v) = dev.done.get(&read) {
+                return v.clone();
+            }
+        }
         let h = dev.handle;
         let v = match read {
             Read::DriverVersion => match driver {
@@ -627,10 +646,14 @@ impl NvmlSource {
                 }
             }
         };
-        match v {
+        let v = match v {
             FieldValue::Text(_) if !plan.text => FieldValue::Absent(Absent::Error),
             v => v,
+        };
+        if cacheable {
+            dev.done.insert(read, v.clone());
         }
+        v
     }
 
     fn log_not_supported(&mut self, newly: Vec<(u16, Arc<Entity>)>) {
