@@ -25,6 +25,7 @@ pub mod processes;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use self::client::{Nvml, NvmlError, OpenError};
 use self::discover::{Discovered, GpuHandles};
@@ -66,6 +67,9 @@ impl StartError {
     }
 }
 
+/// How often a GPU NVML counts but cannot read is looked for again.
+const UNUSABLE_RETRY: Duration = Duration::from_secs(30);
+
 /// One XID event read from the event set.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct XidEvent {
@@ -105,6 +109,8 @@ pub struct NvmlSource {
     field_buf: Vec<nvmlFieldValue_t>,
     /// NVML calls made by the last poll.
     calls: usize,
+    /// When the GPUs were last discovered.
+    discovered_at: Instant,
 }
 
 impl NvmlSource {
@@ -192,6 +198,7 @@ impl NvmlSource {
             logged_not_supported: HashSet::new(),
             field_buf: Vec::new(),
             calls: 0,
+            discovered_at: Instant::now(),
         };
         source.adopt(found, &selected);
         Ok(source)
@@ -250,11 +257,18 @@ impl NvmlSource {
         if !missing.is_empty() {
             tracing::warn!(missing = %missing.join(", "), "devices selected with -d are no longer present");
         }
-        tracing::info!(
-            gpus = found.gpus.len(),
-            unusable = found.unusable.len(),
-            "NVML GPUs rediscovered"
-        );
+        let before = self
+            .discovered
+            .as_ref()
+            .map(|d| (d.gpus.len(), d.unusable.len()));
+        if before != Some((found.gpus.len(), found.unusable.len())) {
+            tracing::info!(
+                gpus = found.gpus.len(),
+                unusable = found.unusable.len(),
+                "NVML GPUs rediscovered"
+            );
+        }
+        self.discovered_at = Instant::now();
         self.adopt(found, &selected);
         Ok(())
     }
@@ -688,7 +702,10 @@ impl Source for NvmlSource {
             .map_err(|e| SourceError::Unavailable(e.to_string()))?;
         let stale = match &self.discovered {
             None => true,
-            Some(d) => d.count != count || !d.unusable.is_empty(),
+            Some(d) => {
+                d.count != count
+                    || (!d.unusable.is_empty() && self.discovered_at.elapsed() >= UNUSABLE_RETRY)
+            }
         };
         if stale {
             self.rediscover()?;

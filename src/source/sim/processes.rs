@@ -99,3 +99,57 @@ impl ProcessSource for SimProcesses {
         Ok(fold_beyond(out, self.opts.max_per_entity))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::source::sim::Scenario;
+
+    fn check(yaml: &str) -> Result<SimProcesses, String> {
+        let scenario = Scenario::parse(yaml, "s.yaml").map_err(|e| e.to_string())?;
+        let fleet = Fleet::new(&scenario, 1);
+        SimProcesses::new(
+            &fleet,
+            &scenario.processes,
+            ProcessOptions::default(),
+            "s.yaml",
+        )
+        .map_err(|e| e.to_string())
+    }
+
+    const GPUS: &str = "gpus:\n  - { model: H100-SXM5-80GB }\n  - { model: H100-SXM5-80GB, mig: [3g.40gb, 1g.10gb] }\nprocesses:\n";
+
+    #[test]
+    fn processes_must_run_on_a_gpu_or_instance_of_the_scenario() {
+        assert!(check(&format!("{GPUS}  - {{ pid: 1, name: a, gpu: 0, memory_mib: 1, pod: \"ns/p\" }}\n  - {{ pid: 2, name: b, gpu: 1, gpu_i_id: 7, memory_mib: 1 }}\n")).is_ok());
+        let err = |y: &str| check(&format!("{GPUS}{y}")).err().unwrap_or_default();
+        assert_eq!(
+            err("  - { pid: 1, name: a, gpu: 2, memory_mib: 1 }\n"),
+            "s.yaml: process 1 on GPU 2; the scenario has GPUs 0 to 1"
+        );
+        assert_eq!(
+            err("  - { pid: 1, name: a, gpu: 1, memory_mib: 1 }\n"),
+            "s.yaml: process 1 on GPU 1: the GPU is split into MIG instances; give gpu_i_id (one of [1, 7])"
+        );
+        assert_eq!(
+            err("  - { pid: 1, name: a, gpu: 1, gpu_i_id: 3, memory_mib: 1 }\n"),
+            "s.yaml: process 1 on GPU 1: no MIG instance with GPU_I_ID 3"
+        );
+        assert_eq!(
+            err("  - { pid: 1, name: a, gpu: 0, memory_mib: 1, sm_utilization: 120 }\n"),
+            "s.yaml: process 1: sm_utilization 120 is not a percentage (0 to 100)"
+        );
+        assert_eq!(
+            err("  - { pid: 1, name: a, gpu: 0, memory_mib: 1, pod: nopod }\n"),
+            "s.yaml: process 1: pod 'nopod' is not namespace/pod"
+        );
+        assert_eq!(
+            err("  - { pid: 1, name: a, gpu: 0, memory_mib: 1 }\n  - { pid: 1, name: b, gpu: 0, memory_mib: 1 }\n"),
+            "s.yaml: process pid 1 listed twice"
+        );
+        assert!(
+            err("  - { pid: 1, name: a, gpu: 0, memory_mib: 1, colour: red }\n")
+                .contains("unknown field `colour`")
+        );
+    }
+}
