@@ -103,9 +103,3 @@ fn text_of(sym: &Symbols, code: nvmlReturn_t) -> String {
         _ => "unknown error".to_string(),
     })
 }
-
-/// The library's file name, for log lines.
-pub fn display_name(path: Option<&Path>) -> String {
-    path.map(|p| p.display().to_string())
-        .unwrap_or_else(|| ffi::DEFAULT_LIBRARY_NAMES.join(", "))
-}

@@ -42,7 +42,6 @@ pub struct NvmlProcesses {
     names: HashMap<u32, Arc<str>>,
     infos: Vec<ffi::nvmlProcessInfo_t>,
     samples: Vec<ffi::nvmlProcessUtilizationSample_t>,
-    calls: usize,
 }
 
 impl NvmlProcesses {
@@ -56,13 +55,7 @@ impl NvmlProcesses {
             names: HashMap::new(),
             infos: Vec::new(),
             samples: Vec::new(),
-            calls: 0,
         }
-    }
-
-    /// NVML calls made by the last poll.
-    pub fn calls_last_poll(&self) -> usize {
-        self.calls
     }
 
     fn discover(&mut self, count: u32) {
@@ -83,7 +76,6 @@ impl NvmlProcesses {
             seen.insert(pid, n.clone());
             return n.clone();
         }
-        self.calls += 1;
         let name: Arc<str> = match self.nvml.sym().process_name(pid) {
             Ok(n) if !n.is_empty() => short_name(&n).into(),
             _ => comm(&self.opts.proc_root, pid).unwrap_or_else(|| "unknown".into()),
@@ -129,14 +121,12 @@ impl ProcessSource for NvmlProcesses {
     }
 
     fn poll(&mut self, entities: &[EntityReading]) -> Result<Vec<ProcessReading>, SourceError> {
-        self.calls = 1;
         let count = self
             .nvml
             .check("nvmlDeviceGetCount_v2", self.nvml.sym().device_count())
             .map_err(|e| SourceError::Unavailable(e.to_string()))?;
         if self.count != Some(count) {
             self.discover(count);
-            self.calls += 2 * count as usize;
         }
         let index = entity_index(entities);
         let mut out = Vec::new();
@@ -152,7 +142,6 @@ impl ProcessSource for NvmlProcesses {
             let mut procs: BTreeMap<u32, (Option<u64>, u32)> = BTreeMap::new();
             let sym = self.nvml.sym();
             for graphics in [false, true] {
-                self.calls += 1;
                 let r = if graphics {
                     sym.graphics_processes(d.handle, &mut self.infos)
                 } else {
@@ -181,7 +170,6 @@ impl ProcessSource for NvmlProcesses {
             }
             // Utilization since the previous collection: the mean of the samples per pid.
             let since = self.last_sample_us.get(&d.uuid).copied().unwrap_or(0);
-            self.calls += 2;
             let mut util: HashMap<u32, [f64; 5]> = HashMap::new();
             let util_ok = sym
                 .process_utilization(d.handle, since, &mut self.samples)
