@@ -216,7 +216,9 @@ impl Plan {
                 }
             }
         };
-        let processes = if cli.source.processes_on(cli.kubernetes.kubernetes) {
+        // On by default with -k on a real node; with --simulate only when asked for.
+        let k8s_default = cli.kubernetes.kubernetes && cli.simulation.simulate.is_none();
+        let processes = if cli.source.processes_on(k8s_default) {
             let options = ProcessOptions {
                 max_per_entity: cli.source.max_processes_per_gpu,
                 proc_root: cli.source.proc_root.clone(),

@@ -1088,6 +1088,7 @@ fn processes_get_their_pod_from_the_cgroup_and_a_shared_gpu_splits_per_pod() {
             "--kubernetes-enable-pod-uid",
             "--kubelet-device-checkpoint",
             checkpoint.to_str().unwrap(),
+            "--collect-processes",
             "--nvml-library",
             lib.to_str().unwrap(),
             "--proc-root",
@@ -1128,7 +1129,14 @@ fn processes_get_their_pod_from_the_cgroup_and_a_shared_gpu_splits_per_pod() {
     let power = |pod: &str| {
         value(
             &body,
-            &format!("dcgm_otel_pod_gpu_power_watts{{{dev},namespace=\"{}\",pod=\"{pod}\"}}", if pod == "replica-0" { "a-team" } else { "b-team" }),
+            &format!(
+                "dcgm_otel_pod_gpu_power_watts{{{dev},namespace=\"{}\",pod=\"{pod}\"}}",
+                if pod == "replica-0" {
+                    "a-team"
+                } else {
+                    "b-team"
+                }
+            ),
         )
     };
     let device_power = body

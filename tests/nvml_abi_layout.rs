@@ -58,20 +58,75 @@ fn structs_offsets_and_constants_match_nvml_h() {
         };
     }
     size!(nvmlPciInfo_t, "nvmlPciInfo_t");
-    off!(nvmlPciInfo_t, "nvmlPciInfo_t", busIdLegacy, domain, bus, device, pciDeviceId, pciSubSystemId, busId);
+    off!(
+        nvmlPciInfo_t,
+        "nvmlPciInfo_t",
+        busIdLegacy,
+        domain,
+        bus,
+        device,
+        pciDeviceId,
+        pciSubSystemId,
+        busId
+    );
     size!(nvmlUtilization_t, "nvmlUtilization_t");
     off!(nvmlUtilization_t, "nvmlUtilization_t", gpu, memory);
     size!(nvmlMemory_v2_t, "nvmlMemory_v2_t");
-    off!(nvmlMemory_v2_t, "nvmlMemory_v2_t", version, total, reserved, free, used);
+    off!(
+        nvmlMemory_v2_t,
+        "nvmlMemory_v2_t",
+        version,
+        total,
+        reserved,
+        free,
+        used
+    );
     size!(nvmlProcessInfo_t, "nvmlProcessInfo_t");
-    off!(nvmlProcessInfo_t, "nvmlProcessInfo_t", pid, usedGpuMemory, gpuInstanceId, computeInstanceId);
-    size!(nvmlProcessUtilizationSample_t, "nvmlProcessUtilizationSample_t");
-    off!(nvmlProcessUtilizationSample_t, "nvmlProcessUtilizationSample_t", pid, timeStamp, smUtil, memUtil, encUtil, decUtil);
+    off!(
+        nvmlProcessInfo_t,
+        "nvmlProcessInfo_t",
+        pid,
+        usedGpuMemory,
+        gpuInstanceId,
+        computeInstanceId
+    );
+    size!(
+        nvmlProcessUtilizationSample_t,
+        "nvmlProcessUtilizationSample_t"
+    );
+    off!(
+        nvmlProcessUtilizationSample_t,
+        "nvmlProcessUtilizationSample_t",
+        pid,
+        timeStamp,
+        smUtil,
+        memUtil,
+        encUtil,
+        decUtil
+    );
     size!(nvmlValue_t, "nvmlValue_t");
     size!(nvmlFieldValue_t, "nvmlFieldValue_t");
-    off!(nvmlFieldValue_t, "nvmlFieldValue_t", fieldId, scopeId, timestamp, latencyUsec, valueType, nvmlReturn, value);
+    off!(
+        nvmlFieldValue_t,
+        "nvmlFieldValue_t",
+        fieldId,
+        scopeId,
+        timestamp,
+        latencyUsec,
+        valueType,
+        nvmlReturn,
+        value
+    );
     size!(nvmlEventData_t, "nvmlEventData_t");
-    off!(nvmlEventData_t, "nvmlEventData_t", device, eventType, eventData, gpuInstanceId, computeInstanceId);
+    off!(
+        nvmlEventData_t,
+        "nvmlEventData_t",
+        device,
+        eventType,
+        eventData,
+        gpuInstanceId,
+        computeInstanceId
+    );
     size!(nvmlReturn_t, "nvmlReturn_t");
     size!(nvmlDevice_t, "nvmlDevice_t");
     size!(nvmlEventSet_t, "nvmlEventSet_t");
@@ -117,7 +172,10 @@ fn structs_offsets_and_constants_match_nvml_h() {
         checked.insert(k.to_string());
     }
     let unchecked: Vec<&String> = facts.keys().filter(|k| !checked.contains(*k)).collect();
-    assert!(unchecked.is_empty(), "layout facts this test does not check: {unchecked:?}");
+    assert!(
+        unchecked.is_empty(),
+        "layout facts this test does not check: {unchecked:?}"
+    );
     assert!(errors.is_empty(), "ABI mismatches:\n{}", errors.join("\n"));
     // Every #[repr(C)] struct of ffi.rs is covered.
     let src = std::fs::read_to_string(FFI_SOURCE).unwrap();

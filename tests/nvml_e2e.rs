@@ -71,7 +71,10 @@ fn scrape_until(e: &Exporter, what: &str, cond: impl Fn(&str) -> bool) -> String
         if cond(&body) {
             return body;
         }
-        assert!(Instant::now() < deadline, "timed out waiting for {what}:\n{body}");
+        assert!(
+            Instant::now() < deadline,
+            "timed out waiting for {what}:\n{body}"
+        );
         std::thread::sleep(Duration::from_millis(50));
     }
 }
@@ -100,7 +103,11 @@ fn device(f: &Fleet, gpu: usize, mig: Option<usize>) -> String {
     let g = &f.gpus()[gpu];
     let mut s = format!(
         "gpu=\"{}\",UUID=\"{}\",pci_bus_id=\"{}\",device=\"nvidia{}\",modelName=\"{}\"",
-        g.identity.index, g.identity.uuid, g.identity.pci_bus_id, g.identity.index, g.identity.model
+        g.identity.index,
+        g.identity.uuid,
+        g.identity.pci_bus_id,
+        g.identity.index,
+        g.identity.model
     );
     if let Some(m) = mig {
         let m = &g.instances[m];
@@ -113,7 +120,14 @@ fn device(f: &Fleet, gpu: usize, mig: Option<usize>) -> String {
 fn nvml_source_serves_the_dcgm_series_minus_the_dcgm_only_fields() {
     let libs = Libs::new();
     let nvml = start(
-        &["--source", "nvml", "--nvml-library", &libs.nvml(), "-c", "200"],
+        &[
+            "--source",
+            "nvml",
+            "--nvml-library",
+            &libs.nvml(),
+            "-c",
+            "200",
+        ],
         &[],
     );
     let dcgm = start(&["--dcgm-library", &libs.dcgm(), "-c", "200"], &[]);
@@ -151,7 +165,8 @@ fn nvml_source_serves_the_dcgm_series_minus_the_dcgm_only_fields() {
     assert!(nvml_body.contains("dcgm_otel_source_up{source=\"nvml\"} 1\n"));
     let err = common::terminate(nvml);
     assert_eq!(
-        err.matches("these counters have no NVML equivalent").count(),
+        err.matches("these counters have no NVML equivalent")
+            .count(),
         1,
         "{err}"
     );
@@ -225,7 +240,9 @@ fn processes_next_to_dcgm_and_capped_per_gpu() {
     let f = default_fleet();
     let g0 = device(&f, 0, None);
     // The device labels are the DCGM series' own.
-    assert!(body.contains(&format!("DCGM_FI_DEV_GPU_TEMP{{{g0},DCGM_FI_DRIVER_VERSION")));
+    assert!(body.contains(&format!(
+        "DCGM_FI_DEV_GPU_TEMP{{{g0},DCGM_FI_DRIVER_VERSION"
+    )));
     // One process per GPU, the largest; the others summed as `other`.
     assert_eq!(
         lines(&body, "dcgm_otel_process_gpu_memory_bytes")[..2],

@@ -40,7 +40,7 @@ pub struct SourceArgs {
     pub nvml_library: Option<PathBuf>,
 
     /// Per-process series (GPU memory and utilization of every process, with its pod on Kubernetes),
-    /// read through NVML. Default: on with -k, else off.
+    /// read through NVML. Default: on with -k (not with --simulate), else off.
     #[arg(long = "collect-processes", env = "DCGM_OTEL_COLLECT_PROCESSES", value_name = "BOOL",
           num_args = 0..=1, require_equals = true, default_missing_value = "true",
           value_parser = clap::builder::ValueParser::new(parse_go_bool))]
