@@ -355,6 +355,8 @@ pub mod fn_types {
         unsafe extern "C" fn(nvmlDevice_t, *mut c_uint, *mut nvmlProcessInfo_t) -> nvmlReturn_t;
     pub type nvmlDeviceGetGraphicsRunningProcesses_v3 =
         unsafe extern "C" fn(nvmlDevice_t, *mut c_uint, *mut nvmlProcessInfo_t) -> nvmlReturn_t;
+    pub type nvmlDeviceGetMPSComputeRunningProcesses_v3 =
+        unsafe extern "C" fn(nvmlDevice_t, *mut c_uint, *mut nvmlProcessInfo_t) -> nvmlReturn_t;
     pub type nvmlDeviceGetProcessUtilization = unsafe extern "C" fn(
         nvmlDevice_t,
         *mut nvmlProcessUtilizationSample_t,
@@ -476,6 +478,7 @@ symbols!(
         nvmlDeviceGetNvLinkState,
         nvmlDeviceGetComputeRunningProcesses_v3,
         nvmlDeviceGetGraphicsRunningProcesses_v3,
+        nvmlDeviceGetMPSComputeRunningProcesses_v3,
         nvmlDeviceGetProcessUtilization,
         nvmlEventSetCreate,
         nvmlDeviceRegisterEvents,
@@ -898,6 +901,20 @@ impl Symbols {
         self.process_list(
             |count, infos| {
                 optional_call!(self.nvmlDeviceGetGraphicsRunningProcesses_v3(d, count, infos))
+            },
+            buf,
+        )
+    }
+
+    /// Processes running under the MPS server (`_v3`, Volta and newer), into `buf`.
+    pub fn mps_processes(
+        &self,
+        d: nvmlDevice_t,
+        buf: &mut Vec<nvmlProcessInfo_t>,
+    ) -> Result<(), nvmlReturn_t> {
+        self.process_list(
+            |count, infos| {
+                optional_call!(self.nvmlDeviceGetMPSComputeRunningProcesses_v3(d, count, infos))
             },
             buf,
         )

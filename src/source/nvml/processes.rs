@@ -4,11 +4,14 @@
 //! (`nvmlDeviceGetProcessUtilization` with the newest sample timestamp of the previous call: the mean
 //! of the driver's samples in between, SM / memory / encoder / decoder percent).
 //!
+//! MPS clients (`nvmlDeviceGetMPSComputeRunningProcesses_v3`) are read too: with MPS, the pods sharing
+//! a GPU appear there.
+//!
 //! A process belongs to the entity it runs on: its GPU, or on a MIG GPU the GPU instance NVML reports
 //! (matched by GPU UUID and instance id to the monitored entities, so it works whatever the source's
 //! GPU numbering). Processes on entities that are not monitored (`-d`) are left out. Names come from
 //! `nvmlSystemGetProcessName`, else `<proc-root>/<pid>/comm`. NVML calls per collection: one
-//! `nvmlDeviceGetCount`, then per GPU two process lists and two utilization calls (count, then fetch),
+//! `nvmlDeviceGetCount`, then per GPU three process lists and two utilization calls (count, then fetch),
 //! plus one name lookup per new pid. NVML gives no per-process utilization on MIG GPUs: those
 //! processes have memory but no utilization series.
 
@@ -28,6 +31,15 @@ use crate::source::SourceError;
 struct Device {
     uuid: String,
     handle: nvmlDevice_t,
+}
+
+/// NVML's process lists: a process may be in several (memory: the largest it reports).
+#[derive(Clone, Copy)]
+enum List {
+    Compute,
+    Graphics,
+    /// Clients of the MPS server (shared GPUs with MPS).
+    Mps,
 }
 
 /// The NVML process collector.
@@ -141,11 +153,11 @@ impl ProcessSource for NvmlProcesses {
             // pid → (memory, gpu instance)
             let mut procs: BTreeMap<u32, (Option<u64>, u32)> = BTreeMap::new();
             let sym = self.nvml.sym();
-            for graphics in [false, true] {
-                let r = if graphics {
-                    sym.graphics_processes(d.handle, &mut self.infos)
-                } else {
-                    sym.compute_processes(d.handle, &mut self.infos)
+            for list in [List::Compute, List::Graphics, List::Mps] {
+                let r = match list {
+                    List::Compute => sym.compute_processes(d.handle, &mut self.infos),
+                    List::Graphics => sym.graphics_processes(d.handle, &mut self.infos),
+                    List::Mps => sym.mps_processes(d.handle, &mut self.infos),
                 };
                 match r {
                     Ok(()) => {}

@@ -882,6 +882,22 @@ pub unsafe extern "C" fn nvmlDeviceGetGraphicsRunningProcesses_v3(
     })
 }
 
+/// The fake runs no MPS server: the MPS client list is always empty (the call is answered).
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetMPSComputeRunningProcesses_v3(
+    device: nvmlDevice_t,
+    count: *mut c_uint,
+    _infos: *mut nvmlProcessInfo_t,
+) -> nvmlReturn_t {
+    call("nvmlDeviceGetMPSComputeRunningProcesses_v3", |e| {
+        match e.device(device) {
+            // SAFETY: valid in/out pointer (NVML contract).
+            Ok(_) => unsafe { put(count, 0) },
+            Err(rc) => rc,
+        }
+    })
+}
+
 #[no_mangle]
 pub unsafe extern "C" fn nvmlDeviceGetProcessUtilization(
     device: nvmlDevice_t,
@@ -1031,6 +1047,8 @@ const _: () = {
     let _: t::nvmlDeviceGetNvLinkState = nvmlDeviceGetNvLinkState;
     let _: t::nvmlDeviceGetComputeRunningProcesses_v3 = nvmlDeviceGetComputeRunningProcesses_v3;
     let _: t::nvmlDeviceGetGraphicsRunningProcesses_v3 = nvmlDeviceGetGraphicsRunningProcesses_v3;
+    let _: t::nvmlDeviceGetMPSComputeRunningProcesses_v3 =
+        nvmlDeviceGetMPSComputeRunningProcesses_v3;
     let _: t::nvmlDeviceGetProcessUtilization = nvmlDeviceGetProcessUtilization;
     let _: t::nvmlEventSetCreate = nvmlEventSetCreate;
     let _: t::nvmlDeviceRegisterEvents = nvmlDeviceRegisterEvents;
