@@ -298,6 +298,7 @@ fn main() {
         store: SnapshotStore::new(),
         status: CollectorStatus::new(interval),
         self_metrics,
+        processes: None,
     };
     let rss_before = common::rss_kib();
     let started = Instant::now();

@@ -33,7 +33,13 @@ use crate::server::args::{listen_addresses, PrometheusFormat};
 use crate::server::web::{HttpMetrics, WebSecurity};
 use crate::server::{self, ServeOptions, ServerState};
 use crate::snapshot::{HostInfo, SnapshotStore};
+use crate::source::args::SourceKind;
 use crate::source::dcgm::{self, DcgmOptions, DcgmSource};
+use crate::source::nvml::client::Nvml;
+use crate::source::nvml::processes::NvmlProcesses;
+use crate::source::nvml::{self, NvmlOptions, NvmlSource};
+use crate::source::processes::{ProcessOptions, ProcessSource};
+use crate::source::sim::processes::SimProcesses;
 use crate::source::sim::{self, Scenario, SimSource};
 use crate::source::Source;
 use crate::telemetry::self_metrics::SelfMetrics;
@@ -92,6 +98,22 @@ enum SourcePlan {
         seed: u64,
     },
     Dcgm(DcgmOptions),
+    /// `--source nvml`.
+    Nvml(NvmlOptions),
+    /// `--source auto`: DCGM when libdcgm loads and answers, else NVML.
+    Auto(DcgmOptions, NvmlOptions),
+}
+
+/// Where per-process readings come from (`--collect-processes`).
+enum ProcessPlan {
+    Simulated(SimProcesses),
+    /// Through NVML; `explicit`: asked for with the flag or variable (a missing NVML is then an error,
+    /// not a warning).
+    Nvml {
+        library: Option<PathBuf>,
+        options: ProcessOptions,
+        explicit: bool,
+    },
 }
 
 /// Everything start-up needs, resolved and checked, nothing started.
@@ -106,6 +128,7 @@ pub struct Plan {
     source: SourcePlan,
     host: HostInfo,
     otlp: Option<OtlpPlan>,
+    processes: Option<ProcessPlan>,
 }
 
 impl Plan {
@@ -148,6 +171,7 @@ impl Plan {
             hostname,
             node_name,
         };
+        let scenario_processes = scenario.as_ref().map(|s| s.processes.clone());
         let source = match scenario {
             Some(scenario) => {
                 let seed = cli.simulation.seed();
@@ -173,13 +197,48 @@ impl Plan {
             None => {
                 if let Some(r) = &cli.dcgm.remote_hostengine_info {
                     dcgm::remote::parse(r).map_err(StartError::input)?;
+                    if cli.source.source == SourceKind::Nvml {
+                        return Err(StartError::input(
+                            "--remote-hostengine-info reads a DCGM host engine; it cannot be combined with --source nvml",
+                        ));
+                    }
                 }
-                SourcePlan::Dcgm(DcgmOptions::new(
-                    &cli.dcgm,
-                    interval,
-                    cli.collection.devices.clone(),
-                ))
+                let dcgm_options =
+                    DcgmOptions::new(&cli.dcgm, interval, cli.collection.devices.clone());
+                let nvml_options = NvmlOptions {
+                    library: cli.source.nvml_library.clone(),
+                    devices: cli.collection.devices.clone(),
+                };
+                match cli.source.source {
+                    SourceKind::Dcgm => SourcePlan::Dcgm(dcgm_options),
+                    SourceKind::Nvml => SourcePlan::Nvml(nvml_options),
+                    SourceKind::Auto => SourcePlan::Auto(dcgm_options, nvml_options),
+                }
             }
+        };
+        // On by default with -k on a real node; with --simulate only when asked for.
+        let k8s_default = cli.kubernetes.kubernetes && cli.simulation.simulate.is_none();
+        let processes = if cli.source.processes_on(k8s_default) {
+            let options = ProcessOptions {
+                max_per_entity: cli.source.max_processes_per_gpu,
+                proc_root: cli.source.proc_root.clone(),
+            };
+            Some(match (&source, &scenario_processes) {
+                // A scenario that lists processes serves them; without, processes come from NVML.
+                (SourcePlan::Simulated { source, name, .. }, Some(list)) if !list.is_empty() => {
+                    ProcessPlan::Simulated(
+                        SimProcesses::new(source.fleet(), list, options, name)
+                            .map_err(StartError::input)?,
+                    )
+                }
+                _ => ProcessPlan::Nvml {
+                    library: cli.source.nvml_library.clone(),
+                    options,
+                    explicit: cli.source.collect_processes == Some(true),
+                },
+            })
+        } else {
+            None
         };
         let otlp = {
             let ctx = otel_context(&cli, &counters, &host);
@@ -207,6 +266,7 @@ impl Plan {
             source,
             host,
             otlp,
+            processes,
         })
     }
 
@@ -223,6 +283,7 @@ impl Plan {
             source,
             host,
             otlp,
+            processes,
         } = self;
         for flag in &not_implemented {
             tracing::warn!(flag = %flag, "dcgm-exporter flag accepted for compatibility but not implemented by dcgm-otel yet; it has no effect");
@@ -262,6 +323,7 @@ impl Plan {
         }));
 
         // ---- source ---------------------------------------------------------------------------
+        let mut nvml_library: Option<Arc<Nvml>> = None;
         let source: Box<dyn Source> = match source {
             SourcePlan::Simulated {
                 source,
@@ -284,6 +346,70 @@ impl Plan {
                     .map_err(|e| StartError::classify(e.is_bad_input(), e))?;
                 Box::new(s)
             }
+            SourcePlan::Nvml(opts) => {
+                let s = NvmlSource::open(opts, &counters)
+                    .map_err(|e| StartError::classify(e.is_bad_input(), e))?;
+                nvml_library = Some(s.library());
+                Box::new(s)
+            }
+            SourcePlan::Auto(dcgm_opts, nvml_opts) => {
+                match DcgmSource::connect(dcgm_opts, &mut counters) {
+                    Ok(s) => {
+                        tracing::info!("--source auto: DCGM answers; reading GPUs through DCGM");
+                        Box::new(s)
+                    }
+                    Err(e) if e.is_bad_input() => return Err(StartError::input(e)),
+                    Err(dcgm_error) => match NvmlSource::open(nvml_opts, &counters) {
+                        Ok(s) => {
+                            tracing::warn!(dcgm = %auto_reason(&dcgm_error), "--source auto: DCGM is not usable here; reading GPUs through NVML (fields only DCGM has stay absent)");
+                            nvml_library = Some(s.library());
+                            Box::new(s)
+                        }
+                        Err(e) if e.is_bad_input() => return Err(StartError::input(e)),
+                        Err(nvml_error) => {
+                            return Err(StartError::environment(format!(
+                                "--source auto: neither DCGM nor NVML is usable: DCGM: {}; NVML: {}; install the NVIDIA driver (it brings libnvidia-ml.so.1) and, for all fields, DCGM 4.x (datacenter-gpu-manager-4-core), or run with --simulate",
+                                auto_reason(&dcgm_error),
+                                nvml_reason(&nvml_error)
+                            )))
+                        }
+                    },
+                }
+            }
+        };
+        let process_source: Option<Box<dyn ProcessSource>> = match processes {
+            None => None,
+            Some(ProcessPlan::Simulated(p)) => Some(Box::new(p)),
+            Some(ProcessPlan::Nvml {
+                library,
+                options,
+                explicit,
+            }) => {
+                let opened = match nvml_library.clone() {
+                    Some(lib) => Ok(lib),
+                    None => Nvml::open(library.as_deref()),
+                };
+                match opened {
+                    Ok(lib) => {
+                        tracing::info!(
+                            library = lib.path(),
+                            max_per_gpu = options.max_per_entity,
+                            proc_root = %options.proc_root.display(),
+                            "per-process collection on: processes read through NVML every collection"
+                        );
+                        Some(Box::new(NvmlProcesses::new(lib, options)))
+                    }
+                    Err(e) if explicit => {
+                        return Err(StartError::environment(format!(
+                            "--collect-processes needs NVML: {e}; install the NVIDIA driver (libnvidia-ml.so.1) or point --nvml-library at it"
+                        )))
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "per-process series off: NVML is not usable (they are on by default with -k; --collect-processes=false silences this)");
+                        None
+                    }
+                }
+            }
         };
         counters.rows.shrink_to_fit();
         let counters = Arc::new(counters);
@@ -299,9 +425,11 @@ impl Plan {
         let mut enrichers: Vec<Box<dyn Enricher>> = Vec::new();
         if cli.kubernetes.kubernetes {
             let config = KubernetesConfig::from_args(&cli.kubernetes, interval);
-            let k8s = KubernetesEnricher::new(config, &self_metrics).map_err(|e| {
-                StartError::environment(format!("cannot start the kubelet client runtime: {e}"))
-            })?;
+            let k8s = KubernetesEnricher::new(config, &self_metrics)
+                .map_err(|e| {
+                    StartError::environment(format!("cannot start the kubelet client runtime: {e}"))
+                })?
+                .with_proc_root(cli.source.proc_root.clone());
             enrichers.push(Box::new(k8s));
         }
         if let Some(dir) = cli.hpc.dir() {
@@ -351,6 +479,7 @@ impl Plan {
             store,
             status: status.clone(),
             self_metrics: self_metrics.clone(),
+            processes: process_source,
         };
         let (stop_tx, stop_rx) = std::sync::mpsc::channel::<()>();
         let collector = std::thread::Builder::new()
@@ -389,6 +518,23 @@ impl Plan {
         }
         runtime.shutdown_timeout(Duration::from_secs(1));
         Ok(())
+    }
+}
+
+/// Why DCGM was passed over by `--source auto`, in a few words (the library error without its
+/// install hints, which the NVML-side message gives).
+fn auto_reason(e: &dcgm::StartError) -> String {
+    match e {
+        dcgm::StartError::Library(l) => l.to_string(),
+        e => e.to_string(),
+    }
+}
+
+/// Why NVML could not be used, without its install hints.
+fn nvml_reason(e: &nvml::StartError) -> String {
+    match e {
+        nvml::StartError::Open(o) => o.to_string(),
+        e => e.to_string(),
     }
 }
 

@@ -13,6 +13,7 @@ use crate::enrich::hpc::HpcArgs;
 use crate::enrich::kubernetes::KubernetesArgs;
 use crate::export::otel::otlp::OtlpArgs;
 use crate::server::args::ServerArgs;
+use crate::source::args::SourceArgs;
 use crate::source::dcgm::args::DcgmArgs;
 use crate::source::sim::args::SimulationArgs;
 use crate::telemetry::logging::LogArgs;
@@ -31,6 +32,8 @@ pub struct Cli {
     pub simulation: SimulationArgs,
     #[command(flatten)]
     pub dcgm: DcgmArgs,
+    #[command(flatten)]
+    pub source: SourceArgs,
     #[command(flatten)]
     pub server: ServerArgs,
     #[command(flatten)]

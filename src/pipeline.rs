@@ -24,6 +24,7 @@ use crate::enrich::Enricher;
 use crate::export::SnapshotConsumer;
 use crate::lock::LockExt;
 use crate::snapshot::{Absent, FieldValue, HostInfo, Snapshot, SnapshotStore};
+use crate::source::processes::ProcessSource;
 use crate::source::{Source, SourceError};
 use crate::telemetry::self_metrics::{Metric, SelfMetrics};
 
@@ -199,11 +200,44 @@ impl PipelineMetrics {
             .or_insert_with(|| {
                 registry.counter(
                     "dcgm_otel_absent_values_total",
-                    "Values not exported because DCGM reported them blank, not supported, not found, not permitted or in error, by field and reason.",
+                    "Values not exported because DCGM reported them blank, not supported, not found, not permitted or in error, or because the source cannot give the field at all (unsupported), by field and reason.",
                     &[("field", field), ("reason", reason.as_str())],
                 )
             });
         m.add(n as f64);
+    }
+}
+
+/// Health of per-process collection across collections.
+/// Its self-metrics exist only when per-process collection is on.
+struct ProcessPollState {
+    failing: bool,
+    errors: Option<Arc<Metric>>,
+    series: Option<Arc<Metric>>,
+}
+
+impl ProcessPollState {
+    fn new(registry: &SelfMetrics, enabled: bool) -> ProcessPollState {
+        if !enabled {
+            return ProcessPollState {
+                failing: false,
+                errors: None,
+                series: None,
+            };
+        }
+        ProcessPollState {
+            failing: false,
+            errors: Some(registry.counter(
+                "dcgm_otel_process_collect_errors_total",
+                "Collections whose per-process poll failed (their process series were withdrawn).",
+                &[],
+            )),
+            series: Some(registry.gauge(
+                "dcgm_otel_process_readings",
+                "Per-process readings (processes, plus one 'other' per capped GPU or MIG instance) in the last collection.",
+                &[],
+            )),
+        }
     }
 }
 
@@ -218,6 +252,8 @@ pub struct Pipeline {
     pub store: Arc<SnapshotStore>,
     pub status: Arc<CollectorStatus>,
     pub self_metrics: Arc<SelfMetrics>,
+    /// Per-process collection (`--collect-processes`), when on.
+    pub processes: Option<Box<dyn ProcessSource>>,
 }
 
 /// Publication: the store, the consumers and the health status change together, under one lock, from
@@ -245,6 +281,7 @@ impl Publisher {
             host: self.host.clone(),
             driver_version: None,
             entities: Vec::new(),
+            processes: Vec::new(),
         }
     }
 
@@ -349,6 +386,7 @@ impl Pipeline {
         }
         let mut next = Instant::now();
         let mut was_down = false;
+        let mut process_state = ProcessPollState::new(&self.self_metrics, self.processes.is_some());
         loop {
             let started = Instant::now();
             metrics.collects.inc();
@@ -360,6 +398,7 @@ impl Pipeline {
                     for e in &mut self.enrichers {
                         e.enrich(&mut reading.entities);
                     }
+                    let processes = self.poll_processes(&reading.entities, &mut process_state);
                     self.count_absent(&reading, &mut metrics);
                     if was_down {
                         tracing::info!(
@@ -382,6 +421,7 @@ impl Pipeline {
                         host: self.host.clone(),
                         driver_version: reading.driver_version,
                         entities: reading.entities,
+                        processes,
                     };
                     (snapshot, None)
                 }
@@ -436,9 +476,49 @@ impl Pipeline {
         tracing::info!("collector stopped");
     }
 
+    /// Poll the process source (if any) for the entities just read and let the enrichers attribute the
+    /// processes. A failure withdraws the process series for this collection, logged once per outage.
+    fn poll_processes(
+        &mut self,
+        entities: &[crate::snapshot::EntityReading],
+        state: &mut ProcessPollState,
+    ) -> Vec<crate::snapshot::ProcessReading> {
+        let Some(source) = self.processes.as_mut() else {
+            return Vec::new();
+        };
+        match source.poll(entities) {
+            Ok(mut list) => {
+                if state.failing {
+                    tracing::info!(source = source.name(), "per-process collection works again");
+                    state.failing = false;
+                }
+                for e in &mut self.enrichers {
+                    e.enrich_processes(&mut list);
+                }
+                if let Some(m) = &state.series {
+                    m.set(list.len() as f64);
+                }
+                list
+            }
+            Err(err) => {
+                if let Some(m) = &state.errors {
+                    m.inc();
+                }
+                if let Some(m) = &state.series {
+                    m.set(0.0);
+                }
+                if !state.failing {
+                    tracing::warn!(source = source.name(), error = %err, "per-process collection failed; process series withdrawn until it works again");
+                    state.failing = true;
+                }
+                Vec::new()
+            }
+        }
+    }
+
     fn count_absent(&self, reading: &crate::snapshot::Reading, metrics: &mut PipelineMetrics) {
         for (i, row) in self.counters.rows.iter().enumerate() {
-            let mut counts: [u64; 5] = [0; 5];
+            let mut counts: [u64; 6] = [0; 6];
             for e in &reading.entities {
                 if let Some(FieldValue::Absent(reason)) = e.values.get(i) {
                     let slot = match reason {
@@ -447,6 +527,7 @@ impl Pipeline {
                         Absent::NotFound => 2,
                         Absent::NotPermissioned => 3,
                         Absent::Error => 4,
+                        Absent::Unsupported => 5,
                         Absent::NotApplicable => continue,
                     };
                     counts[slot] += 1;
@@ -458,6 +539,7 @@ impl Pipeline {
                 Absent::NotFound,
                 Absent::NotPermissioned,
                 Absent::Error,
+                Absent::Unsupported,
             ]
             .into_iter()
             .enumerate()

@@ -1033,3 +1033,120 @@ fn figure_kubelet_calls_per_minute_with_10_scrapers() {
         calls as f64 / minutes
     );
 }
+
+/// Per-process pods (issue 16): two pods share GPU 0 (time-slicing); the fake libnvidia-ml reports
+/// their processes (and a host process), the cgroup fixture tree under tests/fixtures/nvml/proc says
+/// which pod each belongs to, the kubelet and its checkpoint name the pods. Each process series carries
+/// its own pod, and each pod's split utilization is the sum of its processes'.
+#[test]
+fn processes_get_their_pod_from_the_cgroup_and_a_shared_gpu_splits_per_pod() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = fleet("default");
+    let sock = socket_in(dir.path());
+    let u0 = &f.gpu_uuid[0];
+    let _kubelet = FakeKubelet::start(
+        &sock,
+        pods(vec![
+            pod(
+                "a-team",
+                "replica-0",
+                vec![container("w", "nvidia.com/gpu", &[&format!("{u0}::0")])],
+            ),
+            pod(
+                "b-team",
+                "replica-1",
+                vec![container("w", "nvidia.com/gpu", &[&format!("{u0}::1")])],
+            ),
+        ]),
+    );
+    let checkpoint = dir.path().join("kubelet_internal_checkpoint");
+    std::fs::write(
+        &checkpoint,
+        format!(
+            r#"{{"Data":{{"PodDeviceEntries":[{{"PodUID":"7e1c2f4a-0000-4000-8000-00000000000a","ContainerName":"w","ResourceName":"nvidia.com/gpu","DeviceIDs":{{"0":["{u0}::0"]}}}},{{"PodUID":"7e1c2f4a-0000-4000-8000-00000000000b","ContainerName":"w","ResourceName":"nvidia.com/gpu","DeviceIDs":{{"0":["{u0}::1"]}}}}]}},"Checksum":1}}"#
+        ),
+    )
+    .unwrap();
+    // The simulated GPUs without the scenario's own processes: processes come from NVML.
+    let scenario = dir.path().join("gpus.yaml");
+    std::fs::write(
+        &scenario,
+        "gpus:\n  - { model: H100-SXM5-80GB, load: training }\n  - { model: H100-SXM5-80GB, mig: [3g.40gb, 2g.20gb, 1g.10gb], load: inference }\n",
+    )
+    .unwrap();
+    let bin = PathBuf::from(env!("CARGO_BIN_EXE_dcgm-otel"));
+    let lib = dir.path().join("libnvidia-ml.so.1");
+    std::os::unix::fs::symlink(bin.parent().unwrap().join("libfake_libnvml.so"), &lib).unwrap();
+    let proc_root = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/nvml/proc");
+    let ex = exporter(
+        dir.path(),
+        scenario.to_str().unwrap(),
+        &[
+            "-k",
+            "--pod-resources-kubelet-socket",
+            sock.to_str().unwrap(),
+            "--kubernetes-enable-pod-uid",
+            "--kubelet-device-checkpoint",
+            checkpoint.to_str().unwrap(),
+            "--collect-processes",
+            "--nvml-library",
+            lib.to_str().unwrap(),
+            "--proc-root",
+            proc_root,
+        ],
+    );
+    let body = scrape_until(ex.port, "process pods", |b| {
+        b.contains("pod=\"replica-1\",pod_uid=\"7e1c2f4a-0000-4000-8000-00000000000b\"} ")
+    });
+    let dev = format!(
+        "gpu=\"0\",UUID=\"{u0}\",pci_bus_id=\"00000000:18:00.0\",device=\"nvidia0\",modelName=\"{MODEL}\",Hostname=\"node-a\""
+    );
+    let mem: Vec<&str> = body
+        .lines()
+        .filter(|l| l.starts_with("dcgm_otel_process_gpu_memory_bytes{gpu=\"0\""))
+        .collect();
+    assert_eq!(
+        mem,
+        vec![
+            format!("dcgm_otel_process_gpu_memory_bytes{{{dev},pid=\"4242\",process_name=\"python3\",container=\"w\",namespace=\"a-team\",pod=\"replica-0\",pod_uid=\"7e1c2f4a-0000-4000-8000-00000000000a\"}} 32212254720"),
+            format!("dcgm_otel_process_gpu_memory_bytes{{{dev},pid=\"4377\",process_name=\"python3\",container=\"w\",namespace=\"b-team\",pod=\"replica-1\",pod_uid=\"7e1c2f4a-0000-4000-8000-00000000000b\"}} 12884901888"),
+            format!("dcgm_otel_process_gpu_memory_bytes{{{dev},pid=\"5120\",process_name=\"nvidia-smi\"}} 67108864"),
+        ]
+    );
+    // The shared GPU's per-pod utilization is the sum of each pod's processes (55 and 25), not the
+    // device's utilization repeated; power splits by SM share (55 and 25 of the 80 % all processes use).
+    let util: Vec<&str> = body
+        .lines()
+        .filter(|l| l.starts_with("dcgm_otel_pod_gpu_utilization_percent{"))
+        .collect();
+    assert_eq!(
+        util,
+        vec![
+            format!("dcgm_otel_pod_gpu_utilization_percent{{{dev},namespace=\"a-team\",pod=\"replica-0\"}} 55"),
+            format!("dcgm_otel_pod_gpu_utilization_percent{{{dev},namespace=\"b-team\",pod=\"replica-1\"}} 25"),
+        ]
+    );
+    let power = |pod: &str| {
+        value(
+            &body,
+            &format!(
+                "dcgm_otel_pod_gpu_power_watts{{{dev},namespace=\"{}\",pod=\"{pod}\"}}",
+                if pod == "replica-0" {
+                    "a-team"
+                } else {
+                    "b-team"
+                }
+            ),
+        )
+    };
+    let device_power = body
+        .lines()
+        .find(|l| l.starts_with(&format!("DCGM_FI_DEV_POWER_USAGE{{{dev}")))
+        .and_then(|l| l.rsplit_once(' '))
+        .map(|(_, v)| v.parse::<f64>().unwrap())
+        .unwrap();
+    assert!((power("replica-0") - device_power * 55.0 / 80.0).abs() < 1e-6);
+    assert!((power("replica-1") - device_power * 25.0 / 80.0).abs() < 1e-6);
+    // A process in a pod on a MIG instance nobody lists: its pod_uid from the cgroup only.
+    assert!(body.contains("pid=\"6001\",process_name=\"tritonserver\",pod_uid=\"7e1c2f4a-0000-4000-8000-00000000000c\"} 21474836480"), "{body}");
+}

@@ -78,6 +78,7 @@ fn an_enricher_adds_an_attribute_every_exporter_writes() {
         store: store.clone(),
         status: CollectorStatus::new(interval),
         self_metrics: SelfMetrics::new(),
+        processes: None,
     };
     let (stop, stop_rx) = std::sync::mpsc::channel::<()>();
     let collector = std::thread::spawn(move || pipeline.run(stop_rx));

@@ -202,3 +202,53 @@ fn failing_environment_is_one_line_and_exit_1() {
         &format!("cannot listen on {addr}: Address already in use (os error 98)"),
     );
 }
+
+#[test]
+fn no_gpu_library_at_all_with_source_auto_or_nvml() {
+    expect(
+        &[
+            "--source",
+            "auto",
+            "--dcgm-library",
+            "/nonexistent/libdcgm.so.4",
+            "--nvml-library",
+            "/nonexistent/libnvidia-ml.so.1",
+            "-a",
+            "127.0.0.1:0",
+        ],
+        &[],
+        1,
+        "--source auto: neither DCGM nor NVML is usable: DCGM: cannot load libdcgm (tried /nonexistent/libdcgm.so.4): /nonexistent/libdcgm.so.4: cannot open shared object file: No such file or directory; NVML: cannot load NVML (tried /nonexistent/libnvidia-ml.so.1): /nonexistent/libnvidia-ml.so.1: cannot open shared object file: No such file or directory; install the NVIDIA driver (it brings libnvidia-ml.so.1) and, for all fields, DCGM 4.x (datacenter-gpu-manager-4-core), or run with --simulate",
+    );
+    expect(
+        &[
+            "--source",
+            "nvml",
+            "--nvml-library",
+            "/nonexistent/libnvidia-ml.so.1",
+            "-a",
+            "127.0.0.1:0",
+        ],
+        &[],
+        1,
+        "cannot load NVML (tried /nonexistent/libnvidia-ml.so.1): /nonexistent/libnvidia-ml.so.1: cannot open shared object file: No such file or directory; NVML comes with the NVIDIA driver (libnvidia-ml.so.1): install the driver, or point --nvml-library / DCGM_OTEL_LIBNVML at the library, or use --simulate to run on a simulated fleet without GPUs",
+    );
+    expect(
+        &[
+            "--collect-processes",
+            "--dcgm-library",
+            "/nonexistent/libdcgm.so.4",
+            "-a",
+            "127.0.0.1:0",
+        ],
+        &[("DCGM_OTEL_SOURCE", "bogus")],
+        2,
+        "invalid value 'bogus' in environment variable DCGM_OTEL_SOURCE (flag --source); see --help",
+    );
+    expect(
+        &["--source", "nvml", "-r", "gpu-node:5555"],
+        &[],
+        2,
+        "--remote-hostengine-info reads a DCGM host engine; it cannot be combined with --source nvml",
+    );
+}

@@ -16,9 +16,11 @@
 //! known there has no `pod_uid` label.
 
 pub mod args;
+pub mod cgroup;
 pub mod checkpoint;
 pub mod mapping;
 pub mod podresources;
+pub mod processes;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -28,7 +30,7 @@ pub use args::KubernetesArgs;
 pub use mapping::{GpuIdType, Mapping, MatchRules, PodRef};
 
 use super::Enricher;
-use crate::snapshot::{Attribute, EntityReading};
+use crate::snapshot::{Attribute, EntityReading, ProcessReading};
 use crate::telemetry::self_metrics::{Metric, SelfMetrics};
 
 /// Failed intervals during which the last good mapping is still used.
@@ -132,6 +134,8 @@ pub struct KubernetesEnricher {
     warned_unknown: bool,
     /// The device checkpoint could not be used at the last attempt (logged once per outage).
     checkpoint_failing: bool,
+    /// The host's /proc, where a process's cgroup names its pod (`--proc-root`).
+    proc_root: PathBuf,
 }
 
 impl KubernetesEnricher {
@@ -164,7 +168,14 @@ impl KubernetesEnricher {
             failures: 0,
             warned_unknown: false,
             checkpoint_failing: false,
+            proc_root: PathBuf::from("/proc"),
         })
+    }
+
+    /// Where process cgroups are read for per-process pod attribution (default `/proc`).
+    pub fn with_proc_root(mut self, root: PathBuf) -> KubernetesEnricher {
+        self.proc_root = root;
+        self
     }
 
     /// Ask the kubelet and update the mapping in use (kept, replaced or dropped).
@@ -265,5 +276,14 @@ impl Enricher for KubernetesEnricher {
         if let Some(m) = &self.mapping {
             apply(m, self.config.rules.id_type, entities);
         }
+    }
+
+    fn enrich_processes(&mut self, processes: &mut [ProcessReading]) {
+        processes::attribute(
+            self.mapping.as_deref(),
+            self.config.rules.id_type,
+            &self.proc_root,
+            processes,
+        );
     }
 }

@@ -5,11 +5,15 @@
 pub mod hpc;
 pub mod kubernetes;
 
-use crate::snapshot::EntityReading;
+use crate::snapshot::{EntityReading, ProcessReading};
 
 /// Adds attribution to the entities of one reading. Must not panic; failures are logged and counted by
 /// the enricher itself, and leave the entities as they were (or with the last good attribution).
 pub trait Enricher: Send {
     fn name(&self) -> &'static str;
     fn enrich(&mut self, entities: &mut [EntityReading]);
+
+    /// Attribute the processes of the same collection (called after [`Enricher::enrich`]); most
+    /// enrichers have nothing to say about processes.
+    fn enrich_processes(&mut self, _processes: &mut [ProcessReading]) {}
 }

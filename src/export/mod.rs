@@ -5,6 +5,7 @@
 //! Exporters read snapshots only; what an enricher attributed reaches them as open attribute sets.
 
 pub mod otel;
+pub mod process_series;
 pub mod prometheus;
 
 use std::sync::Arc;

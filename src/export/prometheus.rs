@@ -489,6 +489,8 @@ impl Renderer {
                 }
             }
         }
+        // Per-process families (`--collect-processes`), after the DCGM ones.
+        samples += super::process_series::render(snap, &self.style, out);
         samples
     }
 

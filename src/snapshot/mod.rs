@@ -7,11 +7,14 @@
 //!
 //! [`entity`] is the entity model (GPU, MIG instance, NvLink), [`inventory`] what a source discovered and
 //! the monitored entities in output order, [`attribution`] who uses each entity, as open attribute sets;
+//! [`process`] the processes running on them (per-process GPU use, beside the entities);
 //! [`SnapshotStore`] holds the newest published snapshot.
 
 pub mod attribution;
 pub mod entity;
 pub mod inventory;
+pub mod pod_split;
+pub mod process;
 
 use std::sync::Arc;
 use std::time::SystemTime;
@@ -20,6 +23,7 @@ use arc_swap::ArcSwapOption;
 
 pub use attribution::{Attribute, AttributeKey, Attribution, Placement};
 pub use entity::{Entity, EntityKind, GpuIdentity, MigIdentity};
+pub use process::ProcessReading;
 
 use crate::counters::CounterSet;
 
@@ -38,6 +42,8 @@ pub enum Absent {
     Error,
     /// The field does not apply to this kind of entity (a link field on a GPU); not counted.
     NotApplicable,
+    /// The source cannot give this field at all (a DCGM-only field read through NVML).
+    Unsupported,
 }
 
 impl Absent {
@@ -49,6 +55,7 @@ impl Absent {
             Absent::NotPermissioned => "not_permissioned",
             Absent::Error => "error",
             Absent::NotApplicable => "not_applicable",
+            Absent::Unsupported => "unsupported",
         }
     }
 }
@@ -117,6 +124,8 @@ pub struct Snapshot {
     pub host: Arc<HostInfo>,
     pub driver_version: Option<String>,
     pub entities: Vec<EntityReading>,
+    /// Processes running on the monitored entities (empty unless per-process collection is on).
+    pub processes: Vec<ProcessReading>,
 }
 
 impl Snapshot {

@@ -3,9 +3,14 @@
 //! A [`Source`] is polled once per collect interval on the collector thread (a plain OS thread, never the
 //! async runtime, because libdcgm calls block). It returns a [`Reading`] with one value per counter row
 //! for every monitored entity, or an error that marks the source down until a later poll succeeds.
-//! Implementations: [`sim`] (the simulated fleet behind `--simulate`) and `dcgm` (libdcgm through FFI).
+//! Implementations: [`sim`] (the simulated fleet behind `--simulate`), `dcgm` (libdcgm through FFI) and
+//! [`nvml`] (the driver's NVML, `--source nvml`). [`processes`] is the per-process side: a
+//! [`processes::ProcessSource`] runs after any source, on the same thread.
 
+pub mod args;
 pub mod dcgm;
+pub mod nvml;
+pub mod processes;
 pub mod sim;
 
 use crate::snapshot::Reading;

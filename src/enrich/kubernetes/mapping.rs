@@ -244,6 +244,17 @@ impl Mapping {
         m
     }
 
+    /// Every (pod, container) holding a device, in no particular order (duplicates possible).
+    pub fn pods(&self) -> impl Iterator<Item = &PodRef> {
+        self.by_gpu_uuid
+            .values()
+            .chain(self.by_gpu_index.values())
+            .chain(self.by_mig_uuid.values())
+            .chain(self.by_instance.values())
+            .chain(self.by_instance_of_gpu.values())
+            .flatten()
+    }
+
     /// The pods attributed to one entity (sorted, no duplicates); empty when none.
     pub fn pods_for(&self, entity: &Entity, id_type: GpuIdType) -> Vec<PodRef> {
         let gpu = &entity.gpu;

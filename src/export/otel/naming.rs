@@ -154,6 +154,11 @@ impl Naming {
         }
     }
 
+    /// The attribute style (`otel` or `dcgm` names).
+    pub fn style(&self) -> OtelAttributeStyle {
+        self.style
+    }
+
     /// Which attributes go into the Resource in a resource mode.
     pub fn resource_split(&self, mode: OtelResourceMode) -> ResourceSplit {
         match mode {

@@ -25,6 +25,35 @@ pub struct Scenario {
     /// Fields reported not supported on every entity, by DCGM name.
     #[serde(default)]
     pub unsupported_fields: Vec<String>,
+    /// Processes running on the GPUs (per-process series, `--collect-processes`).
+    #[serde(default)]
+    pub processes: Vec<SimProcess>,
+}
+
+/// One simulated process: `{pid, name, gpu, gpu_i_id?, memory_mib, sm_utilization, pod?}`.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct SimProcess {
+    pub pid: u32,
+    pub name: String,
+    /// GPU index.
+    pub gpu: u32,
+    /// MIG GPU-instance id (`GPU_I_ID`) on a MIG GPU.
+    #[serde(default)]
+    pub gpu_i_id: Option<u32>,
+    pub memory_mib: u64,
+    /// SM utilization in percent.
+    #[serde(default)]
+    pub sm_utilization: f64,
+    #[serde(default)]
+    pub memory_utilization: f64,
+    #[serde(default)]
+    pub encoder_utilization: f64,
+    #[serde(default)]
+    pub decoder_utilization: f64,
+    /// `namespace/pod` of a Kubernetes pod it belongs to.
+    #[serde(default)]
+    pub pod: Option<String>,
 }
 
 fn default_driver() -> String {
@@ -157,6 +186,44 @@ impl Scenario {
                     "MIG layout {:?} needs {slices} compute slices; a GPU has 7",
                     g.mig
                 )));
+            }
+        }
+        let mut pids = std::collections::HashSet::new();
+        for p in &scenario.processes {
+            if !pids.insert(p.pid) {
+                return Err(invalid(format!("process pid {} listed twice", p.pid)));
+            }
+            if p.gpu >= total {
+                return Err(invalid(format!(
+                    "process {} on GPU {}; the scenario has GPUs 0 to {}",
+                    p.pid,
+                    p.gpu,
+                    total - 1
+                )));
+            }
+            for (what, v) in [
+                ("sm_utilization", p.sm_utilization),
+                ("memory_utilization", p.memory_utilization),
+                ("encoder_utilization", p.encoder_utilization),
+                ("decoder_utilization", p.decoder_utilization),
+            ] {
+                if !(0.0..=100.0).contains(&v) {
+                    return Err(invalid(format!(
+                        "process {}: {what} {v} is not a percentage (0 to 100)",
+                        p.pid
+                    )));
+                }
+            }
+            if let Some(pod) = &p.pod {
+                if pod
+                    .split_once('/')
+                    .is_none_or(|(ns, name)| ns.is_empty() || name.is_empty() || name.contains('/'))
+                {
+                    return Err(invalid(format!(
+                        "process {}: pod '{pod}' is not namespace/pod",
+                        p.pid
+                    )));
+                }
             }
         }
         for name in scenario

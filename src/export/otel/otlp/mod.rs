@@ -15,6 +15,10 @@
 //! export and sender threads never touch the collector thread or the :9400 server.
 
 pub mod args;
+#[cfg(test)]
+mod process_points_tests;
+pub mod processes;
+pub mod proto;
 pub mod queue;
 pub mod request;
 pub mod settings;

@@ -38,11 +38,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
-use opentelemetry::{KeyValue, Value};
+use opentelemetry::KeyValue;
 use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
-use opentelemetry_proto::tonic::common::v1::{
-    any_value, AnyValue, InstrumentationScope, KeyValue as PKeyValue,
-};
+use opentelemetry_proto::tonic::common::v1::{InstrumentationScope, KeyValue as PKeyValue};
 use opentelemetry_proto::tonic::metrics::v1::{
     metric::Data, number_data_point, AggregationTemporality, Gauge, Metric, NumberDataPoint,
     ResourceMetrics, ScopeMetrics, Sum,
@@ -50,6 +48,7 @@ use opentelemetry_proto::tonic::metrics::v1::{
 use opentelemetry_proto::tonic::resource::v1::Resource;
 use opentelemetry_sdk::metrics::Temporality;
 
+use super::proto::pkv;
 use super::queue::{ExportMetrics, Queue};
 use crate::counters::{CounterSet, MetricKind};
 use crate::export::otel::naming::{Naming, ResourceSplit};
@@ -124,21 +123,6 @@ fn nanos(t: SystemTime) -> u64 {
     t.duration_since(UNIX_EPOCH)
         .map(|d| d.as_nanos() as u64)
         .unwrap_or(0)
-}
-
-fn pkv(kv: &KeyValue) -> PKeyValue {
-    let value = match &kv.value {
-        Value::Bool(b) => any_value::Value::BoolValue(*b),
-        Value::I64(i) => any_value::Value::IntValue(*i),
-        Value::F64(f) => any_value::Value::DoubleValue(*f),
-        Value::String(s) => any_value::Value::StringValue(s.as_str().to_string()),
-        other => any_value::Value::StringValue(other.to_string()),
-    };
-    PKeyValue {
-        key: kv.key.as_str().to_string(),
-        value: Some(AnyValue { value: Some(value) }),
-        key_strindex: 0,
-    }
 }
 
 /// One attribute set of one entity, ready to be written.
@@ -443,6 +427,19 @@ impl DirectBuilder {
         if self.delta {
             self.previous = next_previous;
         }
+        // Per-process points (`--collect-processes`), one resource per device (and pod).
+        data_points += super::processes::emit(
+            &super::processes::Context {
+                naming: &self.naming,
+                split: &self.split,
+                base: &self.base,
+                scope: &self.scope,
+                time: nanos(snap.taken_at),
+                start: self.start_nanos,
+            },
+            snap,
+            &mut sink,
+        );
         data_points
     }
 
@@ -665,6 +662,7 @@ mod tests {
     use crate::export::otel::naming::{OtelAttributeStyle, OtelResourceMode};
     use crate::export::otel::sdk::instruments::{register, SnapshotView};
     use crate::snapshot::*;
+    use opentelemetry_proto::tonic::common::v1::any_value;
 
     use crate::export::otel::test_fleet::{counters as test_counters, snapshot};
 

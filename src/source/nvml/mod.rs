@@ -1,0 +1,813 @@
+//! The NVML source (`--source nvml`, or `auto` without DCGM): reads GPUs through the driver's own
+//! library, `libnvidia-ml.so.1`, loaded at run time — for hosts with a driver but no DCGM
+//! (workstations, cloud VMs, GeForce cards, CI runners) — and the per-process collector that also
+//! runs next to the DCGM source.
+//!
+//! The counters CSV, metric names, units and labels are DCGM's: every row whose DCGM field NVML can
+//! give is read through the NVML call [`fields`] maps it to; the others are absent with reason
+//! `unsupported` (counted in `dcgm_otel_absent_values_total`, listed once at start). Discovery
+//! ([`discover`]) builds the shared inventory, so entity order and `-d` rules are the DCGM source's.
+//! XIDs come from an NVML event set (`nvmlEventTypeXidCriticalError`), drained without waiting at
+//! every collection: `DCGM_FI_DEV_XID_ERRORS` is the last XID seen (0 before any), as with DCGM; the
+//! events of the last collection are also kept ([`NvmlSource::recent_xids`]).
+//!
+//! A GPU that falls off the bus (`NVML_ERROR_GPU_IS_LOST`) has its series withdrawn at once (never a
+//! stale value), logged once; the GPUs are rediscovered on the next collection, and whenever NVML's
+//! device count changes. Modules: `ffi` (C ABI, the module's only `unsafe`), [`client`] (init,
+//! errors), [`discover`], [`fields`] (the DCGM → NVML table), [`processes`] (per-process readings).
+
+pub mod client;
+pub mod discover;
+pub mod ffi;
+pub mod fields;
+pub mod processes;
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use self::client::{Nvml, NvmlError, OpenError};
+use self::discover::{Discovered, GpuHandles};
+use self::ffi::{nvmlDevice_t, nvmlEventSet_t, nvmlFieldValue_t, nvmlReturn_t, NvmlNumber};
+use self::fields::Read;
+use super::{Source, SourceError};
+use crate::config::devices::{DeviceError, DeviceSelection, Selected};
+use crate::counters::CounterSet;
+use crate::snapshot::inventory;
+use crate::snapshot::{
+    Absent, Attribution, Entity, EntityKind, EntityReading, FieldValue, Reading,
+};
+
+/// What the NVML source needs from the configuration.
+#[derive(Debug, Clone)]
+pub struct NvmlOptions {
+    /// `--nvml-library`: a file instead of the soname search.
+    pub library: Option<PathBuf>,
+    pub devices: DeviceSelection,
+}
+
+/// Why the NVML source could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// libnvidia-ml missing or not initialisable (exit code 1).
+    #[error("{0}; NVML comes with the NVIDIA driver (libnvidia-ml.so.1): install the driver, or point --nvml-library / DCGM_OTEL_LIBNVML at the library, or use --simulate to run on a simulated fleet without GPUs")]
+    Open(#[from] OpenError),
+    /// Counting the GPUs failed (exit code 1).
+    #[error("NVML: {0}")]
+    Nvml(#[from] NvmlError),
+    /// `-d` names GPUs or instances that are not there (exit code 2).
+    #[error(transparent)]
+    Devices(#[from] DeviceError),
+}
+
+impl StartError {
+    pub fn is_bad_input(&self) -> bool {
+        matches!(self, StartError::Devices(_))
+    }
+}
+
+/// How often a GPU NVML counts but cannot read is looked for again.
+const UNUSABLE_RETRY: Duration = Duration::from_secs(30);
+
+/// One XID event read from the event set.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct XidEvent {
+    pub gpu: u32,
+    /// The GPU instance it is attributed to, on MIG.
+    pub gi_id: Option<u32>,
+    pub code: i64,
+}
+
+/// How each counter row is read.
+#[derive(Debug, Clone, Copy)]
+struct RowPlan {
+    field: u16,
+    read: Option<Read>,
+    on_gpus: bool,
+    on_links: bool,
+    text: bool,
+}
+
+/// The NVML [`Source`].
+pub struct NvmlSource {
+    nvml: Arc<Nvml>,
+    devices: DeviceSelection,
+    rows: Vec<RowPlan>,
+    want_links: bool,
+    discovered: Option<Discovered>,
+    entities: Vec<Arc<Entity>>,
+    no_attribution: Arc<Attribution>,
+    events: Option<nvmlEventSet_t>,
+    /// Last XID per (GPU index, GPU instance id or u32::MAX for the GPU).
+    last_xid: HashMap<(u32, u32), i64>,
+    recent_xids: Vec<XidEvent>,
+    /// GPUs logged as lost (by UUID), until they come back.
+    lost_logged: HashSet<String>,
+    /// Rows that returned NOT_SUPPORTED, logged once per (field, entity kind, entity id).
+    logged_not_supported: HashSet<(u16, EntityKind, u32)>,
+    field_buf: Vec<nvmlFieldValue_t>,
+    /// NVML calls made by the last poll.
+    calls: usize,
+    /// When the GPUs were last discovered.
+    discovered_at: Instant,
+}
+
+impl NvmlSource {
+    /// Load and initialise NVML, discover, apply `-d` (absent ids are an error, as with DCGM), list
+    /// the counter rows NVML cannot give, and register for XID events.
+    pub fn open(opts: NvmlOptions, counters: &CounterSet) -> Result<NvmlSource, StartError> {
+        let nvml = Nvml::open(opts.library.as_deref())?;
+        Self::with_library(nvml, opts.devices, counters)
+    }
+
+    /// [`NvmlSource::open`] over an already opened library (shared with the process collector).
+    pub fn with_library(
+        nvml: Arc<Nvml>,
+        devices: DeviceSelection,
+        counters: &CounterSet,
+    ) -> Result<NvmlSource, StartError> {
+        let rows: Vec<RowPlan> = counters
+            .rows
+            .iter()
+            .map(|c| RowPlan {
+                field: c.field.id,
+                read: fields::read_for(c.field.id),
+                on_gpus: c.field.level.applies_to_gpus(),
+                on_links: c.field.level.applies_to_links(),
+                text: matches!(
+                    c.field.value_type,
+                    crate::fields::ValueType::String | crate::fields::ValueType::Binary
+                ),
+            })
+            .collect();
+        let want_links = rows.iter().any(|r| r.on_links);
+        let found = discover::discover(&nvml, want_links)?;
+        let selected = devices.select(&found.inventory.slots())?;
+        let unsupported: Vec<&str> = counters
+            .rows
+            .iter()
+            .zip(&rows)
+            .filter(|(_, p)| p.read.is_none())
+            .map(|(c, _)| c.name.as_str())
+            .collect();
+        tracing::info!(
+            library = nvml.path(),
+            driver = found
+                .inventory
+                .driver_version
+                .as_deref()
+                .unwrap_or("unknown"),
+            gpus = found.gpus.len(),
+            monitored_gpus = selected.gpus.len(),
+            monitored_instances = selected.instances.len(),
+            "NVML source: reading GPUs through the driver's NVML library"
+        );
+        for g in &found.gpus {
+            tracing::info!(
+                gpu = g.identity.index,
+                uuid = %g.identity.uuid,
+                model = %g.identity.model,
+                pci_bus_id = %g.identity.pci_bus_id,
+                mig_instances = g.instances.len(),
+                nvlinks_up = g.links.len(),
+                "found GPU"
+            );
+        }
+        for (index, e) in &found.unusable {
+            tracing::warn!(gpu = index, error = %e, "NVML counts this GPU but cannot read it; it is left out");
+        }
+        if !unsupported.is_empty() {
+            tracing::warn!(
+                fields = %unsupported.join(","),
+                "these counters have no NVML equivalent (DCGM-only); they stay absent and are counted in dcgm_otel_absent_values_total{{reason=\"unsupported\"}}"
+            );
+        }
+        let mut source = NvmlSource {
+            nvml,
+            devices,
+            rows,
+            want_links,
+            discovered: None,
+            entities: Vec::new(),
+            no_attribution: Arc::new(Attribution::default()),
+            events: None,
+            last_xid: HashMap::new(),
+            recent_xids: Vec::new(),
+            lost_logged: HashSet::new(),
+            logged_not_supported: HashSet::new(),
+            field_buf: Vec::new(),
+            calls: 0,
+            discovered_at: Instant::now(),
+        };
+        source.adopt(found, &selected);
+        Ok(source)
+    }
+
+    /// The shared library handle (for the process collector).
+    pub fn library(&self) -> Arc<Nvml> {
+        self.nvml.clone()
+    }
+
+    /// NVML calls made by the last poll.
+    pub fn calls_last_poll(&self) -> usize {
+        self.calls
+    }
+
+    /// The XID events read during the last poll (for an incident path).
+    pub fn recent_xids(&self) -> &[XidEvent] {
+        &self.recent_xids
+    }
+
+    /// Take a discovery: entities in output order and a fresh XID event set on its GPUs.
+    fn adopt(&mut self, found: Discovered, selected: &Selected) {
+        self.entities = found.inventory.entities(selected, self.want_links);
+        if let Some(set) = self.events.take() {
+            self.nvml.sym().event_set_free(set);
+        }
+        let wants_xid = self.rows.iter().any(|r| r.read == Some(Read::Xid));
+        if wants_xid {
+            match self.nvml.sym().event_set_create() {
+                Ok(set) => {
+                    for g in &found.gpus {
+                        if let Err(rc) = self.nvml.sym().register_events(
+                            g.handle,
+                            ffi::nvmlEventTypeXidCriticalError,
+                            set,
+                        ) {
+                            tracing::info!(gpu = g.identity.index, error = %self.nvml.error("nvmlDeviceRegisterEvents", rc), "no XID events from this GPU; DCGM_FI_DEV_XID_ERRORS stays absent there");
+                        }
+                    }
+                    self.events = Some(set);
+                }
+                Err(rc) => {
+                    tracing::warn!(error = %self.nvml.error("nvmlEventSetCreate", rc), "no XID events; DCGM_FI_DEV_XID_ERRORS stays absent")
+                }
+            }
+        }
+        self.discovered = Some(found);
+    }
+
+    /// Rediscover (at run time: ids that vanished are skipped).
+    fn rediscover(&mut self) -> Result<(), SourceError> {
+        let found = discover::discover(&self.nvml, self.want_links)
+            .map_err(|e| SourceError::Unavailable(e.to_string()))?;
+        let (selected, missing) =
+            inventory::select_present(&self.devices, &found.inventory.slots());
+        if !missing.is_empty() {
+            tracing::warn!(missing = %missing.join(", "), "devices selected with -d are no longer present");
+        }
+        let before = self
+            .discovered
+            .as_ref()
+            .map(|d| (d.gpus.len(), d.unusable.len()));
+        if before != Some((found.gpus.len(), found.unusable.len())) {
+            tracing::info!(
+                gpus = found.gpus.len(),
+                unusable = found.unusable.len(),
+                "NVML GPUs rediscovered"
+            );
+        }
+        self.discovered_at = Instant::now();
+        self.adopt(found, &selected);
+        Ok(())
+    }
+
+    /// Drain the XID events that arrived since the last poll.
+    fn drain_events(&mut self) {
+        self.recent_xids.clear();
+        let (Some(set), Some(found)) = (self.events, self.discovered.as_ref()) else {
+            return;
+        };
+        // Bounded: an event storm is read over several collections.
+        for _ in 0..256 {
+            self.calls += 1;
+            match self.nvml.sym().event_set_wait(set, 0) {
+                Ok(ev) => {
+                    if ev.eventType & ffi::nvmlEventTypeXidCriticalError == 0 {
+                        continue;
+                    }
+                    let Some(g) = found.gpus.iter().find(|g| g.handle == ev.device) else {
+                        continue;
+                    };
+                    let code = i64::try_from(ev.eventData).unwrap_or(i64::MAX);
+                    let gi =
+                        (ev.gpuInstanceId != ffi::NVML_NO_INSTANCE).then_some(ev.gpuInstanceId);
+                    self.last_xid.insert((g.identity.index, u32::MAX), code);
+                    if let Some(gi) = gi {
+                        self.last_xid.insert((g.identity.index, gi), code);
+                    }
+                    self.recent_xids.push(XidEvent {
+                        gpu: g.identity.index,
+                        gi_id: gi,
+                        code,
+                    });
+                }
+                Err(_) => break,
+            }
+        }
+    }
+}
+
+/// An NVML code as an absent value.
+fn absent_of(rc: nvmlReturn_t) -> Absent {
+    match rc {
+        ffi::NVML_ERROR_NOT_SUPPORTED | ffi::NVML_ERROR_FUNCTION_NOT_FOUND => Absent::NotSupported,
+        ffi::NVML_ERROR_NO_PERMISSION => Absent::NotPermissioned,
+        ffi::NVML_ERROR_NOT_FOUND => Absent::NotFound,
+        ffi::NVML_ERROR_NO_DATA => Absent::Blank,
+        _ => Absent::Error,
+    }
+}
+
+/// The reads of one device during one poll, each NVML call made at most once.
+struct DeviceReads<'a> {
+    nvml: &'a Nvml,
+    handle: nvmlDevice_t,
+    util: Option<Result<ffi::nvmlUtilization_t, nvmlReturn_t>>,
+    memory: Option<Result<ffi::nvmlMemory_v2_t, nvmlReturn_t>>,
+    /// Values already read from this device in this poll (the GPU's are shared by its instances).
+    done: HashMap<Read, FieldValue>,
+    calls: usize,
+    lost: bool,
+}
+
+impl<'a> DeviceReads<'a> {
+    fn new(nvml: &'a Nvml, handle: nvmlDevice_t) -> Self {
+        DeviceReads {
+            nvml,
+            handle,
+            util: None,
+            memory: None,
+            done: HashMap::new(),
+            calls: 0,
+            lost: false,
+        }
+    }
+
+    fn note<T>(&mut self, r: Result<T, nvmlReturn_t>) -> Result<T, nvmlReturn_t> {
+        self.calls += 1;
+        if r.as_ref().err() == Some(&ffi::NVML_ERROR_GPU_IS_LOST) {
+            self.lost = true;
+        }
+        r
+    }
+
+    fn utilization(&mut self) -> Result<ffi::nvmlUtilization_t, nvmlReturn_t> {
+        if self.util.is_none() {
+            let r = self.nvml.sym().utilization_rates(self.handle);
+            self.util = Some(self.note(r));
+        }
+        self.util.unwrap_or(Err(ffi::NVML_ERROR_UNKNOWN))
+    }
+
+    fn memory(&mut self) -> Result<ffi::nvmlMemory_v2_t, nvmlReturn_t> {
+        if self.memory.is_none() {
+            let r = self.nvml.sym().memory_info(self.handle);
+            self.memory = Some(self.note(r));
+        }
+        self.memory.unwrap_or(Err(ffi::NVML_ERROR_UNKNOWN))
+    }
+}
+
+fn int(r: Result<u32, nvmlReturn_t>) -> FieldValue {
+    match r {
+        Ok(v) => FieldValue::Int(i64::from(v)),
+        Err(rc) => FieldValue::Absent(absent_of(rc)),
+    }
+}
+
+fn text(r: Result<String, nvmlReturn_t>) -> FieldValue {
+    match r {
+        Ok(s) if !s.is_empty() => FieldValue::Text(s.into()),
+        Ok(_) => FieldValue::Absent(Absent::Blank),
+        Err(rc) => FieldValue::Absent(absent_of(rc)),
+    }
+}
+
+/// NVML fields of the whole GPU that DCGM does not report on a GPU instance.
+fn gpu_only(nvml_field: u32) -> bool {
+    matches!(
+        nvml_field,
+        ffi::NVML_FI_DEV_REMAPPED_COR
+            | ffi::NVML_FI_DEV_REMAPPED_UNC
+            | ffi::NVML_FI_DEV_REMAPPED_PENDING
+            | ffi::NVML_FI_DEV_REMAPPED_FAILURE
+            | ffi::NVML_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL
+            | ffi::NVML_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL
+            | ffi::NVML_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL
+            | ffi::NVML_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL
+            | ffi::NVML_FI_DEV_NVLINK_BANDWIDTH_C0_TOTAL
+    )
+}
+
+fn mib(bytes: u64) -> FieldValue {
+    FieldValue::Int(i64::try_from(bytes >> 20).unwrap_or(i64::MAX))
+}
+
+fn number(n: Option<&Result<NvmlNumber, nvmlReturn_t>>) -> FieldValue {
+    match n {
+        Some(Ok(NvmlNumber::Int(i))) => FieldValue::Int(*i),
+        Some(Ok(NvmlNumber::Double(d))) => FieldValue::Double(*d),
+        Some(Err(rc)) => FieldValue::Absent(absent_of(*rc)),
+        None => FieldValue::Absent(Absent::Error),
+    }
+}
+
+impl NvmlSource {
+    /// One batched `nvmlDeviceGetFieldValues` for everything this GPU's entities need.
+    fn field_batch(
+        &mut self,
+        g: &GpuHandles,
+        entities: &[Arc<Entity>],
+        reads: &mut DeviceReads,
+    ) -> HashMap<(u32, u32), Result<NvmlNumber, nvmlReturn_t>> {
+        let mut wanted: BTreeMap<(u32, u32), ()> = BTreeMap::new();
+        for e in entities {
+            for r in &self.rows {
+                match (e.kind, r.read) {
+                    (EntityKind::Gpu | EntityKind::GpuInstance, Some(Read::Field(id)))
+                        if r.on_gpus =>
+                    {
+                        wanted.insert((id, 0), ());
+                    }
+                    (EntityKind::NvLink, Some(Read::LinkField(id))) if r.on_links => {
+                        let link = e.link.unwrap_or(1).saturating_sub(1);
+                        wanted.insert((id, link), ());
+                    }
+                    (EntityKind::NvLink, Some(Read::LinkFieldSum(a, b))) if r.on_links => {
+                        let link = e.link.unwrap_or(1).saturating_sub(1);
+                        wanted.insert((a, link), ());
+                        wanted.insert((b, link), ());
+                    }
+                    _ => {}
+                }
+            }
+        }
+        let mut out = HashMap::new();
+        if wanted.is_empty() {
+            return out;
+        }
+        self.field_buf.clear();
+        self.field_buf
+            .extend(wanted.keys().map(|&(id, scope)| nvmlFieldValue_t {
+                fieldId: id,
+                scopeId: scope,
+                ..Default::default()
+            }));
+        let rc = self.nvml.sym().field_values(g.handle, &mut self.field_buf);
+        let rc = reads.note(rc);
+        for v in &self.field_buf {
+            let r = match rc {
+                Ok(()) if v.nvmlReturn == ffi::NVML_SUCCESS => {
+                    v.value.read(v.valueType).ok_or(ffi::NVML_ERROR_UNKNOWN)
+                }
+                Ok(()) => Err(v.nvmlReturn),
+                Err(rc) => Err(rc),
+            };
+            if r.as_ref().err() == Some(&ffi::NVML_ERROR_GPU_IS_LOST) {
+                reads.lost = true;
+            }
+            out.insert((v.fieldId, v.scopeId), r);
+        }
+        out
+    }
+
+    /// The value of one row on one entity.
+    #[allow(clippy::too_many_arguments)]
+    fn value<'n>(
+        &self,
+        plan: &RowPlan,
+        e: &Entity,
+        g: &GpuHandles,
+        gpu: &mut DeviceReads<'n>,
+        mig: Option<&mut DeviceReads<'n>>,
+        batch: &HashMap<(u32, u32), Result<NvmlNumber, nvmlReturn_t>>,
+        driver: Option<&str>,
+    ) -> FieldValue {
+        let applies = match e.kind {
+            EntityKind::NvLink => plan.on_links,
+            _ => plan.on_gpus,
+        };
+        if !applies {
+            return FieldValue::Absent(Absent::NotApplicable);
+        }
+        let Some(read) = plan.read else {
+            return FieldValue::Absent(Absent::Unsupported);
+        };
+        // NOT_SUPPORTED once on an entity: not asked again there (as the DCGM source does).
+        if self
+            .logged_not_supported
+            .contains(&(plan.field, e.kind, e.entity_id))
+        {
+            return FieldValue::Absent(Absent::NotSupported);
+        }
+        let sym = self.nvml.sym();
+        let dev: &mut DeviceReads<'n> = match mig {
+            Some(m) if fields::per_instance(read) => m,
+            _ => gpu,
+        };
+        let cacheable = !matches!(
+            read,
+            Read::Xid | Read::Field(_) | Read::LinkField(_) | Read::LinkFieldSum(..) | Read::Name
+        );
+        if cacheable {
+            if let Some(v) = dev.done.get(&read) {
+                return v.clone();
+            }
+        }
+        let h = dev.handle;
+        let v = match read {
+            Read::DriverVersion => match driver {
+                Some(d) => FieldValue::Text(d.into()),
+                None => FieldValue::Absent(Absent::Blank),
+            },
+            Read::Name => {
+                let r = sym.name(h);
+                let r = dev.note(r);
+                match (r, &e.mig) {
+                    (Ok(n), Some(m)) if !m.profile.is_empty() && !n.is_empty() => {
+                        FieldValue::Text(discover::profile_of(&n).into())
+                    }
+                    (r, _) => text(r),
+                }
+            }
+            Read::Serial => {
+                let r = sym.serial(h);
+                text(dev.note(r))
+            }
+            Read::Uuid => {
+                let r = sym.uuid(h);
+                text(dev.note(r))
+            }
+            Read::PciBusId => FieldValue::Text(g.identity.pci_bus_id.as_str().into()),
+            Read::VbiosVersion => {
+                let r = sym.vbios_version(h);
+                text(dev.note(r))
+            }
+            Read::Index => FieldValue::Int(i64::from(g.identity.index)),
+            Read::MigMode => {
+                let r = sym.mig_mode(h).map(|(c, _)| c);
+                int(dev.note(r))
+            }
+            Read::Clock(t) => {
+                let r = sym.clock_info(h, t);
+                int(dev.note(r))
+            }
+            Read::MaxClock(t) => {
+                let r = sym.max_clock_info(h, t);
+                int(dev.note(r))
+            }
+            Read::GpuTemp => {
+                let r = sym.temperature(h, ffi::NVML_TEMPERATURE_GPU);
+                int(dev.note(r))
+            }
+            Read::Power | Read::PowerLimit => {
+                let r = if read == Read::Power {
+                    sym.power_usage(h)
+                } else {
+                    sym.power_limit(h)
+                };
+                match dev.note(r) {
+                    Ok(mw) => FieldValue::Double(f64::from(mw) / 1000.0),
+                    Err(rc) => FieldValue::Absent(absent_of(rc)),
+                }
+            }
+            Read::Energy => {
+                let r = sym.total_energy(h);
+                match dev.note(r) {
+                    Ok(mj) => FieldValue::Int(i64::try_from(mj).unwrap_or(i64::MAX)),
+                    Err(rc) => FieldValue::Absent(absent_of(rc)),
+                }
+            }
+            Read::Pstate => {
+                let r = sym.performance_state(h);
+                int(dev.note(r))
+            }
+            Read::FanSpeed => {
+                let r = sym.fan_speed(h);
+                int(dev.note(r))
+            }
+            Read::Pcie(c) => {
+                let r = sym.pcie_throughput(h, c);
+                int(dev.note(r))
+            }
+            Read::GpuUtil => int(dev.utilization().map(|u| u.gpu)),
+            Read::MemUtil => int(dev.utilization().map(|u| u.memory)),
+            Read::EncUtil => {
+                let r = sym.encoder_utilization(h);
+                int(dev.note(r))
+            }
+            Read::DecUtil => {
+                let r = sym.decoder_utilization(h);
+                int(dev.note(r))
+            }
+            Read::Xid => {
+                if self.events.is_none() {
+                    FieldValue::Absent(Absent::NotSupported)
+                } else {
+                    let key = (
+                        g.identity.index,
+                        e.mig.as_ref().map_or(u32::MAX, |m| m.gi_id),
+                    );
+                    FieldValue::Int(self.last_xid.get(&key).copied().unwrap_or(0))
+                }
+            }
+            Read::FbTotal => match dev.memory() {
+                Ok(m) => mib(m.total),
+                Err(rc) => FieldValue::Absent(absent_of(rc)),
+            },
+            Read::FbFree => match dev.memory() {
+                Ok(m) => mib(m.free),
+                Err(rc) => FieldValue::Absent(absent_of(rc)),
+            },
+            Read::FbUsed => match dev.memory() {
+                Ok(m) => mib(m.used),
+                Err(rc) => FieldValue::Absent(absent_of(rc)),
+            },
+            Read::FbReserved => match dev.memory() {
+                Ok(m) => mib(m.reserved),
+                Err(rc) => FieldValue::Absent(absent_of(rc)),
+            },
+            Read::ThrottleReasons => {
+                let r = sym.clocks_throttle_reasons(h);
+                match dev.note(r) {
+                    Ok(v) => FieldValue::Int(i64::try_from(v).unwrap_or(i64::MAX)),
+                    Err(rc) => FieldValue::Absent(absent_of(rc)),
+                }
+            }
+            // Row remapping and NvLink counters belong to the whole GPU: not on its MIG instances
+            // (as DCGM reports them).
+            Read::Field(id) if e.kind == EntityKind::GpuInstance && gpu_only(id) => {
+                FieldValue::Absent(Absent::NotSupported)
+            }
+            Read::Field(id) => number(batch.get(&(id, 0))),
+            Read::LinkState => FieldValue::Int(1),
+            Read::LinkField(id) => {
+                let link = e.link.unwrap_or(1).saturating_sub(1);
+                number(batch.get(&(id, link)))
+            }
+            Read::LinkFieldSum(a, b) => {
+                let link = e.link.unwrap_or(1).saturating_sub(1);
+                match (number(batch.get(&(a, link))), number(batch.get(&(b, link)))) {
+                    (FieldValue::Int(x), FieldValue::Int(y)) => {
+                        FieldValue::Int(x.saturating_add(y))
+                    }
+                    (FieldValue::Absent(a), _) | (_, FieldValue::Absent(a)) => {
+                        FieldValue::Absent(a)
+                    }
+                    _ => FieldValue::Absent(Absent::Error),
+                }
+            }
+        };
+        let v = match v {
+            FieldValue::Text(_) if !plan.text => FieldValue::Absent(Absent::Error),
+            v => v,
+        };
+        if cacheable {
+            dev.done.insert(read, v.clone());
+        }
+        v
+    }
+
+    fn log_not_supported(&mut self, newly: Vec<(u16, Arc<Entity>)>) {
+        let mut by_field: BTreeMap<u16, Vec<String>> = BTreeMap::new();
+        for (field, e) in newly {
+            if self
+                .logged_not_supported
+                .insert((field, e.kind, e.entity_id))
+            {
+                by_field.entry(field).or_default().push(e.key());
+            }
+        }
+        for (field, entities) in by_field {
+            let name = crate::fields::catalog()
+                .by_id(field)
+                .map_or("unknown field", |f| f.name);
+            tracing::info!(field, name, entities = %entities.join(","), "NVML reports this field not supported on these entities");
+        }
+    }
+}
+
+impl Source for NvmlSource {
+    fn name(&self) -> &'static str {
+        "nvml"
+    }
+
+    fn poll(&mut self) -> Result<Reading, SourceError> {
+        self.calls = 1;
+        let count = self
+            .nvml
+            .check("nvmlDeviceGetCount_v2", self.nvml.sym().device_count())
+            .map_err(|e| SourceError::Unavailable(e.to_string()))?;
+        let stale = match &self.discovered {
+            None => true,
+            Some(d) => {
+                d.count != count
+                    || (!d.unusable.is_empty() && self.discovered_at.elapsed() >= UNUSABLE_RETRY)
+            }
+        };
+        if stale {
+            self.rediscover()?;
+        }
+        self.drain_events();
+        let Some(found) = self.discovered.clone() else {
+            return Err(SourceError::Unavailable("NVML not discovered".into()));
+        };
+        let driver = found.inventory.driver_version.clone();
+        let mut out: Vec<EntityReading> = Vec::with_capacity(self.entities.len());
+        let mut lost_gpus: Vec<String> = Vec::new();
+        let mut newly_unsupported: Vec<(u16, Arc<Entity>)> = Vec::new();
+        let entities = self.entities.clone();
+        for g in &found.gpus {
+            let mine: Vec<Arc<Entity>> = entities
+                .iter()
+                .filter(|e| e.gpu.index == g.identity.index)
+                .cloned()
+                .collect();
+            if mine.is_empty() {
+                continue;
+            }
+            let nvml = self.nvml.clone();
+            let mut gpu_reads = DeviceReads::new(&nvml, g.handle);
+            let batch = self.field_batch(g, &mine, &mut gpu_reads);
+            let mut readings = Vec::with_capacity(mine.len());
+            let mut lost = gpu_reads.lost;
+            for e in &mine {
+                let mut mig_reads = e.mig.as_ref().and_then(|m| {
+                    g.instances
+                        .iter()
+                        .find(|(id, _)| id.entity_id == m.entity_id)
+                        .map(|(_, h)| DeviceReads::new(&nvml, *h))
+                });
+                let values: Vec<FieldValue> = self
+                    .rows
+                    .iter()
+                    .map(|plan| {
+                        let v = self.value(
+                            plan,
+                            e,
+                            g,
+                            &mut gpu_reads,
+                            mig_reads.as_mut(),
+                            &batch,
+                            driver.as_deref(),
+                        );
+                        if v == FieldValue::Absent(Absent::NotSupported)
+                            && !self.logged_not_supported.contains(&(
+                                plan.field,
+                                e.kind,
+                                e.entity_id,
+                            ))
+                        {
+                            newly_unsupported.push((plan.field, e.clone()));
+                        }
+                        v
+                    })
+                    .collect();
+                if let Some(m) = &mig_reads {
+                    self.calls += m.calls;
+                    lost |= m.lost;
+                }
+                readings.push(EntityReading {
+                    entity: e.clone(),
+                    values,
+                    attribution: self.no_attribution.clone(),
+                });
+            }
+            self.calls += gpu_reads.calls;
+            lost |= gpu_reads.lost;
+            if lost {
+                lost_gpus.push(g.identity.uuid.clone());
+                if self.lost_logged.insert(g.identity.uuid.clone()) {
+                    tracing::error!(gpu = g.identity.index, uuid = %g.identity.uuid, "NVML: GPU is lost (fallen off the bus or inaccessible); its series are withdrawn and the GPUs rediscovered");
+                }
+                continue;
+            }
+            if self.lost_logged.remove(&g.identity.uuid) {
+                tracing::info!(gpu = g.identity.index, "NVML: GPU readable again");
+            }
+            out.extend(readings);
+        }
+        if !newly_unsupported.is_empty() {
+            self.log_not_supported(newly_unsupported);
+        }
+        if !lost_gpus.is_empty() {
+            // Ask again from scratch next time: the lost GPU is left out until it answers.
+            if let Some(d) = self.discovered.as_mut() {
+                d.count = u32::MAX;
+            }
+        }
+        Ok(Reading {
+            entities: out,
+            driver_version: driver,
+        })
+    }
+
+    fn shutdown(&mut self) {
+        if let Some(set) = self.events.take() {
+            self.nvml.sym().event_set_free(set);
+        }
+        tracing::info!("NVML source shut down");
+    }
+}
