@@ -89,12 +89,12 @@ fn one_line(s: &str) -> String {
 /// Where the readings come from.
 enum SourcePlan {
     Simulated {
-        source: SimSource,
+        source: Box<SimSource>,
         name: String,
         description: String,
         seed: u64,
     },
-    Dcgm(DcgmOptions),
+    Dcgm(Box<DcgmOptions>),
 }
 
 /// Everything start-up needs, resolved and checked, nothing started.
@@ -194,7 +194,7 @@ impl Plan {
                 )
                 .map_err(StartError::input)?;
                 SourcePlan::Simulated {
-                    source,
+                    source: Box::new(source),
                     name: cli
                         .simulation
                         .simulate
@@ -208,11 +208,11 @@ impl Plan {
                 if let Some(r) = &cli.dcgm.remote_hostengine_info {
                     dcgm::remote::parse(r).map_err(StartError::input)?;
                 }
-                SourcePlan::Dcgm(DcgmOptions::new(
+                SourcePlan::Dcgm(Box::new(DcgmOptions::new(
                     &cli.dcgm,
                     interval,
                     cli.collection.selectors(),
-                ))
+                )))
             }
         };
         let otlp = {
@@ -320,12 +320,12 @@ impl Plan {
                     seed,
                     "SIMULATED METRICS: no GPU is being read; every value comes from the simulated fleet (--simulate)"
                 );
-                Box::new(source)
+                source
             }
             SourcePlan::Dcgm(opts) => {
                 // Rows DCGM cannot serve (DCP without the profiling module) leave the counter set
                 // here, before any exporter is built.
-                let s = DcgmSource::connect(opts, &mut counters)
+                let s = DcgmSource::connect(*opts, &mut counters)
                     .map_err(|e| StartError::classify(e.is_bad_input(), e))?;
                 Box::new(s)
             }

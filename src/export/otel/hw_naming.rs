@@ -14,14 +14,15 @@ use std::sync::Arc;
 
 use opentelemetry::{Key, KeyValue, StringValue, Value};
 
-use super::naming::OtelAttributeStyle;
 use crate::snapshot::{Entity, EntityKind};
 
 /// Data-point attributes that tell the points of one Resource apart (never identity): the core number.
-pub fn point_keys(style: OtelAttributeStyle) -> &'static [&'static str] {
-    match style {
-        OtelAttributeStyle::Otel => &["cpu.logical_number"],
-        OtelAttributeStyle::Dcgm => &["cpucore"],
+/// `otel`: semantic-convention names, else dcgm-exporter's.
+pub fn point_keys(otel: bool) -> &'static [&'static str] {
+    if otel {
+        &["cpu.logical_number"]
+    } else {
+        &["cpucore"]
     }
 }
 
@@ -33,13 +34,9 @@ fn kv(key: &'static str, value: impl Into<Arc<str>>) -> KeyValue {
 }
 
 /// The identity attributes of a switch, switch port, CPU or core; `None` for GPU-side entities.
-/// `link_key` is the style's NvLink index attribute (shared with GPU links).
-pub fn identity(
-    style: OtelAttributeStyle,
-    e: &Entity,
-    link_key: &'static str,
-) -> Option<Vec<KeyValue>> {
-    let otel = style == OtelAttributeStyle::Otel;
+/// `otel`: semantic-convention names, else dcgm-exporter's; `link_key` is the style's NvLink index
+/// attribute (shared with GPU links).
+pub fn identity(otel: bool, e: &Entity, link_key: &'static str) -> Option<Vec<KeyValue>> {
     let switch = e.nvswitch.unwrap_or(e.entity_id);
     let cpu = e.cpu.as_ref().map_or(e.entity_id, |c| c.index);
     let mut out = Vec::with_capacity(6);
@@ -80,7 +77,7 @@ pub fn identity(
                 }
             }
             if e.kind == EntityKind::CpuCore {
-                let key = point_keys(style)[0];
+                let key = point_keys(otel)[0];
                 out.push(kv(key, e.entity_id.to_string()));
             }
         }

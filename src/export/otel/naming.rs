@@ -205,7 +205,11 @@ impl Naming {
                 ResourceSplit::PerEntity {
                     point_keys: [n.nvlink, n.xid_code, n.xid_message]
                         .into_iter()
-                        .chain(super::hw_naming::point_keys(self.style).iter().copied())
+                        .chain(
+                            super::hw_naming::point_keys(self.style == OtelAttributeStyle::Otel)
+                                .iter()
+                                .copied(),
+                        )
                         .map(str::to_string)
                         .collect(),
                 }
@@ -310,7 +314,8 @@ impl Naming {
 
     fn entity_sets(&self, e: &EntityReading, labels: Vec<KeyValue>) -> Vec<Vec<KeyValue>> {
         let n = self.names();
-        if let Some(mut base) = super::hw_naming::identity(self.style, &e.entity, n.nvlink) {
+        let otel = self.style == OtelAttributeStyle::Otel;
+        if let Some(mut base) = super::hw_naming::identity(otel, &e.entity, n.nvlink) {
             base.extend(labels);
             return self.attribution_sets(&e.attribution, base);
         }

@@ -93,11 +93,7 @@ impl BindWatch {
                     poll_ms = every.as_millis() as u64,
                     "watching GPU bind/unbind events"
                 );
-                loop {
-                    match stopped.recv_timeout(every) {
-                        Err(RecvTimeoutError::Timeout) => {}
-                        _ => break,
-                    }
+                while let Err(RecvTimeoutError::Timeout) = stopped.recv_timeout(every) {
                     match latest(&conn, &mut buf) {
                         Ok(Some((state, ts))) if ts > last_ts && state != 0 => {
                             last_ts = ts;

@@ -558,8 +558,9 @@ impl Source for DcgmSource {
 
     fn attach_waker(&mut self, waker: Waker) {
         self.waker = Some(waker);
-        // The watcher of the first connection started before the waker existed.
-        if self.bind.is_some() {
+        // The watcher of the first connection started before the waker existed: restart it (the old
+        // one first: its field group's name must be free again).
+        if self.bind.take().is_some() {
             self.start_bind_watch();
         }
     }
