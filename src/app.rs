@@ -1,12 +1,15 @@
 //! Start-up and shutdown: a parsed command line turned into a running exporter.
 //!
 //! Start-up is two phases so that bad input never has a side effect:
-//! 1. [`Plan::resolve`] reads and checks everything the flags name — listen address, web config,
-//!    scenario, counters CSV, `-r`, OTLP settings and resource attributes, `-d` against a simulated
-//!    fleet — and logs nothing. Any bad input is one line and exit code 2.
+//! 1. [`Plan::resolve`] reads and checks everything the flags name — `--config-file`, listen address,
+//!    web config, scenario, counters CSV (and its watch groups), `-r`, OTLP settings and resource
+//!    attributes, `-d`/`-s`/`-p` against a simulated fleet — and logs nothing. Any bad input is one line
+//!    and exit code 2. Flags and variables given explicitly win over `--config-file`, which wins over the
+//!    defaults.
 //! 2. [`Plan::start`] binds :9400 first (a port in use fails before anything is read or pushed), then
-//!    installs the SIGHUP handler, connects the source, starts the enrichers, the exporters, the
-//!    collector thread and the HTTP server, and waits for SIGTERM/SIGINT.
+//!    installs the SIGHUP handler (web config, counters CSV), connects the source, starts the enrichers,
+//!    the exporters, the collector thread (which also follows the counters file) and the HTTP server,
+//!    and waits for SIGTERM/SIGINT.
 //!
 //! The wiring is declarative: one `match` over the sources, a list of enrichers, a list of consumers.
 //! Every failure is a [`StartError`] carrying its exit code.

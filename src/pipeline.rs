@@ -532,6 +532,7 @@ impl Pipeline {
             tracing::warn!(origin = %set.origin, line, field = %name, "DCGM_EXP_* metrics are not yet supported by dcgm-otel; row skipped");
         }
         let before = self.counters.len();
+        let started = Instant::now();
         match self.source.set_counters(Arc::new(set)) {
             Ok(effective) => {
                 reload.success.inc();
@@ -540,6 +541,7 @@ impl Pipeline {
                     origin = %effective.origin,
                     rows = effective.len(),
                     previous_rows = before,
+                    apply_ms = started.elapsed().as_secs_f64() * 1000.0,
                     "counters reloaded"
                 );
                 self.counters = effective.clone();
