@@ -28,6 +28,36 @@ fn series(body: &str) -> BTreeSet<String> {
         .collect()
 }
 
+/// `promtool check metrics` accepts the body (exit 0, or 3 for lint warnings about dcgm-exporter's own
+/// names); skipped when promtool is not installed, outside CI.
+fn promtool_accepts(body: &str) {
+    use std::io::Write as _;
+    let Ok(mut child) = std::process::Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+    else {
+        assert!(!common::in_ci(), "promtool is required in CI");
+        return;
+    };
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(body.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let code = out.status.code().unwrap_or(-1);
+    assert!(
+        code == 0 || code == 3,
+        "promtool check metrics exit {code}:\n{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 /// A scenario's own counters CSV (what `--simulate=<name>` uses), as a file for `-f`.
 fn scenario_counters(name: &str) -> String {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -44,6 +74,7 @@ fn golden_hgx_h100_simulated_and_through_libdcgm() {
     );
     let simulated = scrape(sim.port);
     check_golden("simulated-hgx-h100.prom", &simulated);
+    promtool_accepts(&simulated);
     // dcgm-exporter's templates: a switch, a switch port (host label always `hostname`), and the
     // GPU series beside them.
     assert!(simulated.contains(
@@ -101,6 +132,7 @@ fn golden_grace_hopper_both_host_labels_and_through_libdcgm() {
     );
     let simulated = scrape(sim.port);
     check_golden("simulated-grace-hopper.prom", &simulated);
+    promtool_accepts(&simulated);
     assert!(simulated.contains(
         "\nDCGM_FI_DEV_CPU_CLOCK_CURRENT{cpucore=\"143\",cpu=\"1\",hostname=\"golden-host\",DCGM_FI_DRIVER_VERSION=\"550.144.03\"} "
     ));
