@@ -23,7 +23,7 @@ use dcgm_otel::config::devices::DeviceSelection;
 use dcgm_otel::counters::CounterSet;
 use dcgm_otel::export::prometheus::Renderer;
 use dcgm_otel::export::SnapshotConsumer;
-use dcgm_otel::pipeline::{CollectorStatus, Pipeline};
+use dcgm_otel::pipeline::{CollectorStatus, Control, Pipeline};
 use dcgm_otel::snapshot::SnapshotStore;
 use dcgm_otel::snapshot::{Reading, Snapshot};
 use dcgm_otel::source::dcgm::{DcgmOptions, DcgmSource};
@@ -45,7 +45,7 @@ fn thread_cpu_ns() -> u64 {
 struct Probe {
     cycles: u64,
     warmup: u64,
-    stop: Mutex<Option<Sender<()>>>,
+    stop: Mutex<Option<Sender<Control>>>,
     state: Mutex<ProbeState>,
 }
 
@@ -194,6 +194,7 @@ fn fake_source(counters: &mut CounterSet) -> Result<DcgmSource, String> {
         remote: None,
         interval: Duration::from_secs(30),
         devices: DeviceSelection::Flex,
+        ..DcgmOptions::default()
     };
     DcgmSource::connect(opts, counters).map_err(|e| e.to_string())
 }
@@ -219,7 +220,7 @@ impl SnapshotConsumer for Probe {
         if st.seen >= self.cycles {
             if let Ok(mut s) = self.stop.lock() {
                 if let Some(tx) = s.take() {
-                    let _ = tx.send(());
+                    let _ = tx.send(Control::Stop);
                 }
             }
         }
@@ -273,7 +274,7 @@ fn main() {
         Some(self_metrics.clone()),
     ));
     let body = renderer.body();
-    let (stop_tx, stop_rx) = std::sync::mpsc::channel::<()>();
+    let (stop_tx, stop_rx) = std::sync::mpsc::channel::<Control>();
     let probe = Arc::new(Probe {
         cycles,
         warmup,
@@ -299,6 +300,8 @@ fn main() {
         status: CollectorStatus::new(interval),
         self_metrics,
         processes: None,
+        reloader: None,
+        waker: None,
     };
     let rss_before = common::rss_kib();
     let started = Instant::now();

@@ -170,7 +170,10 @@ fn label_pairs(snap: &Snapshot) -> Vec<Vec<(String, String)>> {
     snap.entities
         .iter()
         .map(|e| {
-            let g = &e.entity.gpu;
+            // The benchmark fleets are GPUs only.
+            let Some(g) = &e.entity.gpu else {
+                return Vec::new();
+            };
             let mut v: Vec<(String, String)> = Vec::new();
             let mut p = |k: &str, val: String| v.push((k.to_string(), val));
             match e.entity.kind {

@@ -141,7 +141,7 @@ fn main() {
         &scenario,
         1,
         counter_set,
-        &devices::parse("f").expect("devices"),
+        &devices::Selectors::default(),
         Duration::from_secs(1),
     )
     .expect("source");

@@ -1,12 +1,15 @@
 //! Start-up and shutdown: a parsed command line turned into a running exporter.
 //!
 //! Start-up is two phases so that bad input never has a side effect:
-//! 1. [`Plan::resolve`] reads and checks everything the flags name — listen address, web config,
-//!    scenario, counters CSV, `-r`, OTLP settings and resource attributes, `-d` against a simulated
-//!    fleet — and logs nothing. Any bad input is one line and exit code 2.
+//! 1. [`Plan::resolve`] reads and checks everything the flags name — `--config-file`, listen address,
+//!    web config, scenario, counters CSV (and its watch groups), `-r`, OTLP settings and resource
+//!    attributes, `-d`/`-s`/`-p` against a simulated fleet — and logs nothing. Any bad input is one line
+//!    and exit code 2. Flags and variables given explicitly win over `--config-file`, which wins over the
+//!    defaults.
 //! 2. [`Plan::start`] binds :9400 first (a port in use fails before anything is read or pushed), then
-//!    installs the SIGHUP handler, connects the source, starts the enrichers, the exporters, the
-//!    collector thread and the HTTP server, and waits for SIGTERM/SIGINT.
+//!    installs the SIGHUP handler (web config, counters CSV), connects the source, starts the enrichers,
+//!    the exporters, the collector thread (which also follows the counters file) and the HTTP server,
+//!    and waits for SIGTERM/SIGINT.
 //!
 //! The wiring is declarative: one `match` over the sources, a list of enrichers, a list of consumers.
 //! Every failure is a [`StartError`] carrying its exit code.
@@ -19,6 +22,9 @@ use std::time::{Duration, Instant};
 use arc_swap::ArcSwap;
 
 use crate::cli::{Cli, Parsed};
+use crate::config::config_file::{self, ConfigFile, MetricsSource};
+use crate::counters::reload::CountersReloader;
+use crate::counters::watch_groups;
 use crate::counters::{self, CounterSet};
 use crate::enrich::hpc::HpcEnricher;
 use crate::enrich::kubernetes::{KubernetesConfig, KubernetesEnricher};
@@ -28,7 +34,7 @@ use crate::export::otel::sdk::prometheus_bridge::OtelPrometheus;
 use crate::export::otel::{naming, OtelContext};
 use crate::export::prometheus::Renderer;
 use crate::export::SnapshotConsumer;
-use crate::pipeline::{CollectorStatus, Pipeline};
+use crate::pipeline::{self, CollectorStatus, Control, Pipeline};
 use crate::server::args::{listen_addresses, PrometheusFormat};
 use crate::server::web::{HttpMetrics, WebSecurity};
 use crate::server::{self, ServeOptions, ServerState};
@@ -92,16 +98,16 @@ fn one_line(s: &str) -> String {
 /// Where the readings come from.
 enum SourcePlan {
     Simulated {
-        source: SimSource,
+        source: Box<SimSource>,
         name: String,
         description: String,
         seed: u64,
     },
-    Dcgm(DcgmOptions),
+    Dcgm(Box<DcgmOptions>),
     /// `--source nvml`.
     Nvml(NvmlOptions),
     /// `--source auto`: DCGM when libdcgm loads and answers, else NVML.
-    Auto(DcgmOptions, NvmlOptions),
+    Auto(Box<DcgmOptions>, NvmlOptions),
 }
 
 /// Where per-process readings come from (`--collect-processes`).
@@ -125,6 +131,8 @@ pub struct Plan {
     web_config: Option<PathBuf>,
     web_security: WebSecurity,
     counters: CounterSet,
+    /// Follows the counters file (when the counters came from one) for hot reload.
+    reloader: Option<CountersReloader>,
     source: SourcePlan,
     host: HostInfo,
     otlp: Option<OtlpPlan>,
@@ -137,10 +145,25 @@ impl Plan {
         let Parsed {
             cli,
             collectors_explicit,
+            interval_explicit,
             not_implemented,
         } = parsed;
         let env = |k: &str| std::env::var(k).ok();
-        let interval = cli.collection.interval();
+        // --config-file: below explicit flags and variables, above the defaults.
+        let config_file = match &cli.collection.config_file {
+            Some(path) => Some(config_file::load(path).map_err(StartError::input)?),
+            None => None,
+        };
+        let interval = match config_file.as_ref().and_then(|c| c.interval) {
+            Some(from_file) if !interval_explicit => from_file,
+            _ => cli.collection.interval(),
+        };
+        if cli.dcgm.enable_gpu_bind_unbind_watch && cli.dcgm.gpu_bind_unbind_poll_interval.is_zero()
+        {
+            return Err(StartError::input(
+                "invalid value '0' for '--gpu-bind-unbind-poll-interval': must be greater than 0 when --enable-gpu-bind-unbind-watch is on; see --help",
+            ));
+        }
         let listen = listen_addresses(&cli.server.address).map_err(StartError::input)?;
         let web_config = cli.server.web_config_path().map(PathBuf::from);
         let web_security = match &web_config {
@@ -151,7 +174,21 @@ impl Plan {
             Some(name) => Some(Scenario::load(name).map_err(StartError::input)?),
             None => None,
         };
-        let counters = load_counters(&cli, scenario.as_ref(), collectors_explicit)?;
+        let (counters, counters_file) = load_counters(
+            &cli,
+            scenario.as_ref(),
+            collectors_explicit,
+            config_file.as_ref(),
+        )?;
+        let reloader = counters_file.map(|path| {
+            CountersReloader::new(
+                &path,
+                config_file
+                    .as_ref()
+                    .map(|c| c.watch_groups.clone())
+                    .unwrap_or_default(),
+            )
+        });
         // The host label: the host of -r for a remote engine (loopback and unix sockets: the local
         // name), else NODE_NAME, else the kernel's name; with -k the node name always (dcgm-exporter
         // 4.8.3). NODE_NAME is read here, once.
@@ -179,12 +216,12 @@ impl Plan {
                     &scenario,
                     seed,
                     Arc::new(counters.clone()),
-                    &cli.collection.devices,
+                    &cli.collection.selectors(),
                     interval,
                 )
                 .map_err(StartError::input)?;
                 SourcePlan::Simulated {
-                    source,
+                    source: Box::new(source),
                     name: cli
                         .simulation
                         .simulate
@@ -203,8 +240,11 @@ impl Plan {
                         ));
                     }
                 }
-                let dcgm_options =
-                    DcgmOptions::new(&cli.dcgm, interval, cli.collection.devices.clone());
+                let dcgm_options = Box::new(DcgmOptions::new(
+                    &cli.dcgm,
+                    interval,
+                    cli.collection.selectors(),
+                ));
                 let nvml_options = NvmlOptions {
                     library: cli.source.nvml_library.clone(),
                     devices: cli.collection.devices.clone(),
@@ -263,6 +303,7 @@ impl Plan {
             web_config,
             web_security,
             counters,
+            reloader,
             source,
             host,
             otlp,
@@ -280,6 +321,7 @@ impl Plan {
             web_config,
             web_security,
             mut counters,
+            reloader,
             source,
             host,
             otlp,
@@ -315,11 +357,17 @@ impl Plan {
             .set(1.0);
         let web = Arc::new(ArcSwap::from_pointee(web_security));
         let http_metrics = Arc::new(HttpMetrics::new(&self_metrics));
+        // The collector's control channel: SIGHUP and the source may ask it for an early collection.
+        let (control_tx, control_rx) = std::sync::mpsc::channel::<Control>();
         // SIGHUP never ends the process: from here on it reloads what is reloadable.
         runtime.spawn(reload_on_sighup(Reloadable {
             web_config,
             web: web.clone(),
             http_metrics: http_metrics.clone(),
+            counters: reloader
+                .as_ref()
+                .map(|r| (r.path().to_path_buf(), r.request_flag())),
+            collect_now: pipeline::waker(&control_tx),
         }));
 
         // ---- source ---------------------------------------------------------------------------
@@ -331,18 +379,21 @@ impl Plan {
                 description,
                 seed,
             } => {
+                if cli.dcgm.enable_gpu_bind_unbind_watch {
+                    tracing::info!("--enable-gpu-bind-unbind-watch has no effect on the simulated fleet (its GPUs are never rebound)");
+                }
                 tracing::warn!(
                     scenario = %name,
                     description = %description,
                     seed,
                     "SIMULATED METRICS: no GPU is being read; every value comes from the simulated fleet (--simulate)"
                 );
-                Box::new(source)
+                source
             }
             SourcePlan::Dcgm(opts) => {
                 // Rows DCGM cannot serve (DCP without the profiling module) leave the counter set
                 // here, before any exporter is built.
-                let s = DcgmSource::connect(opts, &mut counters)
+                let s = DcgmSource::connect(*opts, &mut counters)
                     .map_err(|e| StartError::classify(e.is_bad_input(), e))?;
                 Box::new(s)
             }
@@ -353,7 +404,7 @@ impl Plan {
                 Box::new(s)
             }
             SourcePlan::Auto(dcgm_opts, nvml_opts) => {
-                match DcgmSource::connect(dcgm_opts, &mut counters) {
+                match DcgmSource::connect(*dcgm_opts, &mut counters) {
                     Ok(s) => {
                         tracing::info!("--source auto: DCGM answers; reading GPUs through DCGM");
                         Box::new(s)
@@ -480,11 +531,12 @@ impl Plan {
             status: status.clone(),
             self_metrics: self_metrics.clone(),
             processes: process_source,
+            reloader,
+            waker: Some(pipeline::waker(&control_tx)),
         };
-        let (stop_tx, stop_rx) = std::sync::mpsc::channel::<()>();
         let collector = std::thread::Builder::new()
             .name("collector".into())
-            .spawn(move || pipeline.run(stop_rx))
+            .spawn(move || pipeline.run(control_rx))
             .map_err(|e| {
                 StartError::environment(format!("cannot start the collector thread: {e}"))
             })?;
@@ -511,7 +563,8 @@ impl Plan {
             let _ = shutdown_tx.send(true);
             let _ = tokio::time::timeout(Duration::from_secs(5), server).await;
         });
-        drop(stop_tx);
+        let _ = control_tx.send(Control::Stop);
+        drop(control_tx);
         let _ = collector.join();
         if let Some(otel) = otel {
             otel.shutdown();
@@ -538,24 +591,47 @@ fn nvml_reason(e: &nvml::StartError) -> String {
     }
 }
 
-/// The counters: a simulated scenario's own set unless `-f` was given explicitly, else `-f` (the
-/// built-in defaults when the default path is missing).
+/// The counters and the file they came from (for hot reload; `None`: built in or inline). By
+/// precedence: `-f` given explicitly (flag or variable); `--config-file`'s `metrics` (a file or inline
+/// fields); a simulated scenario's own set; `-f`'s default path (the built-in defaults when it does not
+/// exist). The config file's watch groups are then resolved against the set.
 fn load_counters(
     cli: &Cli,
     scenario: Option<&Scenario>,
     collectors_explicit: bool,
-) -> Result<CounterSet, StartError> {
+    config: Option<&ConfigFile>,
+) -> Result<(CounterSet, Option<PathBuf>), StartError> {
+    let from_config = config.and_then(|c| c.metrics.as_ref());
     let own = scenario
         .and_then(|s| s.counters.as_deref())
-        .filter(|_| !collectors_explicit);
-    let loaded = match own {
-        Some(name) => match sim::scenario::builtin_counters(name) {
-            Some(text) => counters::parse(text, &format!("built-in '{name}' counters")),
-            None => counters::load_file(std::path::Path::new(name)),
+        .filter(|_| !collectors_explicit && from_config.is_none());
+    let (loaded, file) = match (collectors_explicit, from_config, own) {
+        (false, Some(MetricsSource::File(path)), _) => {
+            (counters::load_file(path), Some(path.clone()))
+        }
+        (false, Some(MetricsSource::Fields(set)), _) => (Ok(set.clone()), None),
+        (_, _, Some(name)) => match sim::scenario::builtin_counters(name) {
+            Some(text) => (
+                counters::parse(text, &format!("built-in '{name}' counters")),
+                None,
+            ),
+            None => (
+                counters::load_file(std::path::Path::new(name)),
+                Some(PathBuf::from(name)),
+            ),
         },
-        None => counters::load(&cli.collection.collectors, collectors_explicit),
+        _ => {
+            let path = &cli.collection.collectors;
+            let file = (collectors_explicit || path.exists()).then(|| path.clone());
+            (counters::load(path, collectors_explicit), file)
+        }
     };
-    loaded.map_err(StartError::input)
+    let mut set = loaded.map_err(StartError::input)?;
+    if let Some(c) = config {
+        set.watch_groups =
+            watch_groups::resolve(&c.watch_groups, &set).map_err(StartError::input)?;
+    }
+    Ok((set, file))
 }
 
 fn otel_context<'a>(cli: &Cli, counters: &'a CounterSet, host: &'a HostInfo) -> OtelContext<'a> {
@@ -572,6 +648,10 @@ struct Reloadable {
     web_config: Option<PathBuf>,
     web: Arc<ArcSwap<WebSecurity>>,
     http_metrics: Arc<HttpMetrics>,
+    /// The counters file and the flag that asks the collector to re-read it.
+    counters: Option<(PathBuf, Arc<std::sync::atomic::AtomicBool>)>,
+    /// Asks the collector for a collection now (it applies the reload before it).
+    collect_now: crate::source::Waker,
 }
 
 /// On every SIGHUP (logrotate, config tools, a user), reload what can be reloaded and keep serving.
@@ -585,14 +665,19 @@ async fn reload_on_sighup(what: Reloadable) {
         }
     };
     while hup.recv().await.is_some() {
-        match &what.web_config {
-            Some(path) => {
-                tracing::info!(file = %path.display(), "SIGHUP: reloading the web config");
-                server::web::reload(path, &what.web, &what.http_metrics);
-            }
-            None => tracing::info!(
-                "SIGHUP received: nothing to reload (no --web-config-file); still serving"
-            ),
+        if let Some(path) = &what.web_config {
+            tracing::info!(file = %path.display(), "SIGHUP: reloading the web config");
+            server::web::reload(path, &what.web, &what.http_metrics);
+        }
+        if let Some((path, flag)) = &what.counters {
+            tracing::info!(file = %path.display(), "SIGHUP: re-reading the counters CSV before the next collection");
+            flag.store(true, std::sync::atomic::Ordering::Release);
+            what.collect_now.wake();
+        }
+        if what.web_config.is_none() && what.counters.is_none() {
+            tracing::info!(
+                "SIGHUP received: nothing to reload (no --web-config-file, counters not from a file); still serving"
+            );
         }
     }
 }

@@ -51,18 +51,6 @@ pub struct Cli {
 /// reported with a warning at start-up.
 pub const ACCEPTED_NOT_IMPLEMENTED: &[(&str, Option<char>, &str, bool)] = &[
     (
-        "cpu-devices",
-        Some('p'),
-        "DCGM_EXPORTER_CPU_DEVICES_STR",
-        true,
-    ),
-    (
-        "switch-devices",
-        Some('s'),
-        "DCGM_EXPORTER_OTHER_DEVICES_STR",
-        true,
-    ),
-    (
         "configmap-data",
         Some('m'),
         "DCGM_EXPORTER_CONFIGMAP_DATA",
@@ -127,18 +115,6 @@ pub const ACCEPTED_NOT_IMPLEMENTED: &[(&str, Option<char>, &str, bool)] = &[
         "DISABLE_STARTUP_VALIDATE",
         false,
     ),
-    (
-        "enable-gpu-bind-unbind-watch",
-        None,
-        "DCGM_EXPORTER_ENABLE_GPU_BIND_UNBIND_WATCH",
-        false,
-    ),
-    (
-        "gpu-bind-unbind-poll-interval",
-        None,
-        "DCGM_EXPORTER_GPU_BIND_UNBIND_POLL_INTERVAL",
-        true,
-    ),
     ("enable-pprof", None, "DCGM_EXPORTER_ENABLE_PPROF", false),
     (
         "web-systemd-socket",
@@ -146,7 +122,6 @@ pub const ACCEPTED_NOT_IMPLEMENTED: &[(&str, Option<char>, &str, bool)] = &[
         "DCGM_EXPORTER_SYSTEMD_SOCKET",
         false,
     ),
-    ("config-file", None, "DCGM_EXPORTER_CONFIG_FILE", true),
     (
         "container-labels",
         None,
@@ -207,6 +182,8 @@ pub struct Parsed {
     pub cli: Cli,
     /// `-f` (or its variable) was given explicitly: a missing file is an error, not the built-in set.
     pub collectors_explicit: bool,
+    /// `-c` (or its variable) was given explicitly: it overrides `--config-file`'s interval.
+    pub interval_explicit: bool,
     /// Accepted-but-not-implemented dcgm-exporter flags that were given, as `--name`.
     pub not_implemented: Vec<String>,
 }
@@ -219,12 +196,17 @@ pub fn parse(args: &[OsString]) -> Result<Parsed, clap::Error> {
         .clone()
         .try_get_matches_from(flags::normalize_args(&cmd, args.iter().cloned()))?;
     let cli = Cli::from_arg_matches(&matches)?;
-    let collectors_explicit = matches
-        .value_source("collectors")
-        .is_some_and(|s| s != clap::parser::ValueSource::DefaultValue);
+    let explicit = |id: &str| {
+        matches
+            .value_source(id)
+            .is_some_and(|s| s != clap::parser::ValueSource::DefaultValue)
+    };
+    let collectors_explicit = explicit("collectors");
+    let interval_explicit = explicit("collect_interval");
     Ok(Parsed {
         cli,
         collectors_explicit,
+        interval_explicit,
         not_implemented: not_implemented_given(&matches),
     })
 }

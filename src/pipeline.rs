@@ -12,20 +12,27 @@
 //! says "collection stuck for N s" — and logs it once. When the call returns, the collector publishes
 //! what it read and collection resumes (a lost connection then goes through the source's own
 //! reconnect). Publication is serialised, so a late withdrawal never hides fresh data.
+//!
+//! Between two collections the collector also applies a reloaded counters CSV ([`CountersReloader`]:
+//! the file changed, or SIGHUP asked): the source re-plans its reads and watches for the new set, the
+//! next snapshot carries it, and the exporters rebuild what depends on it. The previous body stays
+//! published until that snapshot replaces it, so there is no scrape without data in between. A
+//! [`Control::CollectNow`] (SIGHUP, a GPU bind/unbind event) runs a collection before the next tick.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::mpsc::{Receiver, RecvTimeoutError};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use crate::counters::reload::{CountersReloader, Trigger};
 use crate::counters::CounterSet;
 use crate::enrich::Enricher;
 use crate::export::SnapshotConsumer;
 use crate::lock::LockExt;
 use crate::snapshot::{Absent, FieldValue, HostInfo, Snapshot, SnapshotStore};
 use crate::source::processes::ProcessSource;
-use crate::source::{Source, SourceError};
+use crate::source::{Source, SourceError, Waker};
 use crate::telemetry::self_metrics::{Metric, SelfMetrics};
 
 /// Health of the collection, read by `/health` and `/ready`.
@@ -241,6 +248,41 @@ impl ProcessPollState {
     }
 }
 
+/// What the collector thread is told.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Control {
+    /// Finish the current collection and stop.
+    Stop,
+    /// Collect now instead of at the next tick (the tick after stays on schedule).
+    CollectNow,
+}
+
+/// A [`Waker`] that asks the collector on `tx` for a collection.
+pub fn waker(tx: &Sender<Control>) -> Waker {
+    let tx = std::sync::Mutex::new(tx.clone());
+    Waker::new(move || {
+        let _ = tx.lock_unpoisoned().send(Control::CollectNow);
+    })
+}
+
+/// `dcgm_otel_config_reloads_total{result}`.
+struct ReloadMetrics {
+    success: Arc<Metric>,
+    failure: Arc<Metric>,
+}
+
+impl ReloadMetrics {
+    fn new(registry: &SelfMetrics) -> ReloadMetrics {
+        const NAME: &str = "dcgm_otel_config_reloads_total";
+        const HELP: &str =
+            "Reloads of the counters CSV (file change or SIGHUP), by result; a failed one keeps the running counters.";
+        ReloadMetrics {
+            success: registry.counter(NAME, HELP, &[("result", "success")]),
+            failure: registry.counter(NAME, HELP, &[("result", "failure")]),
+        }
+    }
+}
+
 /// Everything the collector thread needs.
 pub struct Pipeline {
     pub source: Box<dyn Source>,
@@ -254,6 +296,10 @@ pub struct Pipeline {
     pub self_metrics: Arc<SelfMetrics>,
     /// Per-process collection (`--collect-processes`), when on.
     pub processes: Option<Box<dyn ProcessSource>>,
+    /// Follows the counters file when the counters came from one.
+    pub reloader: Option<CountersReloader>,
+    /// Handed to the source ([`Source::attach_waker`]).
+    pub waker: Option<Waker>,
 }
 
 /// Publication: the store, the consumers and the health status change together, under one lock, from
@@ -262,7 +308,8 @@ struct Publisher {
     store: Arc<SnapshotStore>,
     consumers: Vec<Arc<dyn SnapshotConsumer>>,
     status: Arc<CollectorStatus>,
-    counters: Arc<CounterSet>,
+    /// The counters of empty snapshots (the running set; replaced by a reload).
+    counters: arc_swap::ArcSwap<CounterSet>,
     host: Arc<HostInfo>,
     /// Sequence number of the last snapshot published.
     seq: AtomicU64,
@@ -277,7 +324,7 @@ impl Publisher {
         Snapshot {
             seq,
             taken_at: SystemTime::now(),
-            counters: self.counters.clone(),
+            counters: self.counters.load_full(),
             host: self.host.clone(),
             driver_version: None,
             entities: Vec::new(),
@@ -355,14 +402,19 @@ fn watch_polls(publisher: Arc<Publisher>, interval: Duration, stop: Receiver<()>
 }
 
 impl Pipeline {
-    /// Run collections until `stop` receives a message or is disconnected. Blocks the calling thread.
-    pub fn run(mut self, stop: Receiver<()>) {
+    /// Run collections until `control` says [`Control::Stop`] or is disconnected. Blocks the calling
+    /// thread.
+    pub fn run(mut self, control: Receiver<Control>) {
+        let reload_metrics = ReloadMetrics::new(&self.self_metrics);
+        if let Some(w) = self.waker.take() {
+            self.source.attach_waker(w);
+        }
         let mut metrics = PipelineMetrics::new(self.self_metrics.clone(), self.source.name());
         let publisher = Arc::new(Publisher {
             store: self.store.clone(),
             consumers: std::mem::take(&mut self.consumers),
             status: self.status.clone(),
-            counters: self.counters.clone(),
+            counters: arc_swap::ArcSwap::new(self.counters.clone()),
             host: self.host.clone(),
             seq: AtomicU64::new(0),
             lock: Mutex::new(()),
@@ -387,8 +439,12 @@ impl Pipeline {
         let mut next = Instant::now();
         let mut was_down = false;
         let mut process_state = ProcessPollState::new(&self.self_metrics, self.processes.is_some());
+        let mut early = false;
         loop {
             let started = Instant::now();
+            if let Some((trigger, loaded)) = self.reloader.as_mut().and_then(|r| r.due(started)) {
+                self.apply_reload(trigger, loaded, &publisher, &mut metrics, &reload_metrics);
+            }
             metrics.collects.inc();
             self.status.poll_begins();
             let polled = self.source.poll();
@@ -457,14 +513,28 @@ impl Pipeline {
             }
             // Poll, enrichment, publication and rendering: shown in the next body.
             metrics.duration.set(started.elapsed().as_secs_f64());
-            next += self.interval;
+            // A collection asked for early leaves the tick it came before on schedule.
+            if !early {
+                next += self.interval;
+            }
             let now = Instant::now();
             if next < now {
                 // A slow cycle: skip the missed ticks instead of bursting.
                 next = now + self.interval;
             }
-            match stop.recv_timeout(next - now) {
-                Err(RecvTimeoutError::Timeout) => continue,
+            match control.recv_timeout(next - now) {
+                Err(RecvTimeoutError::Timeout) => early = false,
+                Ok(Control::CollectNow) => {
+                    // Requests that piled up meanwhile are answered by this one collection.
+                    let mut stop = false;
+                    while let Ok(c) = control.try_recv() {
+                        stop |= c == Control::Stop;
+                    }
+                    if stop {
+                        break;
+                    }
+                    early = true;
+                }
                 _ => break,
             }
         }
@@ -512,6 +582,56 @@ impl Pipeline {
                     state.failing = true;
                 }
                 Vec::new()
+            }
+        }
+    }
+
+    /// Apply a reloaded counter set (or report why not): the source re-plans for it, the next
+    /// snapshot carries it.
+    fn apply_reload(
+        &mut self,
+        trigger: Trigger,
+        loaded: Result<CounterSet, String>,
+        publisher: &Publisher,
+        metrics: &mut PipelineMetrics,
+        reload: &ReloadMetrics,
+    ) {
+        let why = match trigger {
+            Trigger::FileChanged => "the counters file changed",
+            Trigger::Signal => "SIGHUP",
+        };
+        let set = match loaded {
+            Ok(set) => set,
+            Err(e) => {
+                reload.failure.inc();
+                tracing::error!(trigger = why, "{e}; keeping the running counters");
+                return;
+            }
+        };
+        for (line, name) in &set.unsupported_exporter_fields {
+            tracing::warn!(origin = %set.origin, line, field = %name, "DCGM_EXP_* metrics are not yet supported by dcgm-otel; row skipped");
+        }
+        let before = self.counters.len();
+        let started = Instant::now();
+        match self.source.set_counters(Arc::new(set)) {
+            Ok(effective) => {
+                reload.success.inc();
+                tracing::info!(
+                    trigger = why,
+                    origin = %effective.origin,
+                    rows = effective.len(),
+                    previous_rows = before,
+                    apply_ms = started.elapsed().as_secs_f64() * 1000.0,
+                    "counters reloaded"
+                );
+                self.counters = effective.clone();
+                publisher.counters.store(effective);
+                // Absent-value counters are keyed by row index, which the new set renumbers.
+                metrics.absent.clear();
+            }
+            Err(e) => {
+                reload.failure.inc();
+                tracing::error!(trigger = why, error = %e, "cannot apply the reloaded counters; keeping the running counters");
             }
         }
     }

@@ -435,6 +435,49 @@ fn ffi_matches_dcgm_4_6_headers() {
         arrays { gpus, nvSwitches });
     check_struct!(lay, dcgmNvLinkStatus_v5 { version, numGpus, gpus, numNvSwitches, nvSwitches }
         arrays { gpus, nvSwitches });
+    check_struct!(lay, dcgmCpuHierarchyOwnedCores_v1 { version, bitmask } arrays { bitmask });
+    check_struct!(lay, dcgmCpuHierarchy_v1 { version, numCpus, cpus } arrays { cpus });
+    check_struct!(lay, dcgmCpuHierarchy_v2 { version, numCpus, cpus } arrays { cpus });
+    // The per-CPU structs have no layout lines of their own: their size is the arrays' element size
+    // (checked above) and their members are checked through the first array element.
+    for (outer, member, offset) in [
+        (
+            "dcgmCpuHierarchy_v1",
+            "cpuId",
+            offset_of!(dcgmCpuHierarchy_v1, cpus) + offset_of!(dcgmCpuHierarchyCpu_v1, cpuId),
+        ),
+        (
+            "dcgmCpuHierarchy_v1",
+            "ownedCores",
+            offset_of!(dcgmCpuHierarchy_v1, cpus) + offset_of!(dcgmCpuHierarchyCpu_v1, ownedCores),
+        ),
+        (
+            "dcgmCpuHierarchy_v2",
+            "cpuId",
+            offset_of!(dcgmCpuHierarchy_v2, cpus) + offset_of!(dcgmCpuHierarchyCpu_v2, cpuId),
+        ),
+        (
+            "dcgmCpuHierarchy_v2",
+            "ownedCores",
+            offset_of!(dcgmCpuHierarchy_v2, cpus) + offset_of!(dcgmCpuHierarchyCpu_v2, ownedCores),
+        ),
+        (
+            "dcgmCpuHierarchy_v2",
+            "serial",
+            offset_of!(dcgmCpuHierarchy_v2, cpus) + offset_of!(dcgmCpuHierarchyCpu_v2, serial),
+        ),
+    ] {
+        lay.expect_num(
+            &format!("offsetof {outer}.cpus[0].{member}"),
+            offset as i128,
+        );
+    }
+    lay.expect_num(
+        "sizeof dcgmCpuHierarchy_v2.cpus[0].serial",
+        size_of::<[std::ffi::c_char; DCGM_MAX_STR_LENGTH]>() as i128,
+    );
+    lay.checked_structs.insert("dcgmCpuHierarchyCpu_v1".into());
+    lay.checked_structs.insert("dcgmCpuHierarchyCpu_v2".into());
     check_struct!(lay, dcgm_field_output_format_t { shortName, unit, width }
         arrays { shortName, unit });
     check_struct!(lay, dcgm_field_meta_t {
@@ -602,6 +645,9 @@ fn ffi_matches_dcgm_4_6_headers() {
         // limits
         DCGM_MAX_NUM_DEVICES,
         DCGM_MAX_NUM_SWITCHES,
+        DCGM_MAX_NUM_CPUS,
+        DCGM_MAX_NUM_CPU_CORES,
+        DCGM_CPU_CORE_BITMASK_COUNT_V1,
         DCGM_MAX_STR_LENGTH,
         DCGM_MAX_BLOB_LENGTH,
         DCGM_MAX_CLOCKS,
@@ -652,6 +698,10 @@ fn ffi_matches_dcgm_4_6_headers() {
         dcgmMigHierarchy_version,
         dcgmNvLinkStatus_version4,
         dcgmNvLinkStatus_version5,
+        dcgmCpuHierarchyOwnedCores_version1,
+        dcgmCpuHierarchy_version1,
+        dcgmCpuHierarchy_version2,
+        dcgmCpuHierarchy_version,
         dcgmFieldGroupInfo_version1,
         dcgmGroupInfo_version3,
         dcgmProfGetMetricGroups_version3,

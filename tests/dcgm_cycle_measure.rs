@@ -43,6 +43,7 @@ fn measure(label: &str, mut set: CounterSet, log: &std::path::Path, cycles: usiz
         remote: None,
         interval: Duration::from_secs(1),
         devices: DeviceSelection::Flex,
+        ..DcgmOptions::default()
     };
     let rows = set.len();
     let mut src = DcgmSource::connect(opts, &mut set).expect("DCGM source over the fake");

@@ -14,7 +14,7 @@ use dcgm_otel::export::otel::naming::{Naming, OtelAttributeStyle, OtelResourceMo
 use dcgm_otel::export::otel::otlp::request::DirectBuilder;
 use dcgm_otel::export::prometheus::Renderer;
 use dcgm_otel::export::SnapshotConsumer;
-use dcgm_otel::pipeline::{CollectorStatus, Pipeline};
+use dcgm_otel::pipeline::{CollectorStatus, Control, Pipeline};
 use dcgm_otel::snapshot::attribution::{NAMESPACE, POD};
 use dcgm_otel::snapshot::{
     Attribute, AttributeKey, EntityKind, EntityReading, HostInfo, Placement, SnapshotStore,
@@ -35,7 +35,7 @@ impl Enricher for TeamEnricher {
 
     fn enrich(&mut self, entities: &mut [EntityReading]) {
         for e in entities {
-            if e.entity.kind == EntityKind::Gpu && e.entity.gpu.index == 0 {
+            if e.entity.kind == EntityKind::Gpu && e.entity.gpu_index() == Some(0) {
                 Arc::make_mut(&mut e.attribution).add(&[
                     Attribute::new(&self.team, "x"),
                     Attribute::new(&POD, "trainer-0"),
@@ -57,7 +57,7 @@ fn an_enricher_adds_an_attribute_every_exporter_writes() {
         &scenario,
         1,
         counters.clone(),
-        &dcgm_otel::config::devices::parse("f").unwrap(),
+        &dcgm_otel::config::devices::Selectors::default(),
         interval,
     )
     .unwrap();
@@ -79,15 +79,17 @@ fn an_enricher_adds_an_attribute_every_exporter_writes() {
         status: CollectorStatus::new(interval),
         self_metrics: SelfMetrics::new(),
         processes: None,
+        reloader: None,
+        waker: None,
     };
-    let (stop, stop_rx) = std::sync::mpsc::channel::<()>();
+    let (stop, stop_rx) = std::sync::mpsc::channel::<Control>();
     let collector = std::thread::spawn(move || pipeline.run(stop_rx));
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     while renderer.body().load().seq == 0 {
         assert!(std::time::Instant::now() < deadline, "nothing published");
         std::thread::sleep(Duration::from_millis(10));
     }
-    stop.send(()).unwrap();
+    stop.send(Control::Stop).unwrap();
     collector.join().unwrap();
 
     // :9400: the attribute sorted among the attribute-class labels, after the label fields.

@@ -438,7 +438,7 @@ fn expected_polls(n: usize) -> Expected {
     let scenario = Scenario::load("default").unwrap();
     let set = counters::parse(counters::DEFAULT_COUNTERS_CSV, "built-in default counters").unwrap();
     let counters = Arc::new(set);
-    let devices = dcgm_otel::config::devices::parse("f").unwrap();
+    let devices = dcgm_otel::config::devices::Selectors::default();
     let mut sim = SimSource::new(
         &scenario,
         1,
@@ -456,7 +456,11 @@ fn expected_polls(n: usize) -> Expected {
                 continue;
             }
             let key = (
-                e.entity.gpu.uuid.clone(),
+                e.entity
+                    .gpu
+                    .as_ref()
+                    .map(|g| g.uuid.clone())
+                    .unwrap_or_default(),
                 e.entity.mig.as_ref().map(|m| m.gi_id),
             );
             let mut values = HashMap::new();

@@ -336,12 +336,16 @@ fn scenario_file_and_no_hostname() {
 #[test]
 fn unimplemented_dcgm_exporter_flags_are_accepted_with_a_warning() {
     let e = start(
-        &["--simulate", "-p", "f", "-kubernetes-enable-pod-labels"],
+        &[
+            "--simulate",
+            "--dump-enabled",
+            "-kubernetes-enable-pod-labels",
+        ],
         &[("DCGM_EXPORTER_XID_COUNT_WINDOW_SIZE", "60000")],
     );
     let err = common::terminate(e);
     for flag in [
-        "--cpu-devices",
+        "--dump-enabled",
         "--kubernetes-enable-pod-labels",
         "--xid-count-window-size",
     ] {

@@ -106,7 +106,7 @@ fn bad_files() {
         &[],
         2,
         &format!(
-            "{scenario}: unknown GPU model 'B300' (known: H100-SXM5-80GB, A100-SXM4-80GB, A30, L4)"
+            "{scenario}: unknown GPU model 'B300' (known: H100-SXM5-80GB, A100-SXM4-80GB, A30, GH200-96GB, L4)"
         ),
     );
     expect(
@@ -119,7 +119,7 @@ fn bad_files() {
         &["--simulate=nope"],
         &[],
         2,
-        "unknown simulation scenario 'nope' (built-in: default, dgx-h100-mig, large; or a path to a .yaml file)",
+        "unknown simulation scenario 'nope' (built-in: default, dgx-h100-mig, large, hgx-h100, grace-hopper; or a path to a .yaml file)",
     );
     expect(
         &["--simulate", "--web-config-file", "/nonexistent/web.yml"],

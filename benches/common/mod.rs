@@ -9,7 +9,6 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
-use dcgm_otel::config::devices::DeviceSelection;
 use dcgm_otel::config::{HostnameLabel, LabelStyle};
 use dcgm_otel::counters::{self, CounterSet};
 use dcgm_otel::snapshot::{HostInfo, Snapshot};
@@ -92,7 +91,7 @@ pub fn source(scenario: &Scenario, counters: &Arc<CounterSet>) -> SimSource {
         scenario,
         1,
         counters.clone(),
-        &DeviceSelection::default(),
+        &dcgm_otel::config::devices::Selectors::default(),
         Duration::from_secs(30),
     )
     .expect("bench devices select")

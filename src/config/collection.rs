@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use clap::{ArgAction, Args, ValueEnum};
 
-use super::devices::{self, DeviceSelection};
+use super::devices::{self, DeviceSelection, Selectors};
 use crate::counters::DEFAULT_COLLECTORS;
 
 /// Spelling of the host label: dcgm-exporter up to 4.8.2 wrote `Hostname`, 4.8.3 writes `hostname`.
@@ -38,6 +38,15 @@ pub struct CollectionArgs {
           default_value = DEFAULT_COLLECTORS)]
     pub collectors: PathBuf,
 
+    /// dcgm-exporter 4.8.3 YAML configuration: metrics file or inline fields, collect interval, watch
+    /// groups. Flags and variables given explicitly override it.
+    #[arg(
+        long = "config-file",
+        env = "DCGM_EXPORTER_CONFIG_FILE",
+        value_name = "PATH"
+    )]
+    pub config_file: Option<PathBuf>,
+
     /// Collect interval in milliseconds (also DCGM's watch update frequency).
     #[arg(short = 'c', long = "collect-interval", env = "DCGM_EXPORTER_INTERVAL", value_name = "MS",
           default_value_t = 30000, value_parser = clap::value_parser!(u64).range(100..=3_600_000))]
@@ -47,6 +56,18 @@ pub struct CollectionArgs {
     #[arg(short = 'd', long = "devices", env = "DCGM_EXPORTER_DEVICES_STR", value_name = "SELECTION",
           default_value = "f", value_parser = parse_devices)]
     pub devices: DeviceSelection,
+
+    /// NvSwitches and their NvLinks to monitor: f (all), g (switches), g:0,1, g+i (switches and all
+    /// their links), g:0+i:0-17; i names NvLink ports of the selected switches.
+    #[arg(short = 's', long = "switch-devices", env = "DCGM_EXPORTER_OTHER_DEVICES_STR",
+          value_name = "SELECTION", default_value = "f", value_parser = parse_devices)]
+    pub switch_devices: DeviceSelection,
+
+    /// CPUs and their cores to monitor: f (all), g (CPUs), g:0, g+i (CPUs and all their cores),
+    /// g:0+i:0-71; i names cores of the selected CPUs.
+    #[arg(short = 'p', long = "cpu-devices", env = "DCGM_EXPORTER_CPU_DEVICES_STR",
+          value_name = "SELECTION", default_value = "f", value_parser = parse_devices)]
+    pub cpu_devices: DeviceSelection,
 
     /// Use dcgm-exporter 1.x label names (uuid, pod_name, pod_namespace, container_name).
     #[arg(short = 'o', long = "use-old-namespace", env = "DCGM_EXPORTER_USE_OLD_NAMESPACE",
@@ -80,6 +101,15 @@ impl CollectionArgs {
     /// The collect interval.
     pub fn interval(&self) -> Duration {
         Duration::from_millis(self.collect_interval)
+    }
+
+    /// `-d`, `-s` and `-p` together.
+    pub fn selectors(&self) -> Selectors {
+        Selectors {
+            devices: self.devices.clone(),
+            switches: self.switch_devices.clone(),
+            cpus: self.cpu_devices.clone(),
+        }
     }
 
     pub fn label_style(&self) -> LabelStyle {

@@ -5,6 +5,11 @@
 //! ids, and for `i` the DCGM GPU_I *entity* ids, not NVML GI ids, as in dcgm-exporter). dcgm-exporter
 //! 4.8.3 also accepts combinations such as `g+i` or `g:0,1+i:3`; `f` cannot be combined. Ids that do
 //! not exist are a startup error, found by [`DeviceSelection::select`] once the source knows its GPUs.
+//!
+//! The same grammar selects NvSwitches and their NvLink ports (`-s`) and CPUs and their cores (`-p`),
+//! through [`DeviceSelection::select_tree`]: `f` is everything, `g` the switches / CPUs, `i` the ports /
+//! cores *of the selected* switches / CPUs (so `-s g+i` is every switch with its links, `-s g` the
+//! switches alone, and `-s i` nothing), as dcgm-exporter's device info applies them.
 
 use std::collections::BTreeSet;
 use std::fmt;
@@ -187,6 +192,61 @@ pub struct GpuSlots {
 pub struct Selected {
     pub gpus: BTreeSet<u32>,
     pub instances: BTreeSet<u32>,
+    /// GPUs whose NvLinks are monitored: every GPU with `f`, else the GPUs `g` selects (dcgm-exporter
+    /// reads a GPU's links when the flex rule or the GPU list covers the GPU).
+    pub link_gpus: BTreeSet<u32>,
+}
+
+/// The three selection flags: `-d` (GPUs, MIG instances), `-s` (NvSwitches, their NvLinks), `-p`
+/// (CPUs, their cores).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Selectors {
+    pub devices: DeviceSelection,
+    pub switches: DeviceSelection,
+    pub cpus: DeviceSelection,
+}
+
+/// A top-level entity of `-s` / `-p` (an NvSwitch, a CPU) with its sub-entities (its NvLink ports, its
+/// cores).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Tree {
+    pub id: u32,
+    pub children: Vec<u32>,
+}
+
+/// How `-s` / `-p` name their entities in messages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TreeNames {
+    pub major: &'static str,
+    pub minor: &'static str,
+}
+
+/// `-s`: NvSwitches and their NvLink ports.
+pub const SWITCH_NAMES: TreeNames = TreeNames {
+    major: "NvSwitch",
+    minor: "NvSwitch NvLink",
+};
+
+/// `-p`: CPUs and their cores.
+pub const CPU_NAMES: TreeNames = TreeNames {
+    major: "CPU",
+    minor: "CPU core",
+};
+
+/// What `-s` / `-p` select: top-level ids and (top-level id, sub-entity id) pairs.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TreeSelected {
+    pub majors: BTreeSet<u32>,
+    pub minors: BTreeSet<(u32, u32)>,
+}
+
+fn id_list(ids: impl IntoIterator<Item = u32>) -> String {
+    let ids: BTreeSet<u32> = ids.into_iter().collect();
+    if ids.is_empty() {
+        "none".into()
+    } else {
+        ids.iter().map(u32::to_string).collect::<Vec<_>>().join(",")
+    }
 }
 
 impl DeviceSelection {
@@ -201,6 +261,7 @@ impl DeviceSelection {
                     } else {
                         out.instances.extend(g.instances.iter().copied());
                     }
+                    out.link_gpus.insert(g.gpu);
                 }
             }
             DeviceSelection::Explicit { gpus, instances } => {
@@ -232,6 +293,7 @@ impl DeviceSelection {
                 check(gpus, &all_gpus, "GPU")?;
                 check(instances, &all_inst, "GPU instance (DCGM entity id)")?;
                 out.gpus = all_gpus.into_iter().filter(|g| gpus.contains(*g)).collect();
+                out.link_gpus = out.gpus.clone();
                 out.instances = all_inst
                     .into_iter()
                     .filter(|i| instances.contains(*i))
@@ -239,6 +301,89 @@ impl DeviceSelection {
             }
         }
         Ok(out)
+    }
+}
+
+impl DeviceSelection {
+    /// Decide which switches and ports (`-s`) or CPUs and cores (`-p`) to monitor; listed ids that are
+    /// absent are an error (a sub-entity id must belong to a selected top-level entity).
+    pub fn select_tree(
+        &self,
+        tree: &[Tree],
+        names: TreeNames,
+    ) -> Result<TreeSelected, DeviceError> {
+        let (selected, missing) = self.tree_select(tree);
+        match missing.first() {
+            None => Ok(selected),
+            Some(&(major, id)) => Err(DeviceError::Absent {
+                what: if major { names.major } else { names.minor },
+                id,
+                present: if major {
+                    id_list(tree.iter().map(|t| t.id))
+                } else {
+                    id_list(
+                        tree.iter()
+                            .filter(|t| selected.majors.contains(&t.id))
+                            .flat_map(|t| t.children.iter().copied()),
+                    )
+                },
+            }),
+        }
+    }
+
+    /// [`DeviceSelection::select_tree`] at run time (after a reconnect or a bind event): absent ids
+    /// are skipped, and named in the returned list.
+    pub fn select_tree_present(
+        &self,
+        tree: &[Tree],
+        names: TreeNames,
+    ) -> (TreeSelected, Vec<String>) {
+        let (selected, missing) = self.tree_select(tree);
+        let missing = missing
+            .into_iter()
+            .map(|(major, id)| format!("{} {id}", if major { names.major } else { names.minor }))
+            .collect();
+        (selected, missing)
+    }
+
+    /// The selection and the listed ids not found: (is a top-level id, id).
+    fn tree_select(&self, tree: &[Tree]) -> (TreeSelected, Vec<(bool, u32)>) {
+        let mut out = TreeSelected::default();
+        let mut missing = Vec::new();
+        match self {
+            DeviceSelection::Flex => {
+                for t in tree {
+                    out.majors.insert(t.id);
+                    out.minors.extend(t.children.iter().map(|c| (t.id, *c)));
+                }
+            }
+            DeviceSelection::Explicit { gpus, instances } => {
+                for t in tree.iter().filter(|t| gpus.contains(t.id)) {
+                    out.majors.insert(t.id);
+                    out.minors.extend(
+                        t.children
+                            .iter()
+                            .filter(|c| instances.contains(**c))
+                            .map(|c| (t.id, *c)),
+                    );
+                }
+                if let IdSet::Some(ids) = gpus {
+                    missing.extend(
+                        ids.iter()
+                            .filter(|id| !tree.iter().any(|t| t.id == **id))
+                            .map(|id| (true, *id)),
+                    );
+                }
+                if let IdSet::Some(ids) = instances {
+                    missing.extend(
+                        ids.iter()
+                            .filter(|id| !out.minors.iter().any(|(_, c)| c == *id))
+                            .map(|id| (false, *id)),
+                    );
+                }
+            }
+        }
+        (out, missing)
     }
 }
 
@@ -321,6 +466,63 @@ mod tests {
             e.to_string().contains("GPU instance (DCGM entity id) 9"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn trees_select_majors_then_their_minors() {
+        let tree = vec![
+            Tree {
+                id: 0,
+                children: vec![0, 1, 2],
+            },
+            Tree {
+                id: 1,
+                children: vec![0, 1, 2],
+            },
+        ];
+        let s = DeviceSelection::Flex
+            .select_tree(&tree, SWITCH_NAMES)
+            .unwrap();
+        assert_eq!(s.majors, [0, 1].into());
+        assert_eq!(s.minors.len(), 6);
+        let s = parse("g")
+            .unwrap()
+            .select_tree(&tree, SWITCH_NAMES)
+            .unwrap();
+        assert_eq!(s.majors, [0, 1].into());
+        assert!(s.minors.is_empty());
+        let s = parse("i")
+            .unwrap()
+            .select_tree(&tree, SWITCH_NAMES)
+            .unwrap();
+        assert!(s.majors.is_empty() && s.minors.is_empty());
+        let s = parse("g:1+i:0,2")
+            .unwrap()
+            .select_tree(&tree, SWITCH_NAMES)
+            .unwrap();
+        assert_eq!(s.majors, [1].into());
+        assert_eq!(s.minors, [(1, 0), (1, 2)].into());
+        let e = parse("g:3")
+            .unwrap()
+            .select_tree(&tree, CPU_NAMES)
+            .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "device selection asks for CPU 3, which does not exist (present: 0,1)"
+        );
+        let e = parse("g:0+i:7")
+            .unwrap()
+            .select_tree(&tree, CPU_NAMES)
+            .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "device selection asks for CPU core 7, which does not exist (present: 0,1,2)"
+        );
+        let (s, missing) = parse("g:0,5+i:1")
+            .unwrap()
+            .select_tree_present(&tree, SWITCH_NAMES);
+        assert_eq!(s.minors, [(0, 1)].into());
+        assert_eq!(missing, ["NvSwitch 5"]);
     }
 
     proptest::proptest! {

@@ -9,6 +9,9 @@
 //! exporter's synthesized metrics) are accepted and reported as not yet supported. Every error names the
 //! file, line and column.
 
+pub mod reload;
+pub mod watch_groups;
+
 use std::path::Path;
 
 use crate::fields::{catalog, FieldInfo};
@@ -52,6 +55,8 @@ pub struct CounterSet {
     pub rows: Vec<Counter>,
     /// `DCGM_EXP_*` rows: accepted, not exported yet.
     pub unsupported_exporter_fields: Vec<(usize, String)>,
+    /// Fields watched at their own interval (`--config-file` watch groups), resolved against the rows.
+    pub watch_groups: Vec<watch_groups::WatchGroup>,
 }
 
 impl CounterSet {

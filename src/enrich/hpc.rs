@@ -80,7 +80,10 @@ pub fn read_dir(dir: &Path) -> std::io::Result<HashMap<JobTarget, Vec<String>>> 
 /// Attribute entities from a job map: one series per job of the entity's GPU (or MIG instance).
 pub fn apply(jobs: &HashMap<JobTarget, Vec<String>>, entities: &mut [EntityReading]) {
     for e in entities {
-        let gpu = e.entity.gpu.index;
+        // NvSwitches and CPUs belong to no job.
+        let Some(gpu) = e.entity.gpu_index() else {
+            continue;
+        };
         let found = match (e.entity.kind, &e.entity.mig) {
             (EntityKind::GpuInstance, Some(m)) => jobs
                 .get(&(gpu, Some(m.gi_id)))

@@ -69,7 +69,9 @@ pub const FAMILIES: &[Family] = &[
 /// The device identity and host labels of an entity, as on its DCGM series.
 fn device_labels(entity: &Entity, snap: &Snapshot, style: &LabelStyle, out: &mut String) {
     let mut first = true;
-    let gpu = &entity.gpu;
+    let Some(gpu) = &entity.gpu else {
+        return;
+    };
     push_label(out, &mut first, "gpu", &gpu.index.to_string());
     let uuid_name = if style.use_old_namespace {
         "uuid"

@@ -4,8 +4,10 @@
 //! [GPU_I_PROFILE, GPU_I_ID], Hostname`, then the `label`-type fields sorted by name, then the attributes
 //! (`container, hpc_job, namespace, pod, pod_uid`) sorted by name. MIG series carry the parent GPU's
 //! identity. NvLink series use dcgm-exporter's link spelling (`nvlink, gpu, gpu_uuid, pci_bus_id, device,
-//! model_name`). One `# HELP`/`# TYPE` per family, families by field id. Absent values (blank and
-//! not-supported sentinels, errors) are never written, nor are NaN or infinities.
+//! model_name`). NvSwitch, switch-link, CPU and CPU-core series use dcgm-exporter's templates for
+//! those entity groups ([`super::entity_labels`]). One `# HELP`/`# TYPE` per family, families by field
+//! id. Absent values (blank and not-supported sentinels, errors) are never written, nor are NaN or
+//! infinities.
 //!
 //! The renderer runs on the collector thread after each collection and publishes the finished body
 //! (plain and gzip) with one atomic swap; the HTTP server only copies those bytes.
@@ -567,16 +569,14 @@ impl Renderer {
     ) -> (String, Vec<SetTail>) {
         let mut base = String::with_capacity(256);
         let mut first = true;
-        let gpu = &e.entity.gpu;
-        let model = self.style.model_name(&gpu.model);
         // dcgm-exporter's link template spells the host label `hostname` in every release and writes
         // the model name as DCGM gives it (--replace-blanks-in-model-name applies to GPU series only).
         let host_label = match e.entity.kind {
-            EntityKind::NvLink => "hostname",
+            EntityKind::NvLink | EntityKind::NvSwitchLink => "hostname",
             _ => self.style.hostname_label.as_str(),
         };
-        match e.entity.kind {
-            EntityKind::NvLink => {
+        match (e.entity.kind, &e.entity.gpu) {
+            (EntityKind::NvLink, Some(gpu)) => {
                 let link = e.entity.link.unwrap_or(0).to_string();
                 push_label(&mut base, &mut first, "nvlink", &link);
                 push_label(&mut base, &mut first, "gpu", &gpu.index.to_string());
@@ -585,7 +585,8 @@ impl Renderer {
                 push_label(&mut base, &mut first, "device", &gpu.device());
                 push_label(&mut base, &mut first, "model_name", &gpu.model);
             }
-            EntityKind::Gpu | EntityKind::GpuInstance => {
+            (EntityKind::Gpu | EntityKind::GpuInstance, Some(gpu)) => {
+                let model = self.style.model_name(&gpu.model);
                 push_label(&mut base, &mut first, "gpu", &gpu.index.to_string());
                 let uuid_name = if self.style.use_old_namespace {
                     "uuid"
@@ -601,6 +602,12 @@ impl Renderer {
                     push_label(&mut base, &mut first, "GPU_I_ID", &m.gi_id.to_string());
                 }
             }
+            _ => super::entity_labels::push_identity(
+                &mut base,
+                &mut first,
+                &e.entity,
+                self.style.hostname_label,
+            ),
         }
         if let Some(h) = host.hostname.as_deref().filter(|h| !h.is_empty()) {
             push_label(&mut base, &mut first, host_label, h);

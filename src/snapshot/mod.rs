@@ -5,7 +5,7 @@
 //! [`Snapshot`] by one atomic swap. Exporters (Prometheus text, OTel instruments, OTLP push) only ever
 //! read the newest snapshot — they never call a source, and a scrape never waits on one.
 //!
-//! [`entity`] is the entity model (GPU, MIG instance, NvLink), [`inventory`] what a source discovered and
+//! [`entity`] is the entity model (GPU, MIG instance, NvLink, NvSwitch and its links, CPU and its cores), [`inventory`] what a source discovered and
 //! the monitored entities in output order, [`attribution`] who uses each entity, as open attribute sets;
 //! [`process`] the processes running on them (per-process GPU use, beside the entities);
 //! [`SnapshotStore`] holds the newest published snapshot.
@@ -22,7 +22,7 @@ use std::time::SystemTime;
 use arc_swap::ArcSwapOption;
 
 pub use attribution::{Attribute, AttributeKey, Attribution, Placement};
-pub use entity::{Entity, EntityKind, GpuIdentity, MigIdentity};
+pub use entity::{CpuIdentity, Entity, EntityKind, GpuIdentity, MigIdentity};
 pub use process::ProcessReading;
 
 use crate::counters::CounterSet;
@@ -98,7 +98,7 @@ pub struct EntityReading {
 /// What a source returns from one poll.
 #[derive(Debug, Clone, Default)]
 pub struct Reading {
-    /// Entities in output order (GPU index, then instance, then link).
+    /// Entities in output order (GPUs and instances, GPU links, NvSwitches, their links, CPUs, cores).
     pub entities: Vec<EntityReading>,
     /// Driver version reported by the source, if it knows one.
     pub driver_version: Option<String>,

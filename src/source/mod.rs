@@ -13,6 +13,9 @@ pub mod nvml;
 pub mod processes;
 pub mod sim;
 
+use std::sync::Arc;
+
+use crate::counters::CounterSet;
 use crate::snapshot::Reading;
 
 /// Why a poll produced nothing.
@@ -36,4 +39,43 @@ pub trait Source: Send {
 
     /// Release backend resources (DCGM groups, host engine). Called once, on shutdown.
     fn shutdown(&mut self) {}
+
+    /// Read `counters` from the next poll on (the counters CSV was reloaded): re-plan which entities and
+    /// fields are read and, for DCGM, re-create the watches. Returns the rows actually read — a source
+    /// may leave out rows it cannot serve (DCGM: profiling rows without the profiling module). On an
+    /// error the previous counters stay in use. Called between polls, on the collector thread.
+    fn set_counters(&mut self, counters: Arc<CounterSet>) -> Result<Arc<CounterSet>, SourceError> {
+        let _ = counters;
+        Err(SourceError::Failed(format!(
+            "the {} source cannot change its counters while running",
+            self.name()
+        )))
+    }
+
+    /// A handle the source may keep to ask the collector for a collection before the next tick (a GPU
+    /// was bound or unbound). Given once, before the first poll.
+    fn attach_waker(&mut self, waker: Waker) {
+        let _ = waker;
+    }
+}
+
+/// Asks the collector thread for a collection now, from any thread.
+#[derive(Clone)]
+pub struct Waker(Arc<dyn Fn() + Send + Sync>);
+
+impl Waker {
+    pub fn new(wake: impl Fn() + Send + Sync + 'static) -> Waker {
+        Waker(Arc::new(wake))
+    }
+
+    /// Request a collection as soon as the collector is free.
+    pub fn wake(&self) {
+        (self.0)()
+    }
+}
+
+impl std::fmt::Debug for Waker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Waker")
+    }
 }

@@ -250,6 +250,17 @@ with open("src/counters/default-counters.csv") as f:
     csv = f.read()
 if (cm.get("data") or {}).get("metrics") != csv:
     fail.append("the counters ConfigMap's data.metrics differs from src/counters/default-counters.csv")
+# ... and mounted as a directory: the kubelet updates it by swapping the volume's ..data symlink, which
+# dcgm-otel's counters reload follows (tests/reload_e2e.rs); a subPath mount is never updated.
+ds_container = ds["spec"]["template"]["spec"]["containers"][0]
+counters_mounts = [m for m in ds_container.get("volumeMounts") or [] if m["name"] == "counters"]
+collectors = next((e.get("value") for e in ds_container.get("env") or []
+                   if e["name"] == "DCGM_EXPORTER_COLLECTORS"), None)
+if any("subPath" in m or "subPathExpr" in m for m in counters_mounts):
+    fail.append("the counters ConfigMap is mounted with subPath: the kubelet never updates such a mount, "
+                "so a ConfigMap edit would not reach the running exporter")
+if not collectors or not any(collectors.startswith(m["mountPath"].rstrip("/") + "/") for m in counters_mounts):
+    fail.append(f"DCGM_EXPORTER_COLLECTORS ({collectors}) is not a file of the counters ConfigMap mount")
 
 # 6. variables set or suggested by the DaemonSet and its patches are known to the binary
 names = set()

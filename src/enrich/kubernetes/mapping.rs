@@ -257,7 +257,10 @@ impl Mapping {
 
     /// The pods attributed to one entity (sorted, no duplicates); empty when none.
     pub fn pods_for(&self, entity: &Entity, id_type: GpuIdType) -> Vec<PodRef> {
-        let gpu = &entity.gpu;
+        // NvSwitches and CPUs are not allocated to pods.
+        let Some(gpu) = &entity.gpu else {
+            return Vec::new();
+        };
         match (entity.kind, &entity.mig) {
             (EntityKind::GpuInstance, Some(mig)) => {
                 let mut out: Vec<PodRef> = Vec::new();
@@ -286,6 +289,7 @@ impl Mapping {
                 };
                 found.cloned().unwrap_or_default()
             }
+            _ => Vec::new(),
         }
     }
 }

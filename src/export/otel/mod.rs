@@ -8,6 +8,7 @@
 //! - shared by both: [`naming`] (attribute names in either style, per-entity attribute sets, the host
 //!   base resource, what goes into a Resource) and [`units`] (DCGM units to UCUM).
 
+pub mod hw_naming;
 pub mod naming;
 pub mod otlp;
 pub mod sdk;

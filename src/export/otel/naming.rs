@@ -63,6 +63,16 @@ impl ResourceSplit {
 /// DCGM field id of the driver version (`DCGM_FI_DRIVER_VERSION`).
 const DRIVER_VERSION_FIELD: u16 = 1;
 
+/// Semantic-convention names of switch and CPU `label` rows: the NvSwitch firmware version
+/// (`DCGM_FI_DEV_NVSWITCH_FIRMWARE_VERSION`) and the CPU model (`DCGM_FI_DEV_CPU_MODEL`).
+fn hw_label_key(field: u16) -> Option<&'static str> {
+    match field {
+        1524 => Some("hw.firmware_version"),
+        1141 => Some("hw.model"),
+        _ => None,
+    }
+}
+
 /// Attribute names of one style.
 struct Names {
     gpu_index: &'static str,
@@ -123,27 +133,59 @@ pub struct Naming {
     labels: LabelStyle,
     /// Attribute key of each `label` row, index-aligned with the counter rows (None: not a label row).
     label_keys: Vec<Option<Key>>,
+    /// (row, field) of each `label` row `label_keys` was made for.
+    label_rows: Vec<(usize, u16)>,
+}
+
+fn label_rows(counters: &CounterSet) -> Vec<(usize, u16)> {
+    counters
+        .rows
+        .iter()
+        .enumerate()
+        .filter(|(_, r)| r.kind == MetricKind::Label)
+        .map(|(i, r)| (i, r.field.id))
+        .collect()
+}
+
+/// The attribute key of each `label` row of a counter set (None: not a label row).
+fn label_keys(style: OtelAttributeStyle, counters: &CounterSet) -> Vec<Option<Key>> {
+    counters
+        .rows
+        .iter()
+        .map(|row| {
+            (row.kind == MetricKind::Label).then(|| {
+                if style == OtelAttributeStyle::Otel && row.field.id == DRIVER_VERSION_FIELD {
+                    Key::from_static_str("nvidia.driver.version")
+                } else if let Some(k) = (style == OtelAttributeStyle::Otel)
+                    .then(|| hw_label_key(row.field.id))
+                    .flatten()
+                {
+                    Key::from_static_str(k)
+                } else {
+                    Key::from(row.name.clone())
+                }
+            })
+        })
+        .collect()
 }
 
 impl Naming {
     pub fn new(style: OtelAttributeStyle, labels: LabelStyle, counters: &CounterSet) -> Naming {
-        let label_keys = counters
-            .rows
-            .iter()
-            .map(|row| {
-                (row.kind == MetricKind::Label).then(|| {
-                    if style == OtelAttributeStyle::Otel && row.field.id == DRIVER_VERSION_FIELD {
-                        Key::from_static_str("nvidia.driver.version")
-                    } else {
-                        Key::from(row.name.clone())
-                    }
-                })
-            })
-            .collect();
         Naming {
             style,
             labels,
-            label_keys,
+            label_keys: label_keys(style, counters),
+            label_rows: label_rows(counters),
+        }
+    }
+
+    /// The label keys for `counters`: the cached ones while the label rows are those `new` saw, else
+    /// computed for this counter set (after a counters reload).
+    fn label_keys_for(&self, counters: &CounterSet) -> std::borrow::Cow<'_, [Option<Key>]> {
+        if counters.rows.len() == self.label_keys.len() && label_rows(counters) == self.label_rows {
+            std::borrow::Cow::Borrowed(&self.label_keys)
+        } else {
+            std::borrow::Cow::Owned(label_keys(self.style, counters))
         }
     }
 
@@ -168,6 +210,11 @@ impl Naming {
                 ResourceSplit::PerEntity {
                     point_keys: [n.nvlink, n.xid_code, n.xid_message]
                         .into_iter()
+                        .chain(
+                            super::hw_naming::point_keys(self.style == OtelAttributeStyle::Otel)
+                                .iter()
+                                .copied(),
+                        )
                         .map(str::to_string)
                         .collect(),
                 }
@@ -190,24 +237,30 @@ impl Naming {
     /// The attribute sets of every entity of a snapshot, index-aligned with `snap.entities`: one set
     /// per (pod × job) combination, or one when unattributed.
     pub fn snapshot_sets(&self, snap: &Snapshot) -> Vec<Vec<Vec<KeyValue>>> {
-        // Label-row attributes of each GPU, borrowed by its NvLinks (label fields are not read on links).
-        let mut gpu_labels: HashMap<u32, Vec<KeyValue>> = HashMap::new();
+        snap.entities
+            .iter()
+            .zip(self.snapshot_labels(snap))
+            .map(|(e, labels)| self.entity_attribute_sets(e, labels))
+            .collect()
+    }
+
+    /// The `label`-row attributes of every entity, index-aligned with `snap.entities`: an NvLink takes
+    /// its GPU's, a switch port its switch's, a core its CPU's (fields of the parent's level are not
+    /// read on the child, and the child joins the parent's Resource).
+    pub fn snapshot_labels(&self, snap: &Snapshot) -> Vec<Vec<KeyValue>> {
+        use super::hw_naming::{label_owner, label_parent};
+        let keys = self.label_keys_for(&snap.counters);
+        let mut owners: HashMap<(EntityKind, u32), Vec<KeyValue>> = HashMap::new();
         for e in &snap.entities {
-            if e.entity.kind == EntityKind::Gpu {
-                gpu_labels.insert(e.entity.gpu.index, self.label_attrs(e));
+            if let Some(key) = label_owner(&e.entity) {
+                owners.insert(key, label_attrs(&keys, e));
             }
         }
         snap.entities
             .iter()
-            .map(|e| {
-                let labels = match e.entity.kind {
-                    EntityKind::NvLink => gpu_labels
-                        .get(&e.entity.gpu.index)
-                        .cloned()
-                        .unwrap_or_default(),
-                    _ => self.label_attrs(e),
-                };
-                self.entity_attribute_sets(e, labels)
+            .map(|e| match label_parent(&e.entity) {
+                Some(parent) => owners.get(&parent).cloned().unwrap_or_default(),
+                None => label_attrs(&keys, e),
             })
             .collect()
     }
@@ -261,27 +314,19 @@ impl Naming {
 
     /// The attributes an entity's `label` rows give it (the driver version, ...), first row per key wins.
     pub fn label_attributes(&self, e: &EntityReading) -> Vec<KeyValue> {
-        self.label_attrs(e)
-    }
-
-    fn label_attrs(&self, e: &EntityReading) -> Vec<KeyValue> {
-        let mut out: Vec<KeyValue> = Vec::new();
-        for (key, v) in self.label_keys.iter().zip(&e.values) {
-            if let (Some(key), Some(text)) = (key, v.as_text()) {
-                if !out.iter().any(|kv| &kv.key == key) {
-                    out.push(KeyValue::new(
-                        key.clone(),
-                        Value::String(StringValue::from(Arc::<str>::from(text))),
-                    ));
-                }
-            }
-        }
-        out
+        label_attrs(&self.label_keys, e)
     }
 
     fn entity_sets(&self, e: &EntityReading, labels: Vec<KeyValue>) -> Vec<Vec<KeyValue>> {
         let n = self.names();
-        let gpu = &e.entity.gpu;
+        let otel = self.style == OtelAttributeStyle::Otel;
+        if let Some(mut base) = super::hw_naming::identity(otel, &e.entity, n.nvlink) {
+            base.extend(labels);
+            return self.attribution_sets(&e.attribution, base);
+        }
+        let Some(gpu) = &e.entity.gpu else {
+            return vec![labels];
+        };
         let mut base: Vec<KeyValue> = Vec::with_capacity(12 + labels.len());
         base.push(kv(n.gpu_index, gpu.index.to_string()));
         base.push(kv(n.uuid, gpu.uuid.as_str()));
@@ -322,6 +367,22 @@ impl Naming {
             })
             .collect()
     }
+}
+
+/// The attributes an entity's `label` rows give it (the driver version, ...), first row per key wins.
+fn label_attrs(keys: &[Option<Key>], e: &EntityReading) -> Vec<KeyValue> {
+    let mut out: Vec<KeyValue> = Vec::new();
+    for (key, v) in keys.iter().zip(&e.values) {
+        if let (Some(key), Some(text)) = (key, v.as_text()) {
+            if !out.iter().any(|kv| &kv.key == key) {
+                out.push(KeyValue::new(
+                    key.clone(),
+                    Value::String(StringValue::from(Arc::<str>::from(text))),
+                ));
+            }
+        }
+    }
+    out
 }
 
 /// Inputs of the host-level base resource.

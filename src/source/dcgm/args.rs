@@ -1,8 +1,11 @@
 //! The DCGM source's flags (`Source` in `--help`): where libdcgm is and which host engine to read.
 
 use std::path::PathBuf;
+use std::time::Duration;
 
-use clap::Args;
+use clap::{ArgAction, Args};
+
+use crate::config::duration::parse_go_duration;
 
 /// The DCGM flags.
 #[derive(Debug, Clone, Args)]
@@ -20,4 +23,23 @@ pub struct DcgmArgs {
     /// libdcgm to load instead of searching for libdcgm.so.4, then libdcgm.so.3 (LD_LIBRARY_PATH works too).
     #[arg(long = "dcgm-library", env = "DCGM_OTEL_LIBDCGM", value_name = "PATH")]
     pub dcgm_library: Option<PathBuf>,
+
+    /// Follow GPU bind/unbind events (DCGM 4.5 or newer): when a GPU is unbound from or bound to the
+    /// driver, rediscover the GPUs without a restart.
+    #[arg(long = "enable-gpu-bind-unbind-watch", env = "DCGM_EXPORTER_ENABLE_GPU_BIND_UNBIND_WATCH",
+          action = ArgAction::SetTrue)]
+    pub enable_gpu_bind_unbind_watch: bool,
+
+    /// How often to look for a bind/unbind event (Go duration; DCGM recommends 1s).
+    #[arg(long = "gpu-bind-unbind-poll-interval", env = "DCGM_EXPORTER_GPU_BIND_UNBIND_POLL_INTERVAL",
+          value_name = "DURATION", default_value = "1s", value_parser = parse_go_duration)]
+    pub gpu_bind_unbind_poll_interval: Duration,
+}
+
+impl DcgmArgs {
+    /// The bind/unbind poll interval when the watch is on.
+    pub fn bind_watch(&self) -> Option<Duration> {
+        self.enable_gpu_bind_unbind_watch
+            .then_some(self.gpu_bind_unbind_poll_interval)
+    }
 }

@@ -328,6 +328,24 @@ pub struct GpuInstanceInfo {
     pub gi_id: u32,
 }
 
+/// NvLink states (`dcgmNvLinkLinkState_t` per slot) of the GPUs and NvSwitches.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct NvLinkStates {
+    pub gpus: Vec<(u32, Vec<u32>)>,
+    pub switches: Vec<(u32, Vec<u32>)>,
+}
+
+/// One CPU of the CPU hierarchy.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CpuHierarchyEntry {
+    /// DCGM CPU id.
+    pub cpu: u32,
+    /// DCGM core ids, ascending.
+    pub cores: Vec<u32>,
+    /// Serial number (v2 only).
+    pub serial: Option<String>,
+}
+
 /// A DCGM entity group of this connection; destroyed on drop.
 pub struct Group {
     conn: Connection,
@@ -423,6 +441,10 @@ impl ValueRef<'_> {
     }
     pub fn status(&self) -> i32 {
         self.raw.status
+    }
+    /// When DCGM sampled the value (µs since the epoch).
+    pub fn timestamp(&self) -> i64 {
+        self.raw.ts
     }
     /// The payload, read as the value's `fieldType` says.
     pub fn payload(&self) -> Payload {
@@ -549,40 +571,132 @@ impl Connection {
     /// NvLink states per GPU (`dcgmGetNvLinkLinkStatus`: v5, falling back to v4 on older 4.x).
     /// `DCGM_ST_NOT_SUPPORTED` means no NvLinks (empty list).
     pub fn nvlink_states(&self) -> Result<Vec<(u32, Vec<u32>)>, DcgmError> {
+        self.nvlink_status().map(|s| s.gpus)
+    }
+
+    /// NvLink states of every GPU and every NvSwitch (`dcgmGetNvLinkLinkStatus`: v5, falling back to
+    /// v4 on older 4.x). `DCGM_ST_NOT_SUPPORTED` means no NvLinks (empty lists).
+    pub fn nvlink_status(&self) -> Result<NvLinkStates, DcgmError> {
+        fn take<const N: usize>(n: u32, list: &[(u32, [u32; N])]) -> Vec<(u32, Vec<u32>)> {
+            list.iter()
+                .take(n as usize)
+                .map(|(id, states)| (*id, states.to_vec()))
+                .collect()
+        }
+        let switches = |n: u32, list: &[ffi::dcgmNvLinkNvSwitchLinkStatus_t]| {
+            let pairs: Vec<(u32, [u32; ffi::DCGM_NVLINK_MAX_LINKS_PER_NVSWITCH])> =
+                list.iter().map(|s| (s.entityId, s.linkState)).collect();
+            take(n, &pairs)
+        };
         let mut v5 = ffi::dcgmNvLinkStatus_v5::boxed_zeroed();
         v5.version = ffi::dcgmNvLinkStatus_version5;
         let code = self.syms().get_nvlink_link_status(self.handle(), &mut *v5);
-        let collect =
-            |num: u32, gpus: Vec<(u32, Vec<u32>)>| gpus.into_iter().take(num as usize).collect();
         match code {
             ffi::DCGM_ST_OK => {
-                let all = v5
-                    .gpus
-                    .iter()
-                    .map(|g| (g.entityId, g.linkState.to_vec()))
-                    .collect();
-                Ok(collect(v5.numGpus, all))
+                let gpus: Vec<(u32, [u32; ffi::DCGM_NVLINK_MAX_LINKS_PER_GPU])> =
+                    v5.gpus.iter().map(|g| (g.entityId, g.linkState)).collect();
+                Ok(NvLinkStates {
+                    gpus: take(v5.numGpus, &gpus),
+                    switches: switches(v5.numNvSwitches, &v5.nvSwitches),
+                })
             }
-            ffi::DCGM_ST_NOT_SUPPORTED => Ok(Vec::new()),
+            ffi::DCGM_ST_NOT_SUPPORTED => Ok(NvLinkStates::default()),
             ffi::DCGM_ST_VER_MISMATCH => {
                 let mut v4 = ffi::dcgmNvLinkStatus_v4::boxed_zeroed();
                 v4.version = ffi::dcgmNvLinkStatus_version4;
                 let code = self.syms().get_nvlink_link_status(self.handle(), &mut *v4);
                 if code == ffi::DCGM_ST_NOT_SUPPORTED {
-                    return Ok(Vec::new());
+                    return Ok(NvLinkStates::default());
                 }
                 self.check("dcgmGetNvLinkLinkStatus", code)?;
-                let all = v4
-                    .gpus
-                    .iter()
-                    .map(|g| (g.entityId, g.linkState.to_vec()))
-                    .collect();
-                Ok(collect(v4.numGpus, all))
+                let gpus: Vec<(u32, [u32; ffi::DCGM_NVLINK_MAX_LINKS_PER_GPU_LEGACY3])> =
+                    v4.gpus.iter().map(|g| (g.entityId, g.linkState)).collect();
+                Ok(NvLinkStates {
+                    gpus: take(v4.numGpus, &gpus),
+                    switches: switches(v4.numNvSwitches, &v4.nvSwitches),
+                })
             }
             other => self
                 .check("dcgmGetNvLinkLinkStatus", other)
-                .map(|()| Vec::new()),
+                .map(|()| NvLinkStates::default()),
         }
+    }
+
+    /// The entities of one entity group (`dcgmGetEntityGroupEntities`, flags 0), e.g. the NvSwitches.
+    /// `DCGM_ST_NOT_SUPPORTED` (a group DCGM cannot enumerate here) is an empty list.
+    pub fn group_entities(&self, group: u32) -> Result<Vec<u32>, DcgmError> {
+        let mut ids = vec![0u32; ffi::DCGM_GROUP_MAX_ENTITIES_V2];
+        let mut count: std::ffi::c_int = 0;
+        let code =
+            self.syms()
+                .get_entity_group_entities(self.handle(), group, &mut ids, &mut count, 0);
+        if code == ffi::DCGM_ST_NOT_SUPPORTED {
+            return Ok(Vec::new());
+        }
+        self.check("dcgmGetEntityGroupEntities", code)?;
+        let n = usize::try_from(count).unwrap_or(0).min(ids.len());
+        ids.truncate(n);
+        Ok(ids)
+    }
+
+    /// The CPUs and the cores each owns (`dcgmGetCpuHierarchy_v2` with serials, else v1), in DCGM's
+    /// order. No CPU monitoring here (not a Grace system, or the library lacks the call) is an empty
+    /// list.
+    pub fn cpu_hierarchy(&self) -> Result<Vec<CpuHierarchyEntry>, DcgmError> {
+        let cores = |mask: &ffi::dcgmCpuHierarchyOwnedCores_v1| -> Vec<u32> {
+            let mut out = Vec::new();
+            for (word, bits) in mask.bitmask.iter().enumerate() {
+                for bit in 0..64u32 {
+                    if bits & (1u64 << bit) != 0 {
+                        out.push(word as u32 * 64 + bit);
+                    }
+                }
+            }
+            out
+        };
+        let absent = |code: i32| {
+            matches!(
+                code,
+                ffi::DCGM_ST_NOT_SUPPORTED
+                    | ffi::DCGM_ST_FUNCTION_NOT_FOUND
+                    | ffi::DCGM_ST_MODULE_NOT_LOADED
+            )
+        };
+        let mut v2 = ffi::dcgmCpuHierarchy_v2::boxed_zeroed();
+        v2.version = ffi::dcgmCpuHierarchy_version2;
+        let code = self.syms().get_cpu_hierarchy_v2(self.handle(), &mut v2);
+        if code == ffi::DCGM_ST_OK {
+            let n = (v2.numCpus as usize).min(v2.cpus.len());
+            return Ok(v2.cpus[..n]
+                .iter()
+                .map(|c| CpuHierarchyEntry {
+                    cpu: c.cpuId,
+                    cores: cores(&c.ownedCores),
+                    serial: Some(ffi::chars_to_string(&c.serial))
+                        .map(|s| s.trim().to_string())
+                        .filter(|s| !s.is_empty() && !s.starts_with("<<<")),
+                })
+                .collect());
+        }
+        if !absent(code) && code != ffi::DCGM_ST_VER_MISMATCH {
+            self.check("dcgmGetCpuHierarchy_v2", code)?;
+        }
+        let mut v1 = ffi::dcgmCpuHierarchy_v1::boxed_zeroed();
+        v1.version = ffi::dcgmCpuHierarchy_version1;
+        let code = self.syms().get_cpu_hierarchy(self.handle(), &mut v1);
+        if absent(code) {
+            return Ok(Vec::new());
+        }
+        self.check("dcgmGetCpuHierarchy", code)?;
+        let n = (v1.numCpus as usize).min(v1.cpus.len());
+        Ok(v1.cpus[..n]
+            .iter()
+            .map(|c| CpuHierarchyEntry {
+                cpu: c.cpuId,
+                cores: cores(&c.ownedCores),
+                serial: None,
+            })
+            .collect())
     }
 
     /// Field ids of every profiling metric group the GPU supports (`dcgmProfGetSupportedMetricGroups`).
@@ -671,6 +785,40 @@ impl Connection {
                 max_keep_age.as_secs_f64(),
                 max_keep_samples,
             ),
+        )
+    }
+
+    /// `dcgmWatchFields(DCGM_GROUP_ALL_GPUS, fieldGroup, every, keepAge, 0)`: a watch on every GPU the
+    /// engine has, now and later (global fields such as the bind/unbind event).
+    pub fn watch_all_gpus(
+        &self,
+        fields: &FieldGroup,
+        every: Duration,
+        max_keep_age: Duration,
+    ) -> Result<(), DcgmError> {
+        let freq_us = i64::try_from(every.as_micros()).unwrap_or(i64::MAX).max(1);
+        self.check(
+            "dcgmWatchFields",
+            self.syms().watch_fields(
+                self.handle(),
+                ffi::DCGM_GROUP_ALL_GPUS,
+                fields.id,
+                freq_us,
+                max_keep_age.as_secs_f64(),
+                0,
+            ),
+        )
+    }
+
+    /// `dcgmUnwatchFields(DCGM_GROUP_ALL_GPUS, fieldGroup)`; a no-op once the connection is lost.
+    pub fn unwatch_all_gpus(&self, fields: &FieldGroup) -> Result<(), DcgmError> {
+        if self.is_lost() {
+            return Ok(());
+        }
+        self.check(
+            "dcgmUnwatchFields",
+            self.syms()
+                .unwatch_fields(self.handle(), ffi::DCGM_GROUP_ALL_GPUS, fields.id),
         )
     }
 

@@ -1,5 +1,7 @@
-//! Discovery: what the host engine has (GPUs with their identity, MIG GPU instances, NvLinks), as the
-//! source-independent [`Inventory`] (which turns it into the monitored entities in output order).
+//! Discovery: what the host engine has (GPUs with their identity, MIG GPU instances, NvLinks, NvSwitches
+//! with their NvLink ports, CPUs with their cores), as the source-independent [`Inventory`] (which turns
+//! it into the monitored entities in output order). Switches, links and CPUs are only asked for when the
+//! counter set reads them ([`Wanted`]).
 //!
 //! Run at start-up and again after every reconnect (a GPU that vanished is gone from the next list, a
 //! new one appears). MIG profile names and MIG UUIDs are read once per discovery with one live
@@ -11,16 +13,24 @@ use std::sync::Arc;
 use super::client::{Connection, DcgmError, EntityPair, ValueBuffer};
 use super::ffi;
 use super::values::Payload;
-use crate::snapshot::inventory::{GpuInfo, Inventory};
-use crate::snapshot::{GpuIdentity, MigIdentity};
+use crate::snapshot::inventory::{CpuInfo, GpuInfo, Inventory, SwitchInfo, Wanted};
+use crate::snapshot::{CpuIdentity, GpuIdentity, MigIdentity};
 
 /// `DCGM_FI_DEV_NAME`: on a GPU instance, its MIG profile name (e.g. `1g.10gb`).
 const FIELD_DEV_NAME: u16 = 50;
 /// `DCGM_FI_DEV_UUID`: on a GPU instance, its `MIG-...` UUID.
 const FIELD_DEV_UUID: u16 = 54;
 
-/// Ask the host engine for its GPUs, their identity, MIG instances and (when `want_links`) NvLinks.
-pub fn discover(conn: &Connection, want_links: bool) -> Result<Inventory, DcgmError> {
+/// The `DCGM_FE_LINK` entity id of a link: the packed `dcgm_link_t` (parent entity group in byte 0, port
+/// in bytes 1-2, parent id in byte 3).
+pub fn link_entity_id(parent_group: u32, parent: u32, port: u32) -> u32 {
+    parent_group | (port << 8) | (parent << 24)
+}
+
+/// Ask the host engine for its GPUs, their identity, MIG instances and what `wanted` asks for: NvLinks,
+/// NvSwitches, CPUs.
+pub fn discover(conn: &Connection, wanted: Wanted) -> Result<Inventory, DcgmError> {
+    let want_links = wanted.any_links();
     let ids = conn.supported_gpus()?;
     let mut inv = Inventory::default();
     let mut by_id: BTreeMap<u32, GpuInfo> = BTreeMap::new();
@@ -100,17 +110,27 @@ pub fn discover(conn: &Connection, want_links: bool) -> Result<Inventory, DcgmEr
         }
     }
 
+    let mut switch_links: BTreeMap<u32, Vec<(u32, u32)>> = BTreeMap::new();
     if want_links {
-        match conn.nvlink_states() {
-            Ok(list) => {
-                for (gpu, states) in list {
+        match conn.nvlink_status() {
+            Ok(status) => {
+                for (gpu, states) in status.gpus {
                     let Some(g) = by_id.get_mut(&gpu) else {
                         continue;
                     };
                     for (slot, state) in states.iter().enumerate() {
                         if *state == ffi::DcgmNvLinkLinkStateUp {
-                            let raw = ffi::DCGM_FE_GPU | ((slot as u32) << 8) | (gpu << 24);
+                            let raw = link_entity_id(ffi::DCGM_FE_GPU, gpu, slot as u32);
                             g.links.push((raw, slot as u32 + 1));
+                        }
+                    }
+                }
+                for (switch, states) in status.switches {
+                    let ports = switch_links.entry(switch).or_default();
+                    for (port, state) in states.iter().enumerate() {
+                        if *state == ffi::DcgmNvLinkLinkStateUp {
+                            let port = port as u32;
+                            ports.push((link_entity_id(ffi::DCGM_FE_SWITCH, switch, port), port));
                         }
                     }
                 }
@@ -118,6 +138,53 @@ pub fn discover(conn: &Connection, want_links: bool) -> Result<Inventory, DcgmEr
             Err(e) if e.connection_lost() => return Err(e),
             Err(e) => {
                 tracing::warn!("cannot read NvLink status, not collecting NvLink metrics: {e}")
+            }
+        }
+    }
+
+    if wanted.any_switch() {
+        match conn.group_entities(ffi::DCGM_FE_SWITCH) {
+            Ok(ids) => {
+                inv.switches = ids
+                    .into_iter()
+                    .map(|id| SwitchInfo {
+                        id,
+                        links: switch_links.remove(&id).unwrap_or_default(),
+                    })
+                    .collect();
+                inv.switches.sort_by_key(|s| s.id);
+                if inv.switches.is_empty() {
+                    tracing::info!("DCGM reports no NvSwitch; not collecting NvSwitch metrics");
+                }
+            }
+            Err(e) if e.connection_lost() => return Err(e),
+            Err(e) => {
+                tracing::warn!("cannot list NvSwitches, not collecting NvSwitch metrics: {e}")
+            }
+        }
+    }
+
+    if wanted.any_cpu() {
+        match conn.cpu_hierarchy() {
+            Ok(cpus) => {
+                inv.cpus = cpus
+                    .into_iter()
+                    .map(|c| CpuInfo {
+                        identity: Arc::new(CpuIdentity {
+                            index: c.cpu,
+                            serial: c.serial,
+                        }),
+                        cores: c.cores,
+                    })
+                    .collect();
+                inv.cpus.sort_by_key(|c| c.identity.index);
+                if inv.cpus.is_empty() {
+                    tracing::info!("DCGM reports no CPU; not collecting CPU metrics");
+                }
+            }
+            Err(e) if e.connection_lost() => return Err(e),
+            Err(e) => {
+                tracing::warn!("cannot read the CPU hierarchy, not collecting CPU metrics: {e}")
             }
         }
     }

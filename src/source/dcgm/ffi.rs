@@ -198,6 +198,9 @@ pub const DcgmNvLinkLinkStateUp: dcgmNvLinkLinkState_t = 3;
 // Limits.
 pub const DCGM_MAX_NUM_DEVICES: usize = 32;
 pub const DCGM_MAX_NUM_SWITCHES: usize = 12;
+pub const DCGM_MAX_NUM_CPUS: usize = 8;
+pub const DCGM_MAX_NUM_CPU_CORES: usize = 1024;
+pub const DCGM_CPU_CORE_BITMASK_COUNT_V1: usize = DCGM_MAX_NUM_CPU_CORES / 64;
 pub const DCGM_MAX_STR_LENGTH: usize = 256;
 pub const DCGM_MAX_BLOB_LENGTH: usize = 4096;
 pub const DCGM_MAX_CLOCKS: usize = 256;
@@ -510,6 +513,49 @@ pub struct dcgmNvLinkStatus_v5 {
     pub nvSwitches: [dcgmNvLinkNvSwitchLinkStatus_t; DCGM_MAX_NUM_SWITCHES],
 }
 
+/// `dcgmCpuHierarchyOwnedCores_v1`: bit n of the mask = CPU core n owned.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct dcgmCpuHierarchyOwnedCores_v1 {
+    pub version: c_uint,
+    pub bitmask: [u64; DCGM_CPU_CORE_BITMASK_COUNT_V1],
+}
+
+/// `dcgmCpuHierarchyCpu_v1`: one CPU of `dcgmCpuHierarchy_v1`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct dcgmCpuHierarchyCpu_v1 {
+    pub cpuId: c_uint,
+    pub ownedCores: dcgmCpuHierarchyOwnedCores_v1,
+}
+
+/// `dcgmCpuHierarchy_v1` (`dcgmGetCpuHierarchy`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct dcgmCpuHierarchy_v1 {
+    pub version: c_uint,
+    pub numCpus: c_uint,
+    pub cpus: [dcgmCpuHierarchyCpu_v1; DCGM_MAX_NUM_CPUS],
+}
+
+/// `dcgmCpuHierarchyCpu_v2`: one CPU of `dcgmCpuHierarchy_v2`, with its serial number.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct dcgmCpuHierarchyCpu_v2 {
+    pub cpuId: c_uint,
+    pub ownedCores: dcgmCpuHierarchyOwnedCores_v1,
+    pub serial: [c_char; DCGM_MAX_STR_LENGTH],
+}
+
+/// `dcgmCpuHierarchy_v2` (`dcgmGetCpuHierarchy_v2`, DCGM ≥ 4.0).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct dcgmCpuHierarchy_v2 {
+    pub version: c_uint,
+    pub numCpus: c_uint,
+    pub cpus: [dcgmCpuHierarchyCpu_v2; DCGM_MAX_NUM_CPUS],
+}
+
 /// `dcgm_field_output_format_t`.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
@@ -632,6 +678,11 @@ pub const dcgmMigHierarchy_version2: u32 = make_dcgm_version(size_of::<dcgmMigHi
 pub const dcgmMigHierarchy_version: u32 = dcgmMigHierarchy_version2;
 pub const dcgmNvLinkStatus_version4: u32 = make_dcgm_version(size_of::<dcgmNvLinkStatus_v4>(), 4);
 pub const dcgmNvLinkStatus_version5: u32 = make_dcgm_version(size_of::<dcgmNvLinkStatus_v5>(), 5);
+pub const dcgmCpuHierarchyOwnedCores_version1: u32 =
+    make_dcgm_version(size_of::<dcgmCpuHierarchyOwnedCores_v1>(), 1);
+pub const dcgmCpuHierarchy_version1: u32 = make_dcgm_version(size_of::<dcgmCpuHierarchy_v1>(), 1);
+pub const dcgmCpuHierarchy_version2: u32 = make_dcgm_version(size_of::<dcgmCpuHierarchy_v2>(), 2);
+pub const dcgmCpuHierarchy_version: u32 = dcgmCpuHierarchy_version2;
 pub const dcgmFieldGroupInfo_version1: u32 =
     make_dcgm_version(size_of::<dcgmFieldGroupInfo_v1>(), 1);
 pub const dcgmGroupInfo_version3: u32 = make_dcgm_version(size_of::<dcgmGroupInfo_v3>(), 3);
@@ -717,6 +768,11 @@ impl_pod!(
     dcgmNvLinkNvSwitchLinkStatus_t,
     dcgmNvLinkStatus_v4,
     dcgmNvLinkStatus_v5,
+    dcgmCpuHierarchyOwnedCores_v1,
+    dcgmCpuHierarchyCpu_v1,
+    dcgmCpuHierarchy_v1,
+    dcgmCpuHierarchyCpu_v2,
+    dcgmCpuHierarchy_v2,
     dcgm_field_output_format_t,
     dcgm_field_meta_t,
     dcgmFieldGroupInfo_v1,
@@ -839,6 +895,10 @@ pub mod fn_types {
     /// Declared with the v5 type; the library reads `version` and accepts v4 or v5 (4.6+).
     pub type dcgmGetNvLinkLinkStatus =
         unsafe extern "C" fn(dcgmHandle_t, *mut dcgmNvLinkStatus_v5) -> dcgmReturn_t;
+    pub type dcgmGetCpuHierarchy =
+        unsafe extern "C" fn(dcgmHandle_t, *mut dcgmCpuHierarchy_v1) -> dcgmReturn_t;
+    pub type dcgmGetCpuHierarchy_v2 =
+        unsafe extern "C" fn(dcgmHandle_t, *mut dcgmCpuHierarchy_v2) -> dcgmReturn_t;
     pub type dcgmGroupCreate = unsafe extern "C" fn(
         dcgmHandle_t,
         dcgmGroupType_t,
@@ -1013,6 +1073,8 @@ symbols!(
         DcgmFieldGetById,
     ]
     optional: [
+        dcgmGetCpuHierarchy,
+        dcgmGetCpuHierarchy_v2,
         dcgmConnect_v3,
         dcgmHostengineIsHealthy,
         dcgmVersionInfo,
@@ -1247,6 +1309,32 @@ impl Symbols {
         // (the version word was just set from S's own size).
         unsafe {
             (self.dcgmGetNvLinkLinkStatus)(handle, (status as *mut S).cast::<dcgmNvLinkStatus_v5>())
+        }
+    }
+
+    /// `dcgmGetCpuHierarchy(h, &hier)` (v1); set `hier.version = dcgmCpuHierarchy_version1`.
+    pub fn get_cpu_hierarchy(
+        &self,
+        handle: dcgmHandle_t,
+        hierarchy: &mut dcgmCpuHierarchy_v1,
+    ) -> dcgmReturn_t {
+        match self.dcgmGetCpuHierarchy {
+            // SAFETY: valid writable struct of the declared type.
+            Some(f) => unsafe { f(handle, hierarchy) },
+            None => DCGM_ST_FUNCTION_NOT_FOUND,
+        }
+    }
+
+    /// `dcgmGetCpuHierarchy_v2(h, &hier)` (with serials); set `hier.version = dcgmCpuHierarchy_version2`.
+    pub fn get_cpu_hierarchy_v2(
+        &self,
+        handle: dcgmHandle_t,
+        hierarchy: &mut dcgmCpuHierarchy_v2,
+    ) -> dcgmReturn_t {
+        match self.dcgmGetCpuHierarchy_v2 {
+            // SAFETY: valid writable struct of the declared type.
+            Some(f) => unsafe { f(handle, hierarchy) },
+            None => DCGM_ST_FUNCTION_NOT_FOUND,
         }
     }
 

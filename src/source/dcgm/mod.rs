@@ -3,8 +3,15 @@
 //! Start-up ([`DcgmSource::connect`]): load `libdcgm.so.4` (then `libdcgm.so.3`) through the normal loader
 //! search, or the file given with `--dcgm-library` / `DCGM_OTEL_LIBDCGM`; `dcgmInit`; start an embedded
 //! host engine, or connect to a remote nv-hostengine when `-r` / `DCGM_REMOTE_HOSTENGINE_INFO` is set;
-//! discover GPUs, MIG instances and (when the CSV has link fields) NvLinks; apply `-d`; probe profiling
-//! and drop the DCP rows it cannot serve (one warning); create groups, field groups and watches.
+//! discover GPUs, MIG instances and (when the CSV reads them) NvLinks, NvSwitches and CPUs; apply `-d`,
+//! `-s`, `-p`; probe profiling and drop the DCP rows it cannot serve (one warning); create groups, field
+//! groups and watches.
+//!
+//! A reloaded counters CSV ([`Source::set_counters`]) is applied between polls on the same connection:
+//! the profiling answer of start-up filters its DCP rows, the watches of the old set are removed, the
+//! inventory is rediscovered (the new set may read other entity kinds) and the new watches get a first
+//! sample before the next read. With `--enable-gpu-bind-unbind-watch` a [`bind`] watcher follows
+//! DCGM's GPU bind/unbind event and has the next poll rediscover.
 //!
 //! Run time ([`Source::poll`], on the collector thread): one `dcgmEntitiesGetLatestValues` call per
 //! cycle in the usual case. When the host engine is lost the poll returns [`SourceError::Unavailable`]
@@ -16,6 +23,7 @@
 //! (status and blank sentinels → [`FieldValue`](crate::snapshot::FieldValue)).
 
 pub mod args;
+mod bind;
 pub mod client;
 mod discover;
 pub mod ffi;
@@ -23,18 +31,19 @@ pub mod remote;
 mod session;
 mod values;
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 pub use remote::{remote_hostname, RemoteAddressError, RemoteTarget};
 
 use self::client::{Connection, DcgmError, Library};
 use self::session::{RowPlan, Session, Unsupported, WatchConfig};
-use super::{Source, SourceError};
-use crate::config::devices::{DeviceError, DeviceSelection, Selected};
+use super::{Source, SourceError, Waker};
+use crate::config::devices::{DeviceError, DeviceSelection, Selectors};
 use crate::counters::{Counter, CounterSet};
-use crate::snapshot::inventory::{self, Inventory};
+use crate::snapshot::inventory::{Inventory, Selection, Wanted};
 use crate::snapshot::Reading;
 
 /// How the host engine is reached.
@@ -56,26 +65,53 @@ impl std::fmt::Display for Mode {
 }
 
 /// What the DCGM source needs from the configuration.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct DcgmOptions {
     /// `--dcgm-library`: an explicit libdcgm file instead of the soname search.
     pub library: Option<PathBuf>,
     /// `-r`: remote host-engine address; `None` = embedded.
     pub remote: Option<String>,
     pub interval: Duration,
+    /// `-d`
     pub devices: DeviceSelection,
+    /// `-s`
+    pub switches: DeviceSelection,
+    /// `-p`
+    pub cpus: DeviceSelection,
+    /// `--enable-gpu-bind-unbind-watch`: how often to look at DCGM's bind/unbind event.
+    pub bind_watch: Option<Duration>,
 }
 
 impl DcgmOptions {
-    /// The DCGM flags with the collection's interval and device selection.
-    pub fn new(args: &args::DcgmArgs, interval: Duration, devices: DeviceSelection) -> Self {
+    /// The DCGM flags with the collection's interval and device selections.
+    pub fn new(args: &args::DcgmArgs, interval: Duration, selectors: Selectors) -> Self {
         DcgmOptions {
             library: args.dcgm_library.clone(),
             remote: args.remote_hostengine_info.clone(),
             interval,
-            devices,
+            devices: selectors.devices,
+            switches: selectors.switches,
+            cpus: selectors.cpus,
+            bind_watch: args.bind_watch(),
         }
     }
+
+    fn selectors(&self) -> Selectors {
+        Selectors {
+            devices: self.devices.clone(),
+            switches: self.switches.clone(),
+            cpus: self.cpus.clone(),
+        }
+    }
+}
+
+/// What start-up learnt about DCGM's profiling module: the DCP field ids it serves, or why none.
+#[derive(Debug, Clone)]
+enum Profiling {
+    /// Not asked (the counters had no DCP row at start).
+    Unknown,
+    Supported(BTreeSet<u16>),
+    Unavailable(String),
 }
 
 /// Why the DCGM source could not start.
@@ -184,9 +220,10 @@ pub struct DcgmSource {
     lib: Library,
     mode: Mode,
     interval: Duration,
-    devices: DeviceSelection,
+    selectors: Selectors,
     rows: RowPlan,
-    want_links: bool,
+    wanted: Wanted,
+    profiling: Profiling,
     retry: Retry,
     /// Connections made so far (names of groups and field groups are unique per connection).
     conn_seq: u64,
@@ -197,6 +234,11 @@ pub struct DcgmSource {
     rediscover: bool,
     dropped: Vec<Counter>,
     closed: bool,
+    /// `--enable-gpu-bind-unbind-watch`: the poll interval, the collector's waker and the watcher of
+    /// the current connection.
+    bind_every: Option<Duration>,
+    waker: Option<Waker>,
+    bind: Option<bind::BindWatch>,
 }
 
 impl DcgmSource {
@@ -218,26 +260,27 @@ impl DcgmSource {
             "loaded libdcgm"
         );
         let conn = startup_connection(&lib, &mode, opts.interval)?;
-        let want_links = counters
-            .rows
-            .iter()
-            .any(|c| c.field.level.applies_to_links());
+        let wanted = Wanted::from_counters(counters);
+        let selectors = opts.selectors();
         tracing::info!(%mode, "discovering GPUs");
-        let inv = discover::discover(&conn, want_links).map_err(step("discovering GPUs"))?;
-        let selected = opts.devices.select(&inv.slots())?;
-        log_inventory(&inv, &selected, &opts.devices);
+        let inv = discover::discover(&conn, wanted).map_err(step("discovering GPUs"))?;
+        let selection = inv.select(&selectors, wanted)?;
+        log_inventory(&inv, &selection, &selectors);
         if inv.gpus.is_empty() {
             tracing::warn!("DCGM reports no supported GPU; no GPU series will be served");
         }
-        let dropped = probe_profiling(&conn, &inv, counters);
+        let first_gpu = inv.gpus.first().map_or(0, |g| g.identity.index);
+        let profiling = probe_profiling(&conn, first_gpu, counters);
+        let dropped = filter_profiling(&profiling, counters);
         let mut source = DcgmSource {
             session: None,
             lib,
             mode,
             interval: opts.interval,
-            devices: opts.devices,
-            rows: RowPlan::new(&counters.rows),
-            want_links,
+            selectors,
+            rows: RowPlan::new(counters),
+            wanted,
+            profiling,
             retry: Retry::new(opts.interval),
             conn_seq: 0,
             logged_unsupported: HashSet::new(),
@@ -245,11 +288,28 @@ impl DcgmSource {
             rediscover: false,
             dropped,
             closed: false,
+            bind_every: opts.bind_watch,
+            waker: None,
+            bind: None,
         };
         source
-            .start_session(conn, &inv, &selected)
+            .start_session(conn, &inv, &selection)
             .map_err(step("watching fields"))?;
+        source.start_bind_watch();
         Ok(source)
+    }
+
+    /// Start following DCGM's bind/unbind event on the current connection (when asked to).
+    fn start_bind_watch(&mut self) {
+        let (Some(every), Some(session)) = (self.bind_every, self.session.as_ref()) else {
+            return;
+        };
+        self.bind = bind::BindWatch::start(
+            session.connection().clone(),
+            every,
+            &format!("dcgm-otel-{}-{}-bind", std::process::id(), self.conn_seq),
+            self.waker.clone(),
+        );
     }
 
     /// Counter rows removed at start-up because DCGM cannot serve them here.
@@ -278,7 +338,7 @@ impl DcgmSource {
         &mut self,
         conn: Connection,
         inv: &Inventory,
-        selected: &Selected,
+        selection: &Selection,
     ) -> Result<(), DcgmError> {
         self.conn_seq += 1;
         let cfg = WatchConfig {
@@ -286,7 +346,7 @@ impl DcgmSource {
             interval: self.interval,
             group_max_entities: self.lib.group_max_entities(),
         };
-        let established = Session::establish(conn, inv, selected, &self.rows, &cfg)?;
+        let established = Session::establish(conn, inv, selection, &self.rows, &cfg)?;
         if let Some(e) = established.profiling_watch_error {
             if !self.profiling_watch_logged {
                 self.profiling_watch_logged = true;
@@ -338,17 +398,19 @@ impl DcgmSource {
 
     fn try_establish(&mut self) -> Result<(), DcgmError> {
         let conn = open_connection(&self.lib, &self.mode, self.interval)?;
-        self.rebuild(conn)
+        self.rebuild(conn)?;
+        self.start_bind_watch();
+        Ok(())
     }
 
     /// Discover on `conn` and build a new session (the old one must already be gone).
     fn rebuild(&mut self, conn: Connection) -> Result<(), DcgmError> {
-        let inv = discover::discover(&conn, self.want_links)?;
-        let (selected, missing) = inventory::select_present(&self.devices, &inv.slots());
+        let inv = discover::discover(&conn, self.wanted)?;
+        let (selection, missing) = inv.select_present(&self.selectors, self.wanted);
         if !missing.is_empty() {
-            tracing::warn!(missing = %missing.join(", "), "devices selected with -d are no longer present");
+            tracing::warn!(missing = %missing.join(", "), "devices selected with -d, -s or -p are no longer present");
         }
-        self.start_session(conn, &inv, &selected)
+        self.start_session(conn, &inv, &selection)
     }
 
     /// The host engine is gone: forget every DCGM object (their ids died with it) and schedule
@@ -357,6 +419,7 @@ impl DcgmSource {
         if let Some(s) = self.session.take() {
             s.connection().mark_lost();
         }
+        self.bind = None;
         self.retry.lost(Instant::now());
         tracing::warn!(mode = %self.mode, error = %e, "lost the DCGM host engine; series removed until it is back");
         SourceError::Unavailable(format!("{}: {e}", self.mode))
@@ -393,6 +456,10 @@ impl Source for DcgmSource {
     fn poll(&mut self) -> Result<Reading, SourceError> {
         if self.closed {
             return Err(SourceError::Failed("the DCGM source is shut down".into()));
+        }
+        if self.bind.as_ref().is_some_and(|b| b.take_event()) {
+            tracing::info!("GPU bind/unbind event: rediscovering the GPUs");
+            self.rediscover = true;
         }
         if self.rediscover {
             self.rediscover = false;
@@ -439,12 +506,72 @@ impl Source for DcgmSource {
         }
     }
 
+    fn set_counters(&mut self, counters: Arc<CounterSet>) -> Result<Arc<CounterSet>, SourceError> {
+        let mut set = (*counters).clone();
+        // The first DCP rows since start-up: ask DCGM now which it serves.
+        if let (Profiling::Unknown, Some(session)) = (&self.profiling, self.session.as_ref()) {
+            let gpu = session
+                .entities()
+                .iter()
+                .find_map(|e| e.gpu_index())
+                .unwrap_or(0);
+            self.profiling = probe_profiling(session.connection(), gpu, &set);
+        }
+        let dropped = filter_profiling(&self.profiling, &mut set);
+        let rows = RowPlan::new(&set);
+        let wanted = Wanted::from_counters(&set);
+        let previous = (
+            std::mem::replace(&mut self.rows, rows),
+            std::mem::replace(&mut self.wanted, wanted),
+        );
+        // The old watches go with the old session; the same connection gets the new ones.
+        let conn = match self.session.take() {
+            Some(s) => {
+                let conn = s.connection().clone();
+                drop(s);
+                Some(conn)
+            }
+            None => None,
+        };
+        if let Some(conn) = conn {
+            if let Err(e) = self.rebuild(conn.clone()) {
+                if e.connection_lost() {
+                    (self.rows, self.wanted) = previous;
+                    return Err(self.lose(&e));
+                }
+                // Put the previous set back; the next poll reads it again.
+                (self.rows, self.wanted) = previous;
+                if let Err(e2) = self.rebuild(conn) {
+                    tracing::warn!(error = %e2, "cannot restore the previous DCGM watches; rediscovering on the next poll");
+                    self.retry.lost(Instant::now());
+                }
+                return Err(SourceError::Failed(format!(
+                    "cannot watch the new counters: {e}"
+                )));
+            }
+        }
+        // Not connected: the new plan applies when the connection is back.
+        self.logged_unsupported.clear();
+        self.dropped = dropped;
+        Ok(Arc::new(set))
+    }
+
+    fn attach_waker(&mut self, waker: Waker) {
+        self.waker = Some(waker);
+        // The watcher of the first connection started before the waker existed: restart it (the old
+        // one first: its field group's name must be free again).
+        if self.bind.take().is_some() {
+            self.start_bind_watch();
+        }
+    }
+
     fn shutdown(&mut self) {
         if self.closed {
             return;
         }
         self.closed = true;
         // Destroy field groups and groups, then stop the engine / disconnect, then dcgmShutdown.
+        self.bind = None;
         self.session = None;
         self.lib.shutdown();
         tracing::info!("DCGM source shut down");
@@ -496,7 +623,7 @@ fn open_connection(
     }
 }
 
-fn log_inventory(inv: &Inventory, selected: &Selected, devices: &DeviceSelection) {
+fn log_inventory(inv: &Inventory, selection: &Selection, selectors: &Selectors) {
     for g in &inv.gpus {
         tracing::info!(
             gpu = g.identity.index,
@@ -508,40 +635,45 @@ fn log_inventory(inv: &Inventory, selected: &Selected, devices: &DeviceSelection
             "found GPU"
         );
     }
+    for s in &inv.switches {
+        tracing::info!(
+            nvswitch = s.id,
+            nvlinks_up = s.links.len(),
+            "found NvSwitch"
+        );
+    }
+    for c in &inv.cpus {
+        tracing::info!(
+            cpu = c.identity.index,
+            cores = c.cores.len(),
+            serial = c.identity.serial.as_deref().unwrap_or(""),
+            "found CPU"
+        );
+    }
     tracing::info!(
         gpus = inv.gpus.len(),
+        nvswitches = inv.switches.len(),
+        cpus = inv.cpus.len(),
         driver = inv.driver_version.as_deref().unwrap_or("unknown"),
-        selection = %devices,
-        monitored_gpus = selected.gpus.len(),
-        monitored_instances = selected.instances.len(),
+        devices = %selectors.devices,
+        switch_devices = %selectors.switches,
+        cpu_devices = %selectors.cpus,
+        monitored_gpus = selection.gpus.gpus.len(),
+        monitored_instances = selection.gpus.instances.len(),
+        monitored_nvswitches = selection.switches.majors.len(),
+        monitored_cpus = selection.cpus.majors.len(),
         "DCGM inventory"
     );
 }
 
-/// Ask DCGM which profiling metrics the first GPU supports; remove the DCP rows it cannot serve, with
-/// one warning. Returns the removed rows.
-fn probe_profiling(conn: &Connection, inv: &Inventory, counters: &mut CounterSet) -> Vec<Counter> {
+/// Ask DCGM which profiling metrics the first GPU supports (only when the counters have DCP rows).
+fn probe_profiling(conn: &Connection, gpu: u32, counters: &CounterSet) -> Profiling {
     if !counters.rows.iter().any(|c| c.field.is_profiling()) {
-        return Vec::new();
+        return Profiling::Unknown;
     }
-    let gpu = inv.gpus.first().map_or(0, |g| g.identity.index);
-    let names = |rows: &[Counter]| {
-        rows.iter()
-            .map(|c| c.name.as_str())
-            .collect::<Vec<_>>()
-            .join(",")
-    };
     match conn.profiling_fields(gpu) {
-        Ok(supported) => {
-            let dropped =
-                counters.retain(|c| !c.field.is_profiling() || supported.contains(&c.field.id));
-            if !dropped.is_empty() {
-                tracing::warn!(skipped = %names(&dropped), "profiling (DCP) metrics not supported by this GPU; rows skipped");
-            }
-            dropped
-        }
+        Ok(supported) => Profiling::Supported(supported),
         Err(e) => {
-            let dropped = counters.retain(|c| !c.field.is_profiling());
             let hint = match e.code {
                 ffi::DCGM_ST_MODULE_NOT_LOADED => {
                     "the profiling module is not loaded: install datacenter-gpu-manager-4-proprietary (needed for DCP on Ampere and older), and avoid a second host engine on this node"
@@ -552,7 +684,35 @@ fn probe_profiling(conn: &Connection, inv: &Inventory, counters: &mut CounterSet
                 ffi::DCGM_ST_PROFILING_NOT_SUPPORTED => "this GPU does not support profiling metrics",
                 _ => "profiling metrics are unavailable",
             };
-            tracing::warn!(error = %e, skipped = %names(&dropped), "Not collecting DCP metrics: {hint}");
+            Profiling::Unavailable(format!("{e}: {hint}"))
+        }
+    }
+}
+
+/// Remove the DCP rows DCGM cannot serve, with one warning. Returns the removed rows. A set reloaded
+/// after start-up is filtered with start-up's answer (dcgm-exporter does not re-ask either).
+fn filter_profiling(profiling: &Profiling, counters: &mut CounterSet) -> Vec<Counter> {
+    let names = |rows: &[Counter]| {
+        rows.iter()
+            .map(|c| c.name.as_str())
+            .collect::<Vec<_>>()
+            .join(",")
+    };
+    match profiling {
+        Profiling::Unknown => Vec::new(),
+        Profiling::Supported(supported) => {
+            let dropped =
+                counters.retain(|c| !c.field.is_profiling() || supported.contains(&c.field.id));
+            if !dropped.is_empty() {
+                tracing::warn!(skipped = %names(&dropped), "profiling (DCP) metrics not supported by this GPU; rows skipped");
+            }
+            dropped
+        }
+        Profiling::Unavailable(why) => {
+            let dropped = counters.retain(|c| !c.field.is_profiling());
+            if !dropped.is_empty() {
+                tracing::warn!(skipped = %names(&dropped), "Not collecting DCP metrics: {why}");
+            }
             dropped
         }
     }

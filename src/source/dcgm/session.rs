@@ -1,11 +1,13 @@
 //! One connection's worth of DCGM state: the groups, field groups and watches created for the monitored
 //! entities, and the per-cycle read of their latest values.
 //!
-//! Watching: GPUs and MIG instances share one entity group (split at the group size limit), NvLinks get
-//! their own; fields go into field groups of at most 127 ids, with the profiling (DCP) fields in
-//! separate field groups so that a profiling failure cannot take the basic fields down (the host engine
-//! unwatches a whole field group when one of its fields fails). Watch frequency = collect interval,
-//! keep age 600 s and unlimited samples, as dcgm-exporter does.
+//! Watching: GPUs and MIG instances share one entity group (split at the group size limit); NvLinks (of
+//! GPUs and of switches), NvSwitches, CPUs and CPU cores each get their own, as dcgm-exporter's entity
+//! groups; fields go to the groups whose entity kind reads them ([`EntityKind::reads`]), into field
+//! groups of at most 127 ids, with the profiling (DCP) fields in separate field groups so that a
+//! profiling failure cannot take the basic fields down (the host engine unwatches a whole field group
+//! when one of its fields fails). Watch frequency = collect interval (a watch group's own interval for
+//! its fields), keep age 600 s and unlimited samples, as dcgm-exporter does.
 //!
 //! Reading: `dcgmEntitiesGetLatestValues` over all entities that ask for the same fields, so a cycle is
 //! normally one call (more only past 2048 values per call, or when some entities stopped asking for a
@@ -19,9 +21,10 @@ use std::time::{Duration, Instant};
 use super::client::{Connection, DcgmError, EntityPair, FieldGroup, Group, ValueBuffer};
 use super::ffi;
 use super::values;
-use crate::config::devices::Selected;
-use crate::counters::{Counter, MetricKind};
+use crate::counters::{CounterSet, MetricKind};
+use crate::fields::EntityLevel;
 use crate::snapshot::inventory::Inventory;
+use crate::snapshot::inventory::Selection;
 use crate::snapshot::{Absent, Attribution, Entity, EntityKind, EntityReading, FieldValue};
 
 /// dcgm-exporter's watch parameters: samples kept for 600 s, no sample-count limit.
@@ -46,28 +49,28 @@ pub fn needs_profiling(field: u16) -> bool {
 pub struct RowPlan {
     pub kinds: Vec<MetricKind>,
     pub fields: Vec<u16>,
-    pub on_gpus: Vec<bool>,
-    pub on_links: Vec<bool>,
+    pub levels: Vec<EntityLevel>,
+    /// Per field in a watch group: its watch interval.
+    intervals: HashMap<u16, Duration>,
     by_field: HashMap<u16, Vec<usize>>,
 }
 
 impl RowPlan {
-    pub fn new(rows: &[Counter]) -> Self {
+    pub fn new(counters: &CounterSet) -> Self {
+        let rows = &counters.rows;
         let mut by_field: HashMap<u16, Vec<usize>> = HashMap::new();
         for (i, r) in rows.iter().enumerate() {
             by_field.entry(r.field.id).or_default().push(i);
         }
+        let intervals = rows
+            .iter()
+            .filter_map(|r| counters.watch_interval(r.field.id).map(|d| (r.field.id, d)))
+            .collect();
         RowPlan {
             kinds: rows.iter().map(|r| r.kind).collect(),
             fields: rows.iter().map(|r| r.field.id).collect(),
-            on_gpus: rows
-                .iter()
-                .map(|r| r.field.level.applies_to_gpus())
-                .collect(),
-            on_links: rows
-                .iter()
-                .map(|r| r.field.level.applies_to_links())
-                .collect(),
+            levels: rows.iter().map(|r| r.field.level).collect(),
+            intervals,
             by_field,
         }
     }
@@ -77,10 +80,7 @@ impl RowPlan {
     }
 
     fn applies(&self, row: usize, kind: EntityKind) -> bool {
-        match kind {
-            EntityKind::Gpu | EntityKind::GpuInstance => self.on_gpus[row],
-            EntityKind::NvLink => self.on_links[row],
-        }
+        kind.reads(self.levels[row])
     }
 
     /// Unique field ids that apply to an entity kind, in first-seen row order.
@@ -92,7 +92,29 @@ impl RowPlan {
             .filter(|f| seen.insert(*f))
             .collect()
     }
+
+    /// The watch interval of a field: its watch group's, else `default`.
+    fn interval_of(&self, field: u16, default: Duration) -> Duration {
+        self.intervals.get(&field).copied().unwrap_or(default)
+    }
 }
+
+/// The entity groups a session creates: which kinds share one, by the kind whose fields they read.
+const GROUP_CLASSES: &[(&str, EntityKind, &[EntityKind])] = &[
+    (
+        "gpus",
+        EntityKind::Gpu,
+        &[EntityKind::Gpu, EntityKind::GpuInstance],
+    ),
+    (
+        "links",
+        EntityKind::NvLink,
+        &[EntityKind::NvLink, EntityKind::NvSwitchLink],
+    ),
+    ("switches", EntityKind::NvSwitch, &[EntityKind::NvSwitch]),
+    ("cpus", EntityKind::Cpu, &[EntityKind::Cpu]),
+    ("cores", EntityKind::CpuCore, &[EntityKind::CpuCore]),
+];
 
 /// Names and limits for the objects a session creates.
 #[derive(Debug, Clone)]
@@ -175,7 +197,10 @@ fn entity_pair(e: &Entity) -> EntityPair {
     let group = match e.kind {
         EntityKind::Gpu => ffi::DCGM_FE_GPU,
         EntityKind::GpuInstance => ffi::DCGM_FE_GPU_I,
-        EntityKind::NvLink => ffi::DCGM_FE_LINK,
+        EntityKind::NvLink | EntityKind::NvSwitchLink => ffi::DCGM_FE_LINK,
+        EntityKind::NvSwitch => ffi::DCGM_FE_SWITCH,
+        EntityKind::Cpu => ffi::DCGM_FE_CPU,
+        EntityKind::CpuCore => ffi::DCGM_FE_CPU_CORE,
     };
     EntityPair::new(group, e.entity_id)
 }
@@ -192,12 +217,11 @@ impl Session {
     pub fn establish(
         conn: Connection,
         inv: &Inventory,
-        selected: &Selected,
+        selection: &Selection,
         rows: &RowPlan,
         cfg: &WatchConfig,
     ) -> Result<Established, DcgmError> {
-        let link_fields = rows.fields_for(EntityKind::NvLink);
-        let entities = inv.entities(selected, !link_fields.is_empty());
+        let entities = inv.entities(selection);
         let pairs: Vec<EntityPair> = entities.iter().map(|e| entity_pair(e)).collect();
         let index = pairs
             .iter()
@@ -209,31 +233,33 @@ impl Session {
         let mut field_groups = Vec::new();
         let mut unwatched = BTreeSet::new();
         let mut profiling_watch_error = None;
-        // GPUs and MIG instances share groups and field groups; NvLinks get their own.
-        let kinds = [
-            ("gpus", false, rows.fields_for(EntityKind::Gpu)),
-            ("links", true, link_fields),
-        ];
+        // GPUs and MIG instances share groups and field groups; links, switches, CPUs and cores get
+        // their own. Fields are split by watch interval (watch groups), then profiling or not.
         let mut fg_seq = 0usize;
         let mut watches = Vec::new();
-        for (label, links, fields) in kinds {
+        for (label, reads_as, kinds) in GROUP_CLASSES {
+            let fields = rows.fields_for(*reads_as);
             let members: Vec<EntityPair> = entities
                 .iter()
                 .zip(&pairs)
-                .filter(|(e, _)| (e.kind == EntityKind::NvLink) == links)
+                .filter(|(e, _)| kinds.contains(&e.kind))
                 .map(|(_, p)| *p)
                 .collect();
             if members.is_empty() || fields.is_empty() {
                 continue;
             }
-            let (prof, basic): (Vec<u16>, Vec<u16>) =
-                fields.iter().partition(|f| needs_profiling(**f));
+            let mut sets: BTreeMap<(Duration, bool), Vec<u16>> = BTreeMap::new();
+            for f in fields {
+                sets.entry((rows.interval_of(f, cfg.interval), needs_profiling(f)))
+                    .or_default()
+                    .push(f);
+            }
             let first_group = groups.len();
             for (i, chunk) in members.chunks(cfg.group_max_entities.max(1)).enumerate() {
                 let name = format!("{}-{label}-{i}", cfg.name_prefix);
                 groups.push(conn.create_group(&name, chunk)?);
             }
-            for (is_prof, set) in [(false, basic), (true, prof)] {
+            for ((every, is_prof), set) in sets {
                 for chunk in set.chunks(FIELD_GROUP_MAX) {
                     fg_seq += 1;
                     let suffix = if is_prof { "-dcp" } else { "" };
@@ -244,8 +270,8 @@ impl Session {
                         match conn.watch(
                             &groups[g],
                             &field_groups[f],
-                            cfg.interval,
-                            MAX_KEEP_AGE,
+                            every,
+                            MAX_KEEP_AGE.max(every * 2),
                             MAX_KEEP_SAMPLES,
                         ) {
                             Ok(()) => watches.push((g, f)),
@@ -305,14 +331,17 @@ impl Session {
     }
 
     fn plan(&mut self, rows: &RowPlan) {
-        let gpu_fields = rows.fields_for(EntityKind::Gpu);
-        let link_fields = rows.fields_for(EntityKind::NvLink);
+        let by_kind: Vec<(EntityKind, Vec<u16>)> = GROUP_CLASSES
+            .iter()
+            .flat_map(|(_, reads_as, kinds)| {
+                let fields = rows.fields_for(*reads_as);
+                kinds.iter().map(move |k| (*k, fields.clone()))
+            })
+            .collect();
         let mut buckets: BTreeMap<Vec<u16>, Vec<usize>> = BTreeMap::new();
         for (i, e) in self.entities.iter().enumerate() {
-            let all = if e.kind == EntityKind::NvLink {
-                &link_fields
-            } else {
-                &gpu_fields
+            let Some((_, all)) = by_kind.iter().find(|(k, _)| *k == e.kind) else {
+                continue;
             };
             let asked: Vec<u16> = all
                 .iter()
@@ -417,9 +446,11 @@ impl Session {
         self.last_calls = calls;
         self.last_dcgm_time = dcgm_time;
         // An entity that answers "not found" for everything it was asked is gone (a GPU fell off the
-        // bus, a MIG instance was destroyed): rediscover.
+        // bus, a MIG instance was destroyed): rediscover. Global fields answer for any entity id and
+        // say nothing about the entity.
         let asked = |e: &Entity, i: usize, r: usize| {
             rows.applies(r, e.kind)
+                && rows.levels[r] != EntityLevel::Global
                 && !self.unsupported[i].contains(&rows.fields[r])
                 && !self.unwatched.contains(&rows.fields[r])
         };

@@ -61,8 +61,8 @@ pub fn discover(nvml: &Nvml, want_links: bool) -> Result<Discovered, NvmlError> 
     let mut out = Discovered {
         count,
         inventory: Inventory {
-            gpus: Vec::new(),
             driver_version: sym.driver_version().ok(),
+            ..Inventory::default()
         },
         ..Default::default()
     };

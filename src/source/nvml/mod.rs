@@ -33,6 +33,7 @@ use self::ffi::{nvmlDevice_t, nvmlEventSet_t, nvmlFieldValue_t, nvmlReturn_t, Nv
 use self::fields::Read;
 use super::{Source, SourceError};
 use crate::config::devices::{DeviceError, DeviceSelection, Selected};
+use crate::snapshot::inventory::{Selection, Wanted};
 use crate::counters::CounterSet;
 use crate::snapshot::inventory;
 use crate::snapshot::{
@@ -127,20 +128,7 @@ impl NvmlSource {
         devices: DeviceSelection,
         counters: &CounterSet,
     ) -> Result<NvmlSource, StartError> {
-        let rows: Vec<RowPlan> = counters
-            .rows
-            .iter()
-            .map(|c| RowPlan {
-                field: c.field.id,
-                read: fields::read_for(c.field.id),
-                on_gpus: c.field.level.applies_to_gpus(),
-                on_links: c.field.level.applies_to_links(),
-                text: matches!(
-                    c.field.value_type,
-                    crate::fields::ValueType::String | crate::fields::ValueType::Binary
-                ),
-            })
-            .collect();
+        let rows = plan_rows(counters);
         let want_links = rows.iter().any(|r| r.on_links);
         let found = discover::discover(&nvml, want_links)?;
         let selected = devices.select(&found.inventory.slots())?;
@@ -221,7 +209,16 @@ impl NvmlSource {
 
     /// Take a discovery: entities in output order and a fresh XID event set on its GPUs.
     fn adopt(&mut self, found: Discovered, selected: &Selected) {
-        self.entities = found.inventory.entities(selected, self.want_links);
+        // NVML sees GPUs only: no NvSwitch or CPU selection applies.
+        let selection = Selection {
+            gpus: selected.clone(),
+            wanted: Wanted {
+                nvlinks: self.want_links,
+                ..Wanted::default()
+            },
+            ..Selection::default()
+        };
+        self.entities = found.inventory.entities(&selection);
         if let Some(set) = self.events.take() {
             self.nvml.sym().event_set_free(set);
         }
@@ -689,9 +686,54 @@ impl NvmlSource {
     }
 }
 
+/// How each counter row is read through NVML (index-aligned with the rows).
+fn plan_rows(counters: &CounterSet) -> Vec<RowPlan> {
+    counters
+        .rows
+        .iter()
+        .map(|c| RowPlan {
+            field: c.field.id,
+            read: fields::read_for(c.field.id),
+            on_gpus: c.field.level.applies_to_gpus(),
+            on_links: c.field.level.applies_to_links(),
+            text: matches!(
+                c.field.value_type,
+                crate::fields::ValueType::String | crate::fields::ValueType::Binary
+            ),
+        })
+        .collect()
+}
+
 impl Source for NvmlSource {
     fn name(&self) -> &'static str {
         "nvml"
+    }
+
+    /// A reloaded counters CSV: re-plan the rows; when links come into (or go out of) play, rediscover.
+    fn set_counters(&mut self, counters: Arc<CounterSet>) -> Result<Arc<CounterSet>, SourceError> {
+        let rows = plan_rows(&counters);
+        let want_links = rows.iter().any(|r| r.on_links);
+        let unsupported: Vec<&str> = counters
+            .rows
+            .iter()
+            .zip(&rows)
+            .filter(|(_, p)| p.read.is_none())
+            .map(|(c, _)| c.name.as_str())
+            .collect();
+        if !unsupported.is_empty() {
+            tracing::warn!(
+                fields = %unsupported.join(","),
+                "these reloaded counters have no NVML equivalent (DCGM-only); they stay absent"
+            );
+        }
+        let relink = want_links != self.want_links;
+        self.rows = rows;
+        self.want_links = want_links;
+        self.logged_not_supported.clear();
+        if relink {
+            self.rediscover()?;
+        }
+        Ok(counters)
     }
 
     fn poll(&mut self) -> Result<Reading, SourceError> {
@@ -722,7 +764,7 @@ impl Source for NvmlSource {
         for g in &found.gpus {
             let mine: Vec<Arc<Entity>> = entities
                 .iter()
-                .filter(|e| e.gpu.index == g.identity.index)
+                .filter(|e| e.gpu_index() == Some(g.identity.index))
                 .cloned()
                 .collect();
             if mine.is_empty() {

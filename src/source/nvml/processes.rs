@@ -119,10 +119,10 @@ fn entity_index(entities: &[EntityReading]) -> HashMap<(String, u32), Arc<Entity
             (EntityKind::GpuInstance, Some(m)) => m.gi_id,
             _ => continue,
         };
-        out.insert(
-            (e.entity.gpu.uuid.to_ascii_lowercase(), key),
-            e.entity.clone(),
-        );
+        let Some(gpu) = &e.entity.gpu else {
+            continue;
+        };
+        out.insert((gpu.uuid.to_ascii_lowercase(), key), e.entity.clone());
     }
     out
 }

@@ -6,7 +6,8 @@ use clap::Args;
 #[derive(Debug, Clone, Args)]
 #[command(next_help_heading = "Source")]
 pub struct SimulationArgs {
-    /// Run on a simulated GPU fleet instead of DCGM: default, dgx-h100-mig, large, or a scenario file.
+    /// Run on a simulated GPU fleet instead of DCGM: default, dgx-h100-mig, large, hgx-h100,
+    /// grace-hopper, or a scenario file.
     #[arg(long = "simulate", env = "DCGM_OTEL_SIMULATE", value_name = "SCENARIO", num_args = 0..=1,
           require_equals = true, default_missing_value = "default")]
     pub simulate: Option<String>,

@@ -11,11 +11,13 @@ use std::collections::{HashMap, HashSet};
 use std::f64::consts::TAU;
 use std::sync::Arc;
 
+use super::cpus::SimCpu;
 use super::models::{mig_profile, model, GpuModel};
 use super::scenario::{Load, Scenario};
-use crate::fields::{catalog, FieldId, ValueType};
-use crate::snapshot::inventory::{GpuInfo, Inventory};
-use crate::snapshot::{Absent, EntityKind, FieldValue, GpuIdentity, MigIdentity};
+use super::switches::{is_switch_port_field, port_entity_id, SimSwitch, PORT_ID_STRIDE};
+use crate::fields::{catalog, EntityLevel, FieldId, ValueType};
+use crate::snapshot::inventory::{CpuInfo, GpuInfo, Inventory, SwitchInfo};
+use crate::snapshot::{Absent, CpuIdentity, EntityKind, FieldValue, GpuIdentity, MigIdentity};
 
 /// DCGM numbers GPU-instance entities per GPU in blocks of this size.
 pub const INSTANCE_ID_STRIDE: u32 = 8;
@@ -57,6 +59,8 @@ pub struct SimGpu {
 #[derive(Debug)]
 pub struct Fleet {
     gpus: Vec<SimGpu>,
+    switches: Vec<SimSwitch>,
+    cpus: Vec<SimCpu>,
     driver_version: String,
     seed: u64,
     time_s: f64,
@@ -171,8 +175,39 @@ impl Fleet {
                 .filter_map(|n| catalog().by_name(n).map(|f| f.id))
                 .collect::<HashSet<_>>()
         };
+        let mut switches = Vec::new();
+        for group in &scenario.nvswitches {
+            for _ in 0..group.count {
+                let id = switches.len() as u32;
+                let phase = unit(seed ^ (8000 + u64::from(id))) * TAU;
+                switches.push(SimSwitch::new(id, group.links.min(PORT_ID_STRIDE), phase));
+            }
+        }
+        let mut cpus = Vec::new();
+        let mut next_core = 0u32;
+        for group in &scenario.cpus {
+            for _ in 0..group.count {
+                let id = cpus.len() as u32;
+                let salt = 9000 + u64::from(id);
+                let identity = Arc::new(CpuIdentity {
+                    index: id,
+                    serial: Some(format!("{:016X}", mix(seed ^ salt))),
+                });
+                let cores = (next_core..next_core + group.cores).collect();
+                next_core += group.cores;
+                cpus.push(SimCpu::new(
+                    identity,
+                    cores,
+                    group.load,
+                    unit(seed ^ (salt + 100)) * TAU,
+                    300.0 + 600.0 * unit(seed ^ (salt + 200)),
+                ));
+            }
+        }
         let mut fleet = Fleet {
             gpus,
+            switches,
+            cpus,
             driver_version: scenario.driver_version.clone(),
             seed,
             time_s: 0.0,
@@ -204,7 +239,33 @@ impl Fleet {
                 })
                 .collect(),
             driver_version: Some(self.driver_version().to_string()),
+            switches: self
+                .switches
+                .iter()
+                .map(|s| SwitchInfo {
+                    id: s.id,
+                    links: (0..s.ports).map(|p| (port_entity_id(s.id, p), p)).collect(),
+                })
+                .collect(),
+            cpus: self
+                .cpus
+                .iter()
+                .map(|c| CpuInfo {
+                    identity: c.identity.clone(),
+                    cores: c.cores.clone(),
+                })
+                .collect(),
         }
+    }
+
+    /// The simulated NvSwitches.
+    pub fn switches(&self) -> &[SimSwitch] {
+        &self.switches
+    }
+
+    /// The simulated CPUs.
+    pub fn cpus(&self) -> &[SimCpu] {
+        &self.cpus
     }
 
     pub fn driver_version(&self) -> &str {
@@ -290,6 +351,21 @@ impl Fleet {
                 *b += rate * dt / links / 1024.0;
             }
         }
+        let mean_util = if self.gpus.is_empty() {
+            0.0
+        } else {
+            self.gpus.iter().map(|g| g.util).sum::<f64>() / self.gpus.len() as f64
+        };
+        for s in &mut self.switches {
+            let salt = 0x5100 + u64::from(s.id);
+            let jitter = |k: u64| unit(seed ^ mix(step ^ (k << 20) ^ salt)) - 0.5;
+            s.advance(dt, mean_util, &jitter);
+        }
+        for c in &mut self.cpus {
+            let salt = 0xC100 + u64::from(c.identity.index);
+            let jitter = |k: u64| unit(seed ^ mix(step ^ (k << 20) ^ salt)) - 0.5;
+            c.advance(t, dt, &jitter);
+        }
     }
 
     fn gpu(&self, index: u32) -> Option<&SimGpu> {
@@ -307,6 +383,10 @@ impl Fleet {
         if self.blank.contains(&field) {
             return FieldValue::Absent(Absent::Blank);
         }
+        if info.level == EntityLevel::Global {
+            // Global fields (driver version, ...) read the same on every entity, as in DCGM.
+            return self.global_value(field, info.value_type);
+        }
         match kind {
             EntityKind::Gpu => match self.gpu(entity_id) {
                 Some(g) => self.gpu_value(g, None, field, info.value_type),
@@ -323,12 +403,46 @@ impl Fleet {
                 let gpu = entity_id / 32;
                 let link = (entity_id % 32) as usize;
                 match self.gpu(gpu) {
+                    // NvSwitch port counters do not exist on a GPU's own links.
+                    Some(g) if link < g.link_bytes.len() && is_switch_port_field(field) => {
+                        FieldValue::Absent(Absent::NotSupported)
+                    }
                     Some(g) if link < g.link_bytes.len() => {
                         self.link_value(g, link, field, info.value_type)
                     }
                     _ => FieldValue::Absent(Absent::NotFound),
                 }
             }
+            EntityKind::NvSwitch => match self.switches.iter().find(|s| s.id == entity_id) {
+                Some(s) => s.switch_value(field, info.value_type),
+                None => FieldValue::Absent(Absent::NotFound),
+            },
+            EntityKind::NvSwitchLink => {
+                let (switch, port) = (entity_id / PORT_ID_STRIDE, entity_id % PORT_ID_STRIDE);
+                self.switches
+                    .iter()
+                    .find(|s| s.id == switch)
+                    .and_then(|s| s.port_value(port, field))
+                    .unwrap_or(FieldValue::Absent(Absent::NotFound))
+            }
+            EntityKind::Cpu => match self.cpus.iter().find(|c| c.identity.index == entity_id) {
+                Some(c) => c.cpu_value(field, info.value_type),
+                None => FieldValue::Absent(Absent::NotFound),
+            },
+            EntityKind::CpuCore => self
+                .cpus
+                .iter()
+                .find_map(|c| c.core_value(entity_id, field))
+                .unwrap_or(FieldValue::Absent(Absent::NotFound)),
+        }
+    }
+
+    /// A global field: the same on every entity.
+    fn global_value(&self, field: FieldId, ty: ValueType) -> FieldValue {
+        match field {
+            1 => FieldValue::Text(self.driver_version.clone().into()),
+            2 => FieldValue::Text(format!("12.{}", self.driver_version).into()),
+            _ => zero(ty),
         }
     }
 
@@ -375,8 +489,6 @@ impl Fleet {
             m.sm_idle_mhz
         };
         match field {
-            1 => FieldValue::Text(self.driver_version.clone().into()),
-            2 => FieldValue::Text(format!("12.{}", self.driver_version).into()),
             51 => FieldValue::Text("Nvidia".into()),
             53 => FieldValue::Text(g.serial.clone().into()),
             85 => FieldValue::Text(m.vbios.into()),

@@ -1,12 +1,17 @@
-//! The simulated source behind `--simulate[=SCENARIO]`: a deterministic fleet of realistic GPUs for
-//! laptops, demos, CI and benchmarks. It produces the same [`Reading`]s a DCGM source would, so every
-//! exporter downstream runs unchanged. Simulated time advances by exactly one collect interval per poll.
+//! The simulated source behind `--simulate[=SCENARIO]`: a deterministic fleet of realistic GPUs (and,
+//! when the scenario has them, NvSwitches and Grace CPUs) for laptops, demos, CI and benchmarks. It
+//! produces the same [`Reading`]s a DCGM source would, so every exporter downstream runs unchanged.
+//! Simulated time advances by exactly one collect interval per poll. A field in a watch group
+//! (`--config-file` `collection.watchGroups`) is sampled at its group's interval, as DCGM samples a
+//! watched field: between samples it reads the last sampled value.
 
 pub mod args;
+pub mod cpus;
 pub mod fleet;
 pub mod models;
 pub mod processes;
 pub mod scenario;
+pub mod switches;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -15,47 +20,54 @@ pub use fleet::{Fleet, SimGpu};
 pub use scenario::{Scenario, ScenarioError};
 
 use super::{Source, SourceError};
-use crate::config::devices::{DeviceError, DeviceSelection};
+use crate::config::devices::{DeviceError, Selectors};
 use crate::counters::CounterSet;
-use crate::snapshot::{
-    Absent, Attribution, Entity, EntityKind, EntityReading, FieldValue, Reading,
-};
+use crate::snapshot::inventory::Wanted;
+use crate::snapshot::{Absent, Attribution, Entity, EntityReading, FieldValue, Reading};
 
 /// A [`Source`] over a simulated [`Fleet`].
 pub struct SimSource {
     fleet: Fleet,
     counters: Arc<CounterSet>,
+    selectors: Selectors,
     entities: Vec<Arc<Entity>>,
+    /// Per row: its watch-group interval in seconds, when it has one.
+    row_interval: Vec<Option<f64>>,
+    /// Per entity and row: the last sample of a watch-group row (simulated time, value).
+    sampled: Vec<Vec<Option<(f64, FieldValue)>>>,
     step_s: f64,
     polls: u64,
     no_attribution: Arc<Attribution>,
 }
 
 impl SimSource {
-    /// Build the fleet and decide which entities to monitor (`-d`); absent ids are an error.
+    /// Build the fleet and decide which entities to monitor (`-d`, `-s`, `-p`); absent ids are an error.
     pub fn new(
         scenario: &Scenario,
         seed: u64,
         counters: Arc<CounterSet>,
-        devices: &DeviceSelection,
+        selectors: &Selectors,
         interval: Duration,
     ) -> Result<SimSource, DeviceError> {
         let fleet = Fleet::new(scenario, seed);
-        let inventory = fleet.inventory();
-        let selected = devices.select(&inventory.slots())?;
-        let wants_links = counters
-            .rows
-            .iter()
-            .any(|c| c.field.level.applies_to_links());
-        let entities = inventory.entities(&selected, wants_links);
-        Ok(SimSource {
+        let entities = fleet.inventory().entities(
+            &fleet
+                .inventory()
+                .select(selectors, Wanted::from_counters(&counters))?,
+        );
+        let mut source = SimSource {
             fleet,
-            counters,
+            counters: counters.clone(),
+            selectors: selectors.clone(),
             entities,
+            row_interval: Vec::new(),
+            sampled: Vec::new(),
             step_s: interval.as_secs_f64(),
             polls: 0,
             no_attribution: Arc::new(Attribution::default()),
-        })
+        };
+        source.plan_rows();
+        Ok(source)
     }
 
     pub fn fleet(&self) -> &Fleet {
@@ -64,6 +76,20 @@ impl SimSource {
 
     pub fn entities(&self) -> &[Arc<Entity>] {
         &self.entities
+    }
+
+    fn plan_rows(&mut self) {
+        self.row_interval = self
+            .counters
+            .rows
+            .iter()
+            .map(|c| {
+                self.counters
+                    .watch_interval(c.field.id)
+                    .map(|d| d.as_secs_f64())
+            })
+            .collect();
+        self.sampled = vec![vec![None; self.counters.rows.len()]; self.entities.len()];
     }
 }
 
@@ -77,21 +103,30 @@ impl Source for SimSource {
             self.fleet.advance(self.step_s);
         }
         self.polls += 1;
+        let now = self.fleet.time();
         let mut entities = Vec::with_capacity(self.entities.len());
-        for e in &self.entities {
+        for (i, e) in self.entities.iter().enumerate() {
             let values = self
                 .counters
                 .rows
                 .iter()
-                .map(|c| {
-                    let applies = match e.kind {
-                        EntityKind::NvLink => c.field.level.applies_to_links(),
-                        _ => c.field.level.applies_to_gpus(),
+                .enumerate()
+                .map(|(r, c)| {
+                    if !e.kind.reads(c.field.level) {
+                        return FieldValue::Absent(Absent::NotApplicable);
+                    }
+                    let Some(every) = self.row_interval[r] else {
+                        return self.fleet.value(e.kind, e.entity_id, c.field.id);
                     };
-                    if applies {
-                        self.fleet.value(e.kind, e.entity_id, c.field.id)
-                    } else {
-                        FieldValue::Absent(Absent::NotApplicable)
+                    let slot = &mut self.sampled[i][r];
+                    match slot {
+                        // Half a step of slack: simulated time advances in float steps.
+                        Some((t, v)) if now - *t < every - self.step_s / 2.0 => v.clone(),
+                        _ => {
+                            let v = self.fleet.value(e.kind, e.entity_id, c.field.id);
+                            *slot = Some((now, v.clone()));
+                            v
+                        }
                     }
                 })
                 .collect();
@@ -105,5 +140,18 @@ impl Source for SimSource {
             entities,
             driver_version: Some(self.fleet.driver_version().to_string()),
         })
+    }
+
+    fn set_counters(&mut self, counters: Arc<CounterSet>) -> Result<Arc<CounterSet>, SourceError> {
+        let inventory = self.fleet.inventory();
+        let (selection, missing) =
+            inventory.select_present(&self.selectors, Wanted::from_counters(&counters));
+        if !missing.is_empty() {
+            tracing::warn!(missing = %missing.join(", "), "selected devices are not present");
+        }
+        self.entities = inventory.entities(&selection);
+        self.counters = counters.clone();
+        self.plan_rows();
+        Ok(counters)
     }
 }

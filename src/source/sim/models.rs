@@ -115,6 +115,33 @@ const A30_PROFILES: &[MigProfile] = &[
     },
 ];
 
+const GH200_PROFILES: &[MigProfile] = &[
+    MigProfile {
+        name: "1g.12gb",
+        slices: 1,
+        mem_mib: 11776,
+        gi_ids: &[7, 8, 9, 10, 11, 12, 13],
+    },
+    MigProfile {
+        name: "2g.24gb",
+        slices: 2,
+        mem_mib: 23808,
+        gi_ids: &[3, 4, 5],
+    },
+    MigProfile {
+        name: "3g.48gb",
+        slices: 3,
+        mem_mib: 47872,
+        gi_ids: &[1, 2],
+    },
+    MigProfile {
+        name: "7g.96gb",
+        slices: 7,
+        mem_mib: 96256,
+        gi_ids: &[0],
+    },
+];
+
 static MODELS: &[GpuModel] = &[
     GpuModel {
         key: "H100-SXM5-80GB",
@@ -157,6 +184,20 @@ static MODELS: &[GpuModel] = &[
         nvlinks: 4,
         vbios: "92.00.66.00.02",
         profiles: A30_PROFILES,
+    },
+    GpuModel {
+        key: "GH200-96GB",
+        name: "NVIDIA GH200 480GB",
+        fb_mib: 97871,
+        fb_reserved_mib: 587,
+        idle_w: 90.0,
+        max_w: 900.0,
+        sm_idle_mhz: 345,
+        sm_max_mhz: 1980,
+        mem_mhz: 2619,
+        nvlinks: 18,
+        vbios: "96.00.74.00.1C",
+        profiles: GH200_PROFILES,
     },
     GpuModel {
         key: "L4",

@@ -79,7 +79,7 @@ impl ProcessSource for SimProcesses {
         let mut out = Vec::new();
         for (p, attr) in &self.list {
             let entity = entities.iter().find(|e| {
-                e.entity.gpu.index == p.gpu
+                e.entity.gpu_index() == Some(p.gpu)
                     && match (e.entity.kind, &e.entity.mig, p.gpu_i_id) {
                         (EntityKind::Gpu, _, None) => true,
                         (EntityKind::GpuInstance, Some(m), Some(gi)) => m.gi_id == gi,

@@ -1,6 +1,7 @@
 //! Simulated-fleet scenarios: which GPUs a simulated host has, how they are split into MIG instances and
 //! how busy they are. Built-in scenarios are YAML files embedded in the binary (`scenarios/*.yaml`); a user
-//! can pass their own file with `--simulate=path/to/scenario.yaml` in the same format.
+//! can pass their own file with `--simulate=path/to/scenario.yaml` in the same format. Besides GPUs a
+//! scenario may have NvSwitches (`nvswitches`, an HGX baseboard) and CPUs (`cpus`, Grace).
 
 use std::path::Path;
 
@@ -25,6 +26,12 @@ pub struct Scenario {
     /// Fields reported not supported on every entity, by DCGM name.
     #[serde(default)]
     pub unsupported_fields: Vec<String>,
+    /// NvSwitches (e.g. an HGX H100 baseboard: 4 switches).
+    #[serde(default)]
+    pub nvswitches: Vec<SwitchGroup>,
+    /// CPUs with DCGM CPU monitoring (NVIDIA Grace).
+    #[serde(default)]
+    pub cpus: Vec<CpuGroup>,
     /// Processes running on the GPUs (per-process series, `--collect-processes`).
     #[serde(default)]
     pub processes: Vec<SimProcess>,
@@ -54,6 +61,39 @@ pub struct SimProcess {
     /// `namespace/pod` of a Kubernetes pod it belongs to.
     #[serde(default)]
     pub pod: Option<String>,
+}
+
+/// One or more identical NvSwitches.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct SwitchGroup {
+    #[serde(default = "one")]
+    pub count: u32,
+    /// NvLink ports that are up on each switch.
+    #[serde(default = "eighteen")]
+    pub links: u32,
+}
+
+fn eighteen() -> u32 {
+    18
+}
+
+/// One or more identical CPUs.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct CpuGroup {
+    #[serde(default = "one")]
+    pub count: u32,
+    /// Cores per CPU (Grace: 72).
+    #[serde(default = "seventy_two")]
+    pub cores: u32,
+    /// Load pattern: idle, training, inference, mixed.
+    #[serde(default)]
+    pub load: Load,
+}
+
+fn seventy_two() -> u32 {
+    72
 }
 
 fn default_driver() -> String {
@@ -99,7 +139,7 @@ pub enum Load {
 /// A scenario that cannot be loaded.
 #[derive(Debug, thiserror::Error)]
 pub enum ScenarioError {
-    #[error("unknown simulation scenario '{0}' (built-in: default, dgx-h100-mig, large; or a path to a .yaml file)")]
+    #[error("unknown simulation scenario '{0}' (built-in: default, dgx-h100-mig, large, hgx-h100, grace-hopper; or a path to a .yaml file)")]
     Unknown(String),
     #[error("cannot read scenario file {path}: {error}")]
     Read { path: String, error: std::io::Error },
@@ -111,12 +151,16 @@ const BUILTIN: &[(&str, &str)] = &[
     ("default", include_str!("scenarios/default.yaml")),
     ("dgx-h100-mig", include_str!("scenarios/dgx-h100-mig.yaml")),
     ("large", include_str!("scenarios/large.yaml")),
+    ("hgx-h100", include_str!("scenarios/hgx-h100.yaml")),
+    ("grace-hopper", include_str!("scenarios/grace-hopper.yaml")),
 ];
 
 /// Counters CSV of built-in counter sets named by scenarios.
 pub fn builtin_counters(name: &str) -> Option<&'static str> {
     match name {
         "large" => Some(include_str!("scenarios/large-counters.csv")),
+        "hgx-h100" => Some(include_str!("scenarios/hgx-h100-counters.csv")),
+        "grace-hopper" => Some(include_str!("scenarios/grace-hopper-counters.csv")),
         _ => None,
     }
 }
@@ -225,6 +269,31 @@ impl Scenario {
                     )));
                 }
             }
+        }
+        let switches: u32 = scenario.nvswitches.iter().map(|s| s.count).sum();
+        if switches > crate::snapshot::inventory::MAX_SWITCHES {
+            return Err(invalid(format!(
+                "{switches} NvSwitches; DCGM reports at most {}",
+                crate::snapshot::inventory::MAX_SWITCHES
+            )));
+        }
+        if let Some(s) = scenario.nvswitches.iter().find(|s| s.links > 64) {
+            return Err(invalid(format!(
+                "{} NvLink ports on an NvSwitch; the simulator models at most 64",
+                s.links
+            )));
+        }
+        let cpus: u32 = scenario.cpus.iter().map(|c| c.count).sum();
+        let cores: u32 = scenario.cpus.iter().map(|c| c.count * c.cores).sum();
+        if cpus > crate::snapshot::inventory::MAX_CPUS
+            || cores > crate::snapshot::inventory::MAX_CPU_CORES
+            || scenario.cpus.iter().any(|c| c.cores == 0)
+        {
+            return Err(invalid(format!(
+                "{cpus} CPUs with {cores} cores; DCGM reports at most {} CPUs and {} cores, each CPU with at least one",
+                crate::snapshot::inventory::MAX_CPUS,
+                crate::snapshot::inventory::MAX_CPU_CORES
+            )));
         }
         for name in scenario
             .blank_fields

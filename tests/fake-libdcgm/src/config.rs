@@ -35,6 +35,11 @@ pub struct Faults {
     pub vanish: Vec<(u32, u64)>,
     /// `blank_field=ID` (repeatable): the field is always blank.
     pub blank_fields: Vec<u16>,
+    /// `unbind_gpu=IDX@N` (repeatable): GPU IDX is unbound from the driver after the N-th poll (hidden,
+    /// identity kept) and the bind/unbind event is recorded.
+    pub unbind: Vec<(u32, u64)>,
+    /// `bind_gpu=IDX@N` (repeatable): GPU IDX is bound again after the N-th poll.
+    pub bind: Vec<(u32, u64)>,
 }
 
 /// A bad environment value: one line naming the variable, the item and why.
@@ -129,10 +134,21 @@ impl Faults {
                     let id = u16::try_from(num(value)?).map_err(|_| bad("field id too large"))?;
                     f.blank_fields.push(id);
                 }
+                "unbind_gpu" | "bind_gpu" => {
+                    let (idx, after) =
+                        value.split_once('@').ok_or_else(|| bad("expected IDX@N"))?;
+                    let idx = u32::try_from(num(idx)?).map_err(|_| bad("GPU index too large"))?;
+                    let list = if key.trim() == "unbind_gpu" {
+                        &mut f.unbind
+                    } else {
+                        &mut f.bind
+                    };
+                    list.push((idx, num(after)?));
+                }
                 _ => {
                     return Err(bad(
                         "unknown fault (known: disconnect_after_polls, down_ms, refuse_connect, \
-                         slow_ms, hang_ms, vanish_gpu, blank_field)",
+                         slow_ms, hang_ms, vanish_gpu, blank_field, unbind_gpu, bind_gpu)",
                     ))
                 }
             }
@@ -167,6 +183,8 @@ mod tests {
         assert_eq!(f.slow, Duration::from_millis(10));
         assert_eq!(f.vanish, vec![(1, 4), (0, 9)]);
         assert_eq!(f.blank_fields, vec![150, 155]);
+        let f = Faults::parse("unbind_gpu=1@3,bind_gpu=1@6").unwrap();
+        assert_eq!((f.unbind, f.bind), (vec![(1, 3)], vec![(1, 6)]));
     }
 
     #[test]

@@ -13,6 +13,7 @@ use dcgm_otel::fields::{catalog, EntityLevel, FieldInfo, ValueType};
 use dcgm_otel::snapshot::{Absent, EntityKind, FieldValue, GpuIdentity, MigIdentity};
 use dcgm_otel::source::dcgm::ffi::{self, *};
 use dcgm_otel::source::sim::fleet::link_entity_id;
+use dcgm_otel::source::sim::switches::port_entity_id;
 use dcgm_otel::source::sim::{Fleet, Scenario};
 
 use crate::config::Config;
@@ -107,6 +108,31 @@ pub struct Engine {
     hung_once: bool,
     read_since_advance: HashSet<EntityKey>,
     vanished: HashSet<u32>,
+    /// `DCGM_FI_BIND_UNBIND_EVENT`: the last event (state, µs timestamp); state 0 at start.
+    bind_event: (i64, i64),
+}
+
+/// A `DCGM_FE_LINK` entity, unpacked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum LinkRef {
+    /// (gpu, 0-based port)
+    Gpu(u32, u32),
+    /// (switch, 0-based port)
+    Switch(u32, u32),
+}
+
+/// `DCGM_FI_BIND_UNBIND_EVENT`.
+const BIND_UNBIND_EVENT: u16 = 6;
+
+/// Whether every field of a read is global (`DCGM_FE_NONE`): such reads (the bind/unbind watcher's)
+/// are not polls — they neither advance the simulated fleet nor count for the poll-numbered faults.
+pub fn global_only(fields: &[u16]) -> bool {
+    !fields.is_empty()
+        && fields.iter().all(|f| {
+            catalog()
+                .by_id(*f)
+                .is_some_and(|i| i.level == EntityLevel::Global)
+        })
 }
 
 fn now_us() -> i64 {
@@ -230,6 +256,7 @@ impl Engine {
             next_handle: 1,
             next_group: FIRST_GROUP,
             next_field_group: FIRST_FIELD_GROUP,
+            bind_event: (0, now_us()),
             ..Engine::default()
         };
         Ok(())
@@ -391,6 +418,9 @@ impl Engine {
 
     /// Every entity of one group (for default groups, `dcgmGetEntityGroupEntities` and special ids).
     fn entities_of(&self, group: u32) -> Vec<EntityKey> {
+        let Some(f) = self.fleet() else {
+            return Vec::new();
+        };
         match group {
             ffi::DCGM_FE_GPU => self.gpus().iter().map(|g| (group, g.index)).collect(),
             // One compute instance per GPU instance, with the same entity id (see mig_hierarchy).
@@ -399,30 +429,99 @@ impl Engine {
                 .iter()
                 .map(|m| (group, m.mig.entity_id))
                 .collect(),
+            ffi::DCGM_FE_SWITCH => f
+                .switches()
+                .iter()
+                .take(ffi::DCGM_MAX_NUM_SWITCHES)
+                .map(|s| (group, s.id))
+                .collect(),
+            ffi::DCGM_FE_CPU => f
+                .cpus()
+                .iter()
+                .take(ffi::DCGM_MAX_NUM_CPUS)
+                .map(|c| (group, c.identity.index))
+                .collect(),
+            ffi::DCGM_FE_CPU_CORE => f
+                .cpus()
+                .iter()
+                .take(ffi::DCGM_MAX_NUM_CPUS)
+                .flat_map(|c| c.cores.iter().map(|core| (group, *core)))
+                .collect(),
             _ => Vec::new(),
         }
     }
 
     /// Does the entity exist right now?
-    fn entity_exists(&self, (group, id): EntityKey) -> bool {
+    fn entity_exists(&self, key: EntityKey) -> bool {
+        let (group, id) = key;
         match group {
             ffi::DCGM_FE_GPU => self.gpu(id).is_some(),
             ffi::DCGM_FE_GPU_I | ffi::DCGM_FE_GPU_CI => self.mig(id).is_some(),
             ffi::DCGM_FE_LINK => self.link(id).is_some(),
+            ffi::DCGM_FE_SWITCH | ffi::DCGM_FE_CPU | ffi::DCGM_FE_CPU_CORE => {
+                self.entities_of(group).contains(&key)
+            }
             _ => false,
         }
     }
 
-    /// Unpack a `dcgm_link_t.raw` of a GPU link: (gpu, port).
-    fn link(&self, raw: u32) -> Option<(u32, u32)> {
+    /// Unpack a `dcgm_link_t.raw` (parent group in byte 0, port in bytes 1-2, parent id in byte 3).
+    fn link(&self, raw: u32) -> Option<LinkRef> {
         let parent = raw & 0xff;
         let port = (raw >> 8) & 0xffff;
-        let gpu = raw >> 24;
-        if parent != ffi::DCGM_FE_GPU {
-            return None;
+        let id = raw >> 24;
+        match parent {
+            ffi::DCGM_FE_GPU => {
+                let (_, nvlinks, _) = self.gpu(id)?;
+                (port < nvlinks).then_some(LinkRef::Gpu(id, port))
+            }
+            ffi::DCGM_FE_SWITCH => {
+                let s = self.fleet()?.switches().iter().find(|s| s.id == id)?;
+                (port < s.ports).then_some(LinkRef::Switch(id, port))
+            }
+            _ => None,
         }
-        let (_, nvlinks, _) = self.gpu(gpu)?;
-        (port < nvlinks).then_some((gpu, port))
+    }
+
+    /// Per NvSwitch: (switch id, link states), 256 slots; its ports `0..ports` are Up.
+    pub fn switch_link_states(&self) -> Vec<(u32, Vec<u32>)> {
+        let Some(f) = self.fleet() else {
+            return Vec::new();
+        };
+        f.switches()
+            .iter()
+            .take(ffi::DCGM_MAX_NUM_SWITCHES)
+            .map(|s| {
+                let states = (0..ffi::DCGM_NVLINK_MAX_LINKS_PER_NVSWITCH as u32)
+                    .map(|p| {
+                        if p < s.ports {
+                            ffi::DcgmNvLinkLinkStateUp
+                        } else {
+                            ffi::DcgmNvLinkLinkStateNotSupported
+                        }
+                    })
+                    .collect();
+                (s.id, states)
+            })
+            .collect()
+    }
+
+    /// `dcgmGetCpuHierarchy` (v1) / `_v2`: (cpu id, owned cores, serial).
+    pub fn cpu_hierarchy(&self) -> Vec<(u32, Vec<u32>, String)> {
+        let Some(f) = self.fleet() else {
+            return Vec::new();
+        };
+        f.cpus()
+            .iter()
+            .take(ffi::DCGM_MAX_NUM_CPUS)
+            .map(|c| {
+                (
+                    c.identity.index,
+                    c.cores.clone(),
+                    c.identity.serial.clone().unwrap_or_default(),
+                )
+            })
+            .collect()
     }
 
     pub fn device_attributes(&self, gpu: u32) -> Result<Box<dcgmDeviceAttributes_v3>, i32> {
@@ -559,11 +658,10 @@ impl Engine {
             ffi::DCGM_FE_GPU | ffi::DCGM_FE_GPU_I | ffi::DCGM_FE_GPU_CI => {
                 Ok(self.entities_of(group).into_iter().map(|e| e.1).collect())
             }
-            ffi::DCGM_FE_SWITCH
-            | ffi::DCGM_FE_CPU
-            | ffi::DCGM_FE_CPU_CORE
-            | ffi::DCGM_FE_CONNECTX
-            | ffi::DCGM_FE_VGPU => Ok(Vec::new()),
+            ffi::DCGM_FE_SWITCH | ffi::DCGM_FE_CPU | ffi::DCGM_FE_CPU_CORE => {
+                Ok(self.entities_of(group).into_iter().map(|e| e.1).collect())
+            }
+            ffi::DCGM_FE_CONNECTX | ffi::DCGM_FE_VGPU => Ok(Vec::new()),
             ffi::DCGM_FE_LINK | ffi::DCGM_FE_NONE => Err(ffi::DCGM_ST_NOT_SUPPORTED),
             _ => Err(ffi::DCGM_ST_BADPARAM),
         }
@@ -608,7 +706,7 @@ impl Engine {
         let entities = match group_type {
             ffi::DCGM_GROUP_EMPTY => Vec::new(),
             ffi::DCGM_GROUP_DEFAULT => self.entities_of(ffi::DCGM_FE_GPU),
-            ffi::DCGM_GROUP_DEFAULT_NVSWITCHES => Vec::new(),
+            ffi::DCGM_GROUP_DEFAULT_NVSWITCHES => self.entities_of(ffi::DCGM_FE_SWITCH),
             ffi::DCGM_GROUP_DEFAULT_INSTANCES => self.entities_of(ffi::DCGM_FE_GPU_I),
             ffi::DCGM_GROUP_DEFAULT_COMPUTE_INSTANCES => self.entities_of(ffi::DCGM_FE_GPU_CI),
             ffi::DCGM_GROUP_DEFAULT_EVERYTHING => {
@@ -694,7 +792,7 @@ impl Engine {
             ffi::DCGM_GROUP_ALL_GPUS => Ok(all(&[ffi::DCGM_FE_GPU])),
             ffi::DCGM_GROUP_ALL_INSTANCES => Ok(all(&[ffi::DCGM_FE_GPU_I])),
             ffi::DCGM_GROUP_ALL_COMPUTE_INSTANCES => Ok(all(&[ffi::DCGM_FE_GPU_CI])),
-            ffi::DCGM_GROUP_ALL_NVSWITCHES => Ok(Vec::new()),
+            ffi::DCGM_GROUP_ALL_NVSWITCHES => Ok(all(&[ffi::DCGM_FE_SWITCH])),
             ffi::DCGM_GROUP_ALL_ENTITIES => Ok(all(&[
                 ffi::DCGM_FE_GPU,
                 ffi::DCGM_FE_GPU_I,
@@ -814,6 +912,46 @@ impl Engine {
                 f.remove_gpu(idx);
             }
         }
+        // Unbinding hides a GPU (its identity is kept, it may come back); binding shows it again.
+        // Either way the engine re-initialises and records the event, at once completed (state 2).
+        let unbinds: Vec<u32> = self
+            .cfg
+            .faults
+            .unbind
+            .iter()
+            .filter(|(_, after)| *after == polls)
+            .map(|(idx, _)| *idx)
+            .collect();
+        let binds: Vec<u32> = self
+            .cfg
+            .faults
+            .bind
+            .iter()
+            .filter(|(_, after)| *after == polls)
+            .map(|(idx, _)| *idx)
+            .collect();
+        for idx in &unbinds {
+            self.vanished.insert(*idx);
+        }
+        for idx in &binds {
+            self.vanished.remove(idx);
+        }
+        if !unbinds.is_empty() || !binds.is_empty() {
+            self.bind_event = (2, now_us().max(self.bind_event.1 + 1));
+            crate::calllog::line(&format!(
+                "bind event unbound={} bound={}",
+                unbinds
+                    .iter()
+                    .map(u32::to_string)
+                    .collect::<Vec<_>>()
+                    .join(","),
+                binds
+                    .iter()
+                    .map(u32::to_string)
+                    .collect::<Vec<_>>()
+                    .join(",")
+            ));
+        }
         if !self.disconnected_once && self.cfg.faults.disconnect_after_polls == Some(polls) {
             self.lose_host_engine();
         }
@@ -837,7 +975,18 @@ impl Engine {
             ts_us,
             value,
         };
-        if !self.entity_exists(key) {
+        let global = info.level == EntityLevel::Global;
+        if field == BIND_UNBIND_EVENT && self.watched(key, field) {
+            // The event's own time, not the read's: a new timestamp is a new event.
+            return Sample {
+                status: ffi::DCGM_ST_OK,
+                field_type: ft,
+                ts_us: self.bind_event.1,
+                value: Payload::Int(self.bind_event.0),
+            };
+        }
+        // A global field reads the same through any entity id, as in DCGM (even one that is gone).
+        if !global && !self.entity_exists(key) {
             return sample(ffi::DCGM_ST_OK, sentinel(ft, Absent::NotFound));
         }
         if !self.cfg.profiling && is_profiling(info) {
@@ -850,10 +999,10 @@ impl Engine {
             return sample(ffi::DCGM_ST_OK, sentinel(ft, Absent::Blank));
         }
         if !live {
-            let mut watched = self
-                .watches
-                .iter()
-                .filter(|w| w.entities.contains(&key) && w.fields.contains(&field));
+            let mut watched = self.watches.iter().filter(|w| {
+                w.fields.contains(&field)
+                    && (w.entities.contains(&key) || (global && !w.entities.is_empty()))
+            });
             match watched.clone().next() {
                 None => {
                     return sample(ffi::DCGM_ST_NOT_WATCHED, sentinel(ft, Absent::Blank));
@@ -866,6 +1015,13 @@ impl Engine {
             }
         }
         sample(ffi::DCGM_ST_OK, self.coerce(ft, self.read_raw(key, field)))
+    }
+
+    /// Whether some watch covers `field` on `key` (a global field: any watch of it).
+    fn watched(&self, key: EntityKey, field: u16) -> bool {
+        self.watches.iter().any(|w| {
+            w.fields.contains(&field) && (w.entities.contains(&key) || !w.entities.is_empty())
+        })
     }
 
     /// Make a payload match the field's DCGM type (as the real cache stores it).
@@ -922,9 +1078,23 @@ impl Engine {
             ffi::DCGM_FE_GPU => (EntityKind::Gpu, id),
             ffi::DCGM_FE_GPU_I | ffi::DCGM_FE_GPU_CI => (EntityKind::GpuInstance, id),
             ffi::DCGM_FE_LINK => match self.link(id) {
-                Some((gpu, port)) => (EntityKind::NvLink, link_entity_id(gpu, port)),
+                Some(LinkRef::Gpu(gpu, port)) => (EntityKind::NvLink, link_entity_id(gpu, port)),
+                Some(LinkRef::Switch(sw, port)) => {
+                    (EntityKind::NvSwitchLink, port_entity_id(sw, port))
+                }
+                None if catalog()
+                    .by_id(field)
+                    .is_some_and(|i| i.level == EntityLevel::Global) =>
+                {
+                    (EntityKind::NvLink, 0)
+                }
                 None => return sentinel(ft, Absent::NotFound),
             },
+            ffi::DCGM_FE_SWITCH => (EntityKind::NvSwitch, id),
+            ffi::DCGM_FE_CPU => (EntityKind::Cpu, id),
+            ffi::DCGM_FE_CPU_CORE => (EntityKind::CpuCore, id),
+            // Global fields read through any group.
+            ffi::DCGM_FE_NONE => (EntityKind::Gpu, id),
             _ => return sentinel(ft, Absent::NotFound),
         };
         let Some(fleet) = self.fleet() else {

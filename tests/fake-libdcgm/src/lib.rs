@@ -505,6 +505,12 @@ pub unsafe extern "C" fn dcgmGetNvLinkLinkStatus(
                         s.gpus[i].entityId = *gpu;
                         s.gpus[i].linkState.copy_from_slice(st);
                     }
+                    let switches = e.switch_link_states();
+                    s.numNvSwitches = switches.len() as u32;
+                    for (i, (sw, st)) in switches.iter().enumerate() {
+                        s.nvSwitches[i].entityId = *sw;
+                        s.nvSwitches[i].linkState.copy_from_slice(st);
+                    }
                     // SAFETY: the version word says the caller's buffer is a v5 struct.
                     unsafe { write_out(status, &s) };
                     (ffi::DCGM_ST_OK, 5)
@@ -518,6 +524,12 @@ pub unsafe extern "C" fn dcgmGetNvLinkLinkStatus(
                         s.gpus[i].entityId = *gpu;
                         s.gpus[i].linkState.copy_from_slice(st);
                     }
+                    let switches = e.switch_link_states();
+                    s.numNvSwitches = switches.len() as u32;
+                    for (i, (sw, st)) in switches.iter().enumerate() {
+                        s.nvSwitches[i].entityId = *sw;
+                        s.nvSwitches[i].linkState.copy_from_slice(st);
+                    }
                     // SAFETY: the version word says the caller's buffer is a (smaller) v4 struct.
                     unsafe { write_out(status.cast::<dcgmNvLinkStatus_v4>(), &s) };
                     (ffi::DCGM_ST_OK, 4)
@@ -528,6 +540,89 @@ pub unsafe extern "C" fn dcgmGetNvLinkLinkStatus(
         drop(e);
         log(format!(
             "dcgmGetNvLinkLinkStatus version={ver} handle={handle} rc={rc}"
+        ));
+        rc
+    })
+}
+
+/// Fill a CPU hierarchy (v1 or v2: the same leading layout per CPU, v2 with the serial).
+fn fill_cores(mask: &mut dcgmCpuHierarchyOwnedCores_v1, cores: &[u32]) {
+    mask.version = ffi::dcgmCpuHierarchyOwnedCores_version1;
+    for core in cores {
+        if let Some(word) = mask.bitmask.get_mut(*core as usize / 64) {
+            *word |= 1u64 << (core % 64);
+        }
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn dcgmGetCpuHierarchy(
+    handle: dcgmHandle_t,
+    hierarchy: *mut dcgmCpuHierarchy_v1,
+) -> dcgmReturn_t {
+    guard("dcgmGetCpuHierarchy", || {
+        let e = engine();
+        let (rc, n) = match e.check(handle) {
+            Err(rc) => (rc, 0),
+            Ok(()) if hierarchy.is_null() => (ffi::DCGM_ST_BADPARAM, 0),
+            // SAFETY: non-NULL pointer to the caller's struct; version word first.
+            Ok(()) if unsafe { read_version(hierarchy) } != ffi::dcgmCpuHierarchy_version1 => {
+                (ffi::DCGM_ST_VER_MISMATCH, 0)
+            }
+            Ok(()) => {
+                let cpus = e.cpu_hierarchy();
+                let mut h = dcgmCpuHierarchy_v1::boxed_zeroed();
+                h.version = ffi::dcgmCpuHierarchy_version1;
+                h.numCpus = cpus.len() as u32;
+                for (i, (id, cores, _)) in cpus.iter().enumerate() {
+                    h.cpus[i].cpuId = *id;
+                    fill_cores(&mut h.cpus[i].ownedCores, cores);
+                }
+                // SAFETY: the version word says the caller's buffer is a v1 struct.
+                unsafe { write_out(hierarchy, &h) };
+                (ffi::DCGM_ST_OK, cpus.len())
+            }
+        };
+        drop(e);
+        log(format!(
+            "dcgmGetCpuHierarchy count={n} handle={handle} rc={rc}"
+        ));
+        rc
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn dcgmGetCpuHierarchy_v2(
+    handle: dcgmHandle_t,
+    hierarchy: *mut dcgmCpuHierarchy_v2,
+) -> dcgmReturn_t {
+    guard("dcgmGetCpuHierarchy_v2", || {
+        let e = engine();
+        let (rc, n) = match e.check(handle) {
+            Err(rc) => (rc, 0),
+            Ok(()) if hierarchy.is_null() => (ffi::DCGM_ST_BADPARAM, 0),
+            // SAFETY: non-NULL pointer to the caller's struct; version word first.
+            Ok(()) if unsafe { read_version(hierarchy) } != ffi::dcgmCpuHierarchy_version2 => {
+                (ffi::DCGM_ST_VER_MISMATCH, 0)
+            }
+            Ok(()) => {
+                let cpus = e.cpu_hierarchy();
+                let mut h = dcgmCpuHierarchy_v2::boxed_zeroed();
+                h.version = ffi::dcgmCpuHierarchy_version2;
+                h.numCpus = cpus.len() as u32;
+                for (i, (id, cores, serial)) in cpus.iter().enumerate() {
+                    h.cpus[i].cpuId = *id;
+                    fill_cores(&mut h.cpus[i].ownedCores, cores);
+                    write_chars(&mut h.cpus[i].serial, serial);
+                }
+                // SAFETY: the version word says the caller's buffer is a v2 struct.
+                unsafe { write_out(hierarchy, &h) };
+                (ffi::DCGM_ST_OK, cpus.len())
+            }
+        };
+        drop(e);
+        log(format!(
+            "dcgmGetCpuHierarchy_v2 count={n} handle={handle} rc={rc}"
         ));
         rc
     })
@@ -815,7 +910,15 @@ pub unsafe extern "C" fn dcgmEntityGetLatestValues(
     values: *mut dcgmFieldValue_v1,
 ) -> dcgmReturn_t {
     guard("dcgmEntityGetLatestValues", || {
-        slow_down(false);
+        let ids_peek: Vec<u16> =
+            if !fields.is_null() && count as usize <= ffi::DCGM_MAX_FIELD_IDS_PER_FIELD_GROUP {
+                // SAFETY: the caller passes `count` (≤ 128, checked) readable field ids.
+                unsafe { std::slice::from_raw_parts(fields, count as usize) }.to_vec()
+            } else {
+                Vec::new()
+            };
+        let poll = !engine::global_only(&ids_peek);
+        slow_down(!poll);
         // The C parameter is `int`; entity ids (packed link ids) use the same 32-bit pattern.
         let key: EntityKey = (entity_group, entity_id as u32);
         let n = count as usize;
@@ -832,13 +935,17 @@ pub unsafe extern "C" fn dcgmEntityGetLatestValues(
             Err(rc) => rc,
             Ok(()) if !ok_args => ffi::DCGM_ST_BADPARAM,
             Ok(()) => {
-                e.begin_read(&[key]);
+                if poll {
+                    e.begin_read(&[key]);
+                }
                 for (i, f) in ids.iter().enumerate() {
                     let v = value_v1(*f, &e.read(key, *f, false));
                     // SAFETY: `values` holds `count` entries (C contract) and i < count.
                     unsafe { write_out(values.add(i), &v) };
                 }
-                e.end_read();
+                if poll {
+                    e.end_read();
+                }
                 ffi::DCGM_ST_OK
             }
         };
@@ -864,8 +971,18 @@ pub unsafe extern "C" fn dcgmEntitiesGetLatestValues(
     values: *mut dcgmFieldValue_v2,
 ) -> dcgmReturn_t {
     guard("dcgmEntitiesGetLatestValues", || {
-        slow_down(flags & ffi::DCGM_FV_FLAG_LIVE_DATA != 0);
         let (ne, nf) = (entity_count as usize, field_count as usize);
+        let ids_peek: Vec<u16> =
+            if !fields.is_null() && nf <= ffi::DCGM_MAX_FIELD_IDS_PER_FIELD_GROUP {
+                // SAFETY: the caller passes `field_count` (≤ 128, checked) readable field ids.
+                unsafe { std::slice::from_raw_parts(fields, nf) }.to_vec()
+            } else {
+                Vec::new()
+            };
+        // Live reads (discovery) and reads of global fields only (the bind/unbind watcher) are not
+        // polls: they neither advance the fleet nor count for the faults.
+        let not_poll = flags & ffi::DCGM_FV_FLAG_LIVE_DATA != 0 || engine::global_only(&ids_peek);
+        slow_down(not_poll);
         let ok_args = ne <= ffi::DCGM_GROUP_MAX_ENTITIES_V2
             && nf <= ffi::DCGM_MAX_FIELD_IDS_PER_FIELD_GROUP
             && (ne == 0 || !entities.is_null())
@@ -897,7 +1014,7 @@ pub unsafe extern "C" fn dcgmEntitiesGetLatestValues(
             Err(rc) => rc,
             Ok(()) if !ok_args => ffi::DCGM_ST_BADPARAM,
             Ok(()) => {
-                if !live {
+                if !not_poll {
                     e.begin_read(&keys);
                 }
                 // DCGM promises no order; the fake answers field-major (all entities for the first
@@ -912,7 +1029,7 @@ pub unsafe extern "C" fn dcgmEntitiesGetLatestValues(
                         i += 1;
                     }
                 }
-                if !live {
+                if !not_poll {
                     e.end_read();
                 }
                 ffi::DCGM_ST_OK
@@ -1111,6 +1228,8 @@ const _: () = {
     let _: t::dcgmGetDeviceAttributes = dcgmGetDeviceAttributes;
     let _: t::dcgmGetEntityGroupEntities = dcgmGetEntityGroupEntities;
     let _: t::dcgmGetGpuInstanceHierarchy = dcgmGetGpuInstanceHierarchy;
+    let _: t::dcgmGetCpuHierarchy = dcgmGetCpuHierarchy;
+    let _: t::dcgmGetCpuHierarchy_v2 = dcgmGetCpuHierarchy_v2;
     let _: t::dcgmGetNvLinkLinkStatus = dcgmGetNvLinkLinkStatus;
     let _: t::dcgmGroupCreate = dcgmGroupCreate;
     let _: t::dcgmGroupAddEntity = dcgmGroupAddEntity;

@@ -55,7 +55,7 @@ use crate::export::otel::naming::{Naming, ResourceSplit};
 use crate::export::otel::units::unit_for;
 use crate::fields::ValueType;
 use crate::snapshot::SnapshotStore;
-use crate::snapshot::{Attribution, Entity, EntityKind, FieldValue, Snapshot};
+use crate::snapshot::{Attribution, Entity, FieldValue, Snapshot};
 
 /// How one instrument reads its row.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -217,25 +217,10 @@ impl DirectBuilder {
         self.instruments.len()
     }
 
-    /// Label-row attributes of every entity (an NvLink takes its GPU's: label fields are not read on
-    /// links), index-aligned with `snap.entities`.
+    /// Label-row attributes of every entity (an NvLink takes its GPU's, a switch port its switch's, a
+    /// core its CPU's), index-aligned with `snap.entities`.
     fn labels(&self, snap: &Snapshot) -> Vec<Vec<KeyValue>> {
-        let mut gpu_labels: HashMap<u32, Vec<KeyValue>> = HashMap::new();
-        for e in &snap.entities {
-            if e.entity.kind == EntityKind::Gpu {
-                gpu_labels.insert(e.entity.gpu.index, self.naming.label_attributes(e));
-            }
-        }
-        snap.entities
-            .iter()
-            .map(|e| match e.entity.kind {
-                EntityKind::NvLink => gpu_labels
-                    .get(&e.entity.gpu.index)
-                    .cloned()
-                    .unwrap_or_default(),
-                _ => self.naming.label_attributes(e),
-            })
-            .collect()
+        self.naming.snapshot_labels(snap)
     }
 
     fn layout_matches(&self, snap: &Snapshot, labels: &[Vec<KeyValue>]) -> bool {
@@ -327,6 +312,9 @@ impl DirectBuilder {
             if *self.counters != *snap.counters {
                 self.instruments = instruments(&snap.counters);
                 self.layout = Layout::default();
+                // Delta state is keyed by instrument index, which a reloaded set renumbers: the next
+                // export of each counter series starts over (sends its value since the start).
+                self.previous.clear();
             }
             // Equal or not, keep the snapshot's Arc: the next export compares pointers only.
             self.counters = snap.counters.clone();

@@ -9,7 +9,14 @@
 //! exporter unpins it after the collection ([`SnapshotView::unpin`]). Absent, text and non-finite
 //! values emit no data point (and negative integers emit none on a counter). Callbacks never panic: the
 //! body runs under `catch_unwind`, because a panicking callback silently ends all OTel exports.
+//!
+//! A callback finds its row by name in the pinned snapshot's counter set, so a counters reload never
+//! makes it read another row: a removed row's instrument observes nothing, and rows new in a reloaded
+//! set get their instruments from [`SnapshotView::register_new`] (called between collections; the SDK
+//! runs callbacks under its registry lock, so never from a callback). An instrument keeps the type it
+//! was registered with until restart.
 
+use std::collections::{HashMap, HashSet};
 use std::panic::AssertUnwindSafe;
 use std::sync::{Arc, Mutex};
 
@@ -29,6 +36,18 @@ pub struct Prepared {
     pub snapshot: Arc<Snapshot>,
     /// Per entity (index-aligned with `snapshot.entities`), one attribute set per pod/job.
     pub sets: Vec<Vec<Vec<KeyValue>>>,
+    /// The first metric row of each name in the snapshot's counter set.
+    pub rows: HashMap<String, usize>,
+}
+
+fn metric_rows(counters: &CounterSet) -> HashMap<String, usize> {
+    let mut rows = HashMap::new();
+    for (i, r) in counters.rows.iter().enumerate() {
+        if r.kind != MetricKind::Label {
+            rows.entry(r.name.clone()).or_insert(i);
+        }
+    }
+    rows
 }
 
 struct Pin {
@@ -42,6 +61,8 @@ pub struct SnapshotView {
     store: Arc<SnapshotStore>,
     naming: Naming,
     pin: Mutex<Pin>,
+    /// The meter the instruments are registered on and the names registered so far.
+    registry: Mutex<(Option<Meter>, HashSet<String>)>,
 }
 
 impl SnapshotView {
@@ -53,7 +74,23 @@ impl SnapshotView {
                 prepared: None,
                 pinned: None,
             }),
+            registry: Mutex::new((None, HashSet::new())),
         })
+    }
+
+    /// The newest published snapshot.
+    pub fn latest(&self) -> Option<Arc<Snapshot>> {
+        self.store.latest()
+    }
+
+    /// Register instruments for the metric rows of `counters` that have none yet (a reloaded counter
+    /// set). Call between collections only. Returns how many were added.
+    pub fn register_new(self: &Arc<Self>, counters: &CounterSet) -> usize {
+        let meter = match self.registry.lock_unpoisoned().0.clone() {
+            Some(m) => m,
+            None => return 0,
+        };
+        register(&meter, counters, self)
     }
 
     /// The pinned snapshot of the running collection; the first call of a collection pins the newest.
@@ -67,9 +104,11 @@ impl SnapshotView {
             };
             if fresh {
                 let sets = self.naming.snapshot_sets(&latest);
+                let rows = metric_rows(&latest.counters);
                 pin.prepared = Some(Arc::new(Prepared {
                     snapshot: latest,
                     sets,
+                    rows,
                 }));
             }
             pin.pinned = Some(std::time::Instant::now());
@@ -87,13 +126,14 @@ impl SnapshotView {
 
 fn observe_rows<T: Copy>(
     view: &SnapshotView,
-    row: usize,
+    name: &str,
     field_id: u16,
     obs: &dyn AsyncInstrument<T>,
     convert: impl Fn(&FieldValue) -> Option<T>,
 ) {
     let body = AssertUnwindSafe(|| {
         let Some(p) = view.current() else { return };
+        let Some(&row) = p.rows.get(name) else { return };
         for (e, sets) in p.snapshot.entities.iter().zip(&p.sets) {
             let Some(raw) = e.values.get(row) else {
                 continue;
@@ -115,7 +155,7 @@ fn observe_rows<T: Copy>(
     });
     if std::panic::catch_unwind(body).is_err() {
         tracing::error!(
-            row,
+            metric = name,
             "an OTel callback panicked; this instrument's data points are left out of this export"
         );
     }
@@ -136,24 +176,29 @@ fn as_nonneg_f64(v: &FieldValue) -> Option<f64> {
     v.as_f64().filter(|f| *f >= 0.0)
 }
 
-/// Register the instruments of every metric row on `meter`. Returns how many were registered.
+/// Register the instruments of every metric row on `meter` (names already registered through this view
+/// are skipped; the view keeps `meter` for [`SnapshotView::register_new`]). Returns how many were
+/// registered.
 pub fn register(meter: &Meter, counters: &CounterSet, view: &Arc<SnapshotView>) -> usize {
-    let mut seen: Vec<&str> = Vec::new();
-    for (i, row) in counters.rows.iter().enumerate() {
-        if row.kind == MetricKind::Label || seen.contains(&row.name.as_str()) {
+    let mut registry = view.registry.lock_unpoisoned();
+    registry.0.get_or_insert_with(|| meter.clone());
+    let mut added = 0;
+    for row in &counters.rows {
+        if row.kind == MetricKind::Label || !registry.1.insert(row.name.clone()) {
             continue;
         }
-        seen.push(&row.name);
+        added += 1;
         let v = view.clone();
         let unit = unit_for(row);
         let field_id = row.field.id;
+        let name = row.name.clone();
         match row.kind {
             MetricKind::Gauge => {
                 meter
                     .f64_observable_gauge(row.name.clone())
                     .with_description(row.help.clone())
                     .with_unit(unit)
-                    .with_callback(move |obs| observe_rows(&v, i, field_id, obs, as_f64))
+                    .with_callback(move |obs| observe_rows(&v, &name, field_id, obs, as_f64))
                     .build();
             }
             MetricKind::Counter if row.field.value_type == ValueType::Int64 => {
@@ -161,7 +206,7 @@ pub fn register(meter: &Meter, counters: &CounterSet, view: &Arc<SnapshotView>) 
                     .u64_observable_counter(row.name.clone())
                     .with_description(row.help.clone())
                     .with_unit(unit)
-                    .with_callback(move |obs| observe_rows(&v, i, field_id, obs, as_u64))
+                    .with_callback(move |obs| observe_rows(&v, &name, field_id, obs, as_u64))
                     .build();
             }
             MetricKind::Counter => {
@@ -169,11 +214,11 @@ pub fn register(meter: &Meter, counters: &CounterSet, view: &Arc<SnapshotView>) 
                     .f64_observable_counter(row.name.clone())
                     .with_description(row.help.clone())
                     .with_unit(unit)
-                    .with_callback(move |obs| observe_rows(&v, i, field_id, obs, as_nonneg_f64))
+                    .with_callback(move |obs| observe_rows(&v, &name, field_id, obs, as_nonneg_f64))
                     .build();
             }
             MetricKind::Label => {}
         }
     }
-    seen.len()
+    added
 }

@@ -93,6 +93,11 @@ impl QueueExporter {
             self.metrics.collect_seconds.set(collect.as_secs_f64());
         }
         let started = Instant::now();
+        // A reloaded counter set: instruments for its new rows, observed from the next collection on
+        // (registering here, between collections, cannot deadlock on the SDK's registry lock).
+        if let Some(latest) = self.view.latest() {
+            self.view.register_new(&latest.counters);
+        }
         let converted = convert(rm, &self.split);
         if converted.data_points == 0 {
             return;

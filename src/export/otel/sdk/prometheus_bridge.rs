@@ -147,6 +147,8 @@ impl OtelPrometheus {
     /// Render the snapshot and publish the body.
     pub fn publish(&self, snap: &Arc<Snapshot>) {
         let started = Instant::now();
+        // A reloaded counter set: instruments for its new rows, before the collection below.
+        self.view.register_new(&snap.counters);
         self.store.publish(snap.clone());
         let families =
             std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.registry.gather()));
