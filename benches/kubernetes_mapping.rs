@@ -74,6 +74,7 @@ fn reply(fleet: &Fleet) -> ListPodResourcesResponse {
                 ContainerResources {
                     name: "istio-proxy".into(),
                     devices: vec![],
+                    dynamic_resources: vec![],
                 },
                 ContainerResources {
                     name: "model-server".into(),
@@ -82,6 +83,7 @@ fn reply(fleet: &Fleet) -> ListPodResourcesResponse {
                         device_ids: ids,
                         topology: None,
                     }],
+                    dynamic_resources: vec![],
                 },
             ],
         });

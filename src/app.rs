@@ -21,7 +21,8 @@ use arc_swap::ArcSwap;
 use crate::cli::{Cli, Parsed};
 use crate::counters::{self, CounterSet};
 use crate::enrich::hpc::HpcEnricher;
-use crate::enrich::kubernetes::{KubernetesConfig, KubernetesEnricher};
+use crate::enrich::kubernetes::simulated::SimulatedCluster;
+use crate::enrich::kubernetes::{api::ApiConfig, KubernetesConfig, KubernetesEnricher, PodSource};
 use crate::enrich::Enricher;
 use crate::export::otel::otlp::{OtelExport, OtlpPlan};
 use crate::export::otel::sdk::prometheus_bridge::OtelPrometheus;
@@ -106,6 +107,14 @@ pub struct Plan {
     source: SourcePlan,
     host: HostInfo,
     otlp: Option<OtlpPlan>,
+    kubernetes: Option<KubernetesPlan>,
+}
+
+/// `-k`: the enricher's settings and where its pod-resources answers come from.
+struct KubernetesPlan {
+    config: KubernetesConfig,
+    /// The scenario's pods on a simulated fleet (no kubelet socket named); else the kubelet.
+    simulated: Option<SimulatedCluster>,
 }
 
 impl Plan {
@@ -148,6 +157,7 @@ impl Plan {
             hostname,
             node_name,
         };
+        let scenario_pods = scenario.as_ref().map(|s| s.pods.clone());
         let source = match scenario {
             Some(scenario) => {
                 let seed = cli.simulation.seed();
@@ -181,6 +191,29 @@ impl Plan {
                 ))
             }
         };
+        let kubernetes = if cli.kubernetes.kubernetes {
+            let config =
+                KubernetesConfig::resolve(&cli.kubernetes, interval, host.node_name.clone())
+                    .map_err(StartError::input)?;
+            // A simulated fleet whose scenario has pods plays the cluster, unless a kubelet socket
+            // other than the default is named (the tests' fake kubelet).
+            let default_socket = cli.kubernetes.pod_resources_kubelet_socket
+                == std::path::Path::new(crate::enrich::kubernetes::podresources::DEFAULT_SOCKET);
+            let simulated = match (&source, &scenario_pods) {
+                (SourcePlan::Simulated { source, seed, .. }, Some(pods))
+                    if default_socket && !pods.is_empty() =>
+                {
+                    Some(
+                        SimulatedCluster::new(pods, source.fleet(), *seed)
+                            .map_err(|e| StartError::input(format!("simulated cluster: {e}")))?,
+                    )
+                }
+                _ => None,
+            };
+            Some(KubernetesPlan { config, simulated })
+        } else {
+            None
+        };
         let otlp = {
             let ctx = otel_context(&cli, &counters, &host);
             if cli.server.prometheus_format == PrometheusFormat::Otel {
@@ -207,6 +240,7 @@ impl Plan {
             source,
             host,
             otlp,
+            kubernetes,
         })
     }
 
@@ -223,6 +257,7 @@ impl Plan {
             source,
             host,
             otlp,
+            kubernetes,
         } = self;
         for flag in &not_implemented {
             tracing::warn!(flag = %flag, "dcgm-exporter flag accepted for compatibility but not implemented by dcgm-otel yet; it has no effect");
@@ -297,11 +332,26 @@ impl Plan {
 
         // ---- enrichers --------------------------------------------------------------------------
         let mut enrichers: Vec<Box<dyn Enricher>> = Vec::new();
-        if cli.kubernetes.kubernetes {
-            let config = KubernetesConfig::from_args(&cli.kubernetes, interval);
-            let k8s = KubernetesEnricher::new(config, &self_metrics).map_err(|e| {
-                StartError::environment(format!("cannot start the kubelet client runtime: {e}"))
-            })?;
+        if let Some(k) = kubernetes {
+            let env = |k: &str| std::env::var(k).ok();
+            let api = match (&k.simulated, k.config.pod_labels.is_some() || k.config.pod_uid || k.config.dra) {
+                (None, true) => ApiConfig::discover(&env).unwrap_or_else(|e| {
+                    tracing::warn!(error = %e, "Kubernetes API configuration unusable; no pod labels or DRA attribution");
+                    None
+                }),
+                _ => None,
+            };
+            let source = match k.simulated {
+                Some(c) => PodSource::Simulated(Box::new(c)),
+                None => PodSource::Kubelet,
+            };
+            let k8s =
+                KubernetesEnricher::with_source(k.config, source, api.as_ref(), &self_metrics)
+                    .map_err(|e| {
+                        StartError::environment(format!(
+                            "cannot start the kubelet client runtime: {e}"
+                        ))
+                    })?;
             enrichers.push(Box::new(k8s));
         }
         if let Some(dir) = cli.hpc.dir() {

@@ -65,30 +65,6 @@ pub const ACCEPTED_NOT_IMPLEMENTED: &[(&str, Option<char>, &str, bool)] = &[
         "DCGM_EXPORTER_CONFIGMAP_DATA",
         true,
     ),
-    (
-        "kubernetes-enable-pod-labels",
-        None,
-        "DCGM_EXPORTER_KUBERNETES_ENABLE_POD_LABELS",
-        false,
-    ),
-    (
-        "kubernetes-pod-label-allowlist-regex",
-        None,
-        "DCGM_EXPORTER_KUBERNETES_POD_LABEL_ALLOWLIST_REGEX",
-        true,
-    ),
-    (
-        "kubernetes-virtual-gpus",
-        None,
-        "KUBERNETES_VIRTUAL_GPUS",
-        false,
-    ),
-    (
-        "kubernetes-enable-dra",
-        None,
-        "KUBERNETES_ENABLE_DRA",
-        false,
-    ),
     ("fake-gpus", None, "DCGM_EXPORTER_USE_FAKE_GPUS", false),
     (
         "xid-count-window-size",

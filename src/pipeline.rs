@@ -245,6 +245,7 @@ impl Publisher {
             host: self.host.clone(),
             driver_version: None,
             entities: Vec::new(),
+            derived: Vec::new(),
         }
     }
 
@@ -360,6 +361,10 @@ impl Pipeline {
                     for e in &mut self.enrichers {
                         e.enrich(&mut reading.entities);
                     }
+                    let mut derived = Vec::new();
+                    for e in &mut self.enrichers {
+                        e.derive(&reading.entities, &self.counters, &mut derived);
+                    }
                     self.count_absent(&reading, &mut metrics);
                     if was_down {
                         tracing::info!(
@@ -382,6 +387,7 @@ impl Pipeline {
                         host: self.host.clone(),
                         driver_version: reading.driver_version,
                         entities: reading.entities,
+                        derived,
                     };
                     (snapshot, None)
                 }

@@ -178,6 +178,7 @@ fn container(name: &str, resource: &str, ids: &[&str]) -> ContainerResources {
                 nodes: vec![NumaNode { id: 0 }],
             }),
         }],
+        dynamic_resources: vec![],
     }
 }
 
@@ -418,6 +419,7 @@ fn whole_gpu_by_uuid_and_mig_slices_by_mig_id() {
                     ContainerResources {
                         name: "sidecar".into(),
                         devices: vec![],
+                        dynamic_resources: vec![],
                     },
                     container("server", "nvidia.com/mig-3g.40gb", &[&mig[0].2]),
                 ],

@@ -113,6 +113,7 @@ pub fn snapshot(
         host: host.clone(),
         driver_version: reading.driver_version,
         entities: reading.entities,
+        derived: Vec::new(),
     }
 }
 

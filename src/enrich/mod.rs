@@ -5,11 +5,22 @@
 pub mod hpc;
 pub mod kubernetes;
 
-use crate::snapshot::EntityReading;
+use crate::counters::CounterSet;
+use crate::snapshot::{DerivedFamily, EntityReading};
 
 /// Adds attribution to the entities of one reading. Must not panic; failures are logged and counted by
 /// the enricher itself, and leave the entities as they were (or with the last good attribution).
 pub trait Enricher: Send {
     fn name(&self) -> &'static str;
     fn enrich(&mut self, entities: &mut [EntityReading]);
+
+    /// Series this enricher derives from the collection once every enricher has run (the per-pod cost
+    /// counters), appended to `out`. Most enrichers derive none.
+    fn derive(
+        &mut self,
+        _entities: &[EntityReading],
+        _counters: &CounterSet,
+        _out: &mut Vec<DerivedFamily>,
+    ) {
+    }
 }

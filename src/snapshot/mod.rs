@@ -10,6 +10,7 @@
 //! [`SnapshotStore`] holds the newest published snapshot.
 
 pub mod attribution;
+pub mod derived;
 pub mod entity;
 pub mod inventory;
 
@@ -19,6 +20,7 @@ use std::time::SystemTime;
 use arc_swap::ArcSwapOption;
 
 pub use attribution::{Attribute, AttributeKey, Attribution, Placement};
+pub use derived::{DerivedFamily, DerivedInfo, DerivedKind, DerivedSample};
 pub use entity::{Entity, EntityKind, GpuIdentity, MigIdentity};
 
 use crate::counters::CounterSet;
@@ -117,6 +119,9 @@ pub struct Snapshot {
     pub host: Arc<HostInfo>,
     pub driver_version: Option<String>,
     pub entities: Vec<EntityReading>,
+    /// Series derived from the enriched readings that are not DCGM fields (per-pod cost counters);
+    /// written after the DCGM families. Empty when the collection failed.
+    pub derived: Vec<DerivedFamily>,
 }
 
 impl Snapshot {

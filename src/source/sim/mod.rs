@@ -5,6 +5,7 @@
 pub mod args;
 pub mod fleet;
 pub mod models;
+pub mod pods;
 pub mod scenario;
 
 use std::sync::Arc;

@@ -25,6 +25,9 @@ pub struct Scenario {
     /// Fields reported not supported on every entity, by DCGM name.
     #[serde(default)]
     pub unsupported_fields: Vec<String>,
+    /// The simulated cluster: pods holding GPUs and MIG instances (served with `-k`).
+    #[serde(default)]
+    pub pods: Vec<super::pods::ScenarioPod>,
 }
 
 fn default_driver() -> String {
@@ -166,6 +169,18 @@ impl Scenario {
         {
             if crate::fields::catalog().by_name(name).is_none() {
                 return Err(invalid(format!("unknown DCGM field '{name}'")));
+            }
+        }
+        for pod in &scenario.pods {
+            pod.check().map_err(invalid)?;
+            if let Some(d) = pod.devices.iter().find(|d| d.gpu >= total) {
+                return Err(invalid(format!(
+                    "pod {}/{} holds GPU {}; the scenario has GPUs 0 to {}",
+                    pod.namespace,
+                    pod.pod,
+                    d.gpu,
+                    total - 1
+                )));
             }
         }
         Ok(scenario)
