@@ -76,6 +76,8 @@ pub struct KubernetesConfig {
     pub cost: CostSettings,
     /// `NODE_NAME`: the API watch selects this node's pods.
     pub node_name: Option<String>,
+    /// The collect interval.
+    pub interval: Duration,
 }
 
 /// Where the pod-resources answers come from.
@@ -198,6 +200,7 @@ impl KubernetesConfig {
                 retention: args.pod_series_retention,
             },
             node_name: None,
+            interval,
         }
     }
 
@@ -332,6 +335,7 @@ impl KubernetesEnricher {
                         path: "/api/v1/pods".into(),
                         field_selector: node.map(|n| format!("spec.nodeName={n}")),
                         parse: parse_pod,
+                        stale_after: api::stale_after(config.interval),
                     };
                     match api::watch::start(cfg, resource, registry) {
                         Ok(w) => {
@@ -351,6 +355,7 @@ impl KubernetesEnricher {
                         path: "/apis/resource.k8s.io/v1/resourceslices".into(),
                         field_selector: Some(selector),
                         parse: parse_resource_slice,
+                        stale_after: api::stale_after(config.interval),
                     };
                     match api::watch::start(cfg, resource, registry) {
                         Ok(w) => slices_api = Some(w.cache),

@@ -13,8 +13,8 @@
 //! a collection only reads the cache.
 //!
 //! The API being down never blocks a collection: the cache keeps what it last knew for
-//! [`STALE_AFTER`] after the watch was lost, then is emptied (series lose their pod labels and API
-//! UIDs) until a list succeeds again; each change is logged once. Requests are counted in
+//! [`stale_after`] (10 collect intervals, at least 10 s) after the watch was lost, then is emptied
+//! (series lose their pod labels and API UIDs) until a list succeeds again; each change is logged once. Requests are counted in
 //! `dcgm_otel_kubernetes_api_requests_total{verb,result}`.
 
 pub mod config;
@@ -25,8 +25,11 @@ pub use watch::{Cache, Resource, Watcher};
 
 use std::time::Duration;
 
-/// How long the cache is used after the watch was lost before it is emptied.
-pub const STALE_AFTER: Duration = Duration::from_secs(300);
+/// How long the cache is used after the watch was lost before it is emptied: 10 collect intervals,
+/// at least 10 s.
+pub fn stale_after(interval: Duration) -> Duration {
+    (interval * 10).max(Duration::from_secs(10))
+}
 
 /// Server-side timeout of one watch request (it then resumes from the last version seen).
 pub const WATCH_TIMEOUT_S: u64 = 300;

@@ -14,7 +14,7 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use serde_json::Value;
 
 use super::config::{ApiConfig, Auth};
-use super::{STALE_AFTER, WATCH_TIMEOUT_S};
+use super::WATCH_TIMEOUT_S;
 use crate::telemetry::self_metrics::{Metric, SelfMetrics};
 
 /// What is watched and how an object is kept.
@@ -27,6 +27,8 @@ pub struct Resource<T> {
     pub field_selector: Option<String>,
     /// The cache key and value of an object; `None` skips it.
     pub parse: fn(&Value) -> Option<(String, T)>,
+    /// How long the cache is used after the watch was lost before it is emptied.
+    pub stale_after: Duration,
 }
 
 /// The objects last known, readable from any thread.
@@ -343,10 +345,10 @@ impl<T: Send + Sync + 'static> Run<T> {
                         tracing::warn!(resource = self.resource.name, server = %self.cfg.server, error = %e, "Kubernetes API request failed; using what was last known, retrying with backoff");
                         logged_down = true;
                     }
-                    if since.elapsed() > STALE_AFTER && cache.synced() {
+                    if since.elapsed() > self.resource.stale_after && cache.synced() {
                         tracing::warn!(
                             resource = self.resource.name,
-                            after_s = STALE_AFTER.as_secs(),
+                            after_s = self.resource.stale_after.as_secs_f64(),
                             "Kubernetes API still unreachable; its data dropped until it answers"
                         );
                         cache.clear();
@@ -357,7 +359,9 @@ impl<T: Send + Sync + 'static> Run<T> {
             }
             drop(cache);
             let jitter = Duration::from_millis(u64::from(std::process::id() % 250));
-            tokio::time::sleep(delay + jitter).await;
+            // Never sleep past the moment the stale data must go.
+            let cap = self.resource.stale_after.max(Duration::from_millis(500));
+            tokio::time::sleep((delay + jitter).min(cap)).await;
             delay = (delay * 2).min(Duration::from_secs(30));
         }
     }
