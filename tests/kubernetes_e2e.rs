@@ -1504,3 +1504,75 @@ fn shared_gpu_pods_get_the_vgpu_label_and_dra_claims_their_device() {
         .collect();
     assert_eq!(secs.len(), 2, "{body}");
 }
+
+#[test]
+fn simulated_cluster_serves_pods_labels_and_cost_counters_without_a_kubelet() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = fleet("default");
+    let ex = exporter(
+        dir.path(),
+        "default",
+        &["-k", "--kubernetes-enable-pod-labels"],
+    );
+    // The batch job of the scenario appears at collection 3.
+    let body = scrape_until(ex.port, "the simulated batch job", |b| {
+        series(b, "dcgm_otel_pod_gpu_energy_joules_total").len() == 5
+            && series(b, "dcgm_otel_pod_gpu_idle_seconds_total").len() == 5
+    });
+    let labels = |app: &str, team: &str| format!(",app=\"{app}\",team=\"{team}\"");
+    assert_eq!(
+        series(&body, "DCGM_FI_DEV_GPU_TEMP"),
+        vec![
+            temp_line(
+                &f,
+                0,
+                None,
+                &(labels("llm-finetune", "research")
+                    + &pod_attrs("trainer", "research", "llm-finetune-0"))
+            ),
+            temp_line(
+                &f,
+                0,
+                None,
+                &(labels("notebook", "research")
+                    + &pod_attrs("jupyter", "research", "notebook-alice"))
+            ),
+            temp_line(
+                &f,
+                1,
+                Some(0),
+                &(labels("chat-api", "product")
+                    + &pod_attrs("server", "inference", "chat-api-7d9f4"))
+            ),
+            temp_line(
+                &f,
+                1,
+                Some(1),
+                &(labels("embedder", "product")
+                    + &pod_attrs("server", "inference", "embedder-5c2b8"))
+            ),
+            temp_line(
+                &f,
+                1,
+                Some(2),
+                &(labels("eval", "research") + &pod_attrs("eval", "batch", "eval-job-1"))
+            ),
+        ]
+    );
+    for family in [
+        "dcgm_otel_pod_gpu_seconds_total",
+        "dcgm_otel_pod_gpu_energy_joules_total",
+        "dcgm_otel_pod_gpu_idle_seconds_total",
+    ] {
+        assert!(
+            body.contains(&format!("# TYPE {family} counter")),
+            "{family}"
+        );
+        assert_eq!(
+            series(&body, family).len(),
+            5,
+            "{family}: one per pod and device"
+        );
+    }
+    assert_eq!(log_count(&ex, "SIMULATED KUBERNETES"), 1);
+}
