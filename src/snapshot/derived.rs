@@ -10,7 +10,8 @@
 
 use std::sync::Arc;
 
-use super::{Attribute, Entity};
+use super::attribution::Attribute;
+use super::entity::Entity;
 
 /// What kind of metric a derived family is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

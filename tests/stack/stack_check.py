@@ -50,15 +50,9 @@ import yaml
 # Panels whose queries must parse and run but may return nothing in CI, with the reason. Keyed by dashboard
 # uid and panel title. Nothing else may come back empty: the OTLP-path panels get their data from
 # dcgm-otel --otlp through tests/stack/otlp_standin.py.
-K8S_REASON = ("pod/namespace/container labels exist only with --kubernetes and a kubelet that assigns GPUs to "
-              "pods; the simulated fleet has no Kubernetes")
-SKIP = {
-    ("dcgm-otel", "GPU utilization by pod"): K8S_REASON,
-    ("dcgm-otel", "Engine active by pod (incl. MIG)"): K8S_REASON,
-    ("dcgm-otel", "Framebuffer used by namespace"): K8S_REASON,
-    ("dcgm-otel", "Power by namespace"): K8S_REASON,
-    ("dcgm-otel", "GPUs per pod"): K8S_REASON,
-}
+# The live stack runs `-k --kubernetes-enable-pod-labels` on the simulated cluster of the default scenario,
+# so the per-pod panels have data too: nothing is skipped.
+SKIP = {}
 # Targets (not whole panels) that may be empty: (uid, panel title, refId) -> reason.
 SKIP_TARGETS = {}
 
@@ -506,8 +500,10 @@ UCUM_TO_CLOUDWATCH = {
     "us": {"Microseconds"}, "1": {"None"}, "MHz": {"None"}, "Cel": {"None"}, "W": {"None"}, "mJ": {"None"},
     "J": {"None"},
 }
-# Attributes only a Kubernetes run (-k with a kubelet) gives; the simulated fleet has none.
-KUBERNETES_ATTRIBUTES = {"k8s.namespace.name", "k8s.pod.name", "k8s.container.name", "k8s.pod.uid"}
+# Attributes only a Kubernetes run gives (the live stack's simulated cluster sends the first three and pod
+# labels; a pod UID needs --kubernetes-enable-pod-uid, a team label a pod labelled team).
+KUBERNETES_ATTRIBUTES = {"k8s.namespace.name", "k8s.pod.name", "k8s.container.name", "k8s.pod.uid",
+                         "k8s.pod.label.team"}
 MIG_ATTRIBUTE = "nvidia.mig.profile"
 MIG_INSTANCE_ATTRIBUTE = "nvidia.mig.instance_id"
 GPU_INDEX_ATTRIBUTE = "nvidia.gpu.index"

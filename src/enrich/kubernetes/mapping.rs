@@ -191,22 +191,29 @@ pub fn vgpu_of(id: &str) -> Option<&str> {
     id.rsplit_once("::").map(|(_, r)| r)
 }
 
+/// Pod UID and labels by namespace and name.
+pub type MetadataFn<'a> = &'a dyn Fn(&str, &str) -> Option<Arc<super::labels::PodMeta>>;
+/// The label attributes of a pod's labels.
+pub type LabelsFn<'a> = &'a dyn Fn(&super::labels::PodMeta) -> Vec<Attribute>;
+/// A DRA claim's (driver, pool, device) as a device key and `dra_*` attributes.
+pub type DraFn<'a> = &'a dyn Fn(&str, &str, &str) -> Option<(DeviceKey, Vec<Attribute>)>;
+
 /// What joins a `List` reply besides device ids: pod UIDs and labels, shared replicas, DRA claims.
 #[derive(Default)]
 pub struct MappingExtras<'a> {
     /// The kubelet's device checkpoint (pod UIDs, fallback when the API does not know the pod).
     pub uids: Option<&'a UidIndex>,
     /// Pod UID and labels from the API server (or the simulated cluster), by namespace and name.
-    pub metadata: Option<&'a dyn Fn(&str, &str) -> Option<Arc<super::labels::PodMeta>>>,
+    pub metadata: Option<MetadataFn<'a>>,
     /// `--kubernetes-enable-pod-uid`.
     pub pod_uid: bool,
     /// `--kubernetes-enable-pod-labels`: the label attributes of a pod's labels.
-    pub pod_labels: Option<&'a dyn Fn(&super::labels::PodMeta) -> Vec<Attribute>>,
+    pub pod_labels: Option<LabelsFn<'a>>,
     /// `--kubernetes-virtual-gpus`: add the `vgpu` label.
     pub virtual_gpus: bool,
     /// `--kubernetes-enable-dra`: resolve a claim's (driver, pool, device) to a device key and its
     /// attributes.
-    pub dra: Option<&'a dyn Fn(&str, &str, &str) -> Option<(DeviceKey, Vec<Attribute>)>>,
+    pub dra: Option<DraFn<'a>>,
 }
 
 /// Pods by device, built from one `List` reply. Every pod list is sorted and free of duplicates.

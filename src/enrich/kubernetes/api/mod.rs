@@ -23,13 +23,4 @@ pub mod watch;
 pub use config::{ApiConfig, Auth, ConfigError};
 pub use watch::{Cache, Resource, Watcher};
 
-use std::time::Duration;
-
-/// How long the cache is used after the watch was lost before it is emptied: 10 collect intervals,
-/// at least 10 s.
-pub fn stale_after(interval: Duration) -> Duration {
-    (interval * 10).max(Duration::from_secs(10))
-}
-
-/// Server-side timeout of one watch request (it then resumes from the last version seen).
-pub const WATCH_TIMEOUT_S: u64 = 300;
+pub use watch::{stale_after, WATCH_TIMEOUT_S};

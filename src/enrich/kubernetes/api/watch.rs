@@ -14,8 +14,16 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use serde_json::Value;
 
 use super::config::{ApiConfig, Auth};
-use super::WATCH_TIMEOUT_S;
 use crate::telemetry::self_metrics::{Metric, SelfMetrics};
+
+/// Server-side timeout of one watch request (it then resumes from the last version seen).
+pub const WATCH_TIMEOUT_S: u64 = 300;
+
+/// How long the cache is used after the watch was lost before it is emptied: 10 collect intervals,
+/// at least 10 s.
+pub fn stale_after(interval: Duration) -> Duration {
+    (interval * 10).max(Duration::from_secs(10))
+}
 
 /// What is watched and how an object is kept.
 pub struct Resource<T> {

@@ -500,10 +500,7 @@ impl DirectBuilder {
 
     /// Where each derived sample goes: per layout resource, and the resources of samples whose entity
     /// and attribute set the readings no longer have (a departed pod's retained series), built here.
-    fn place_derived(
-        &self,
-        snap: &Snapshot,
-    ) -> (Vec<Vec<DerivedPoint>>, Vec<(Resource, Vec<DerivedPoint>)>) {
+    fn place_derived(&self, snap: &Snapshot) -> (Vec<Vec<DerivedPoint>>, ExtraResources) {
         let mut placed: Vec<Vec<DerivedPoint>> = vec![Vec::new(); self.layout.resources.len()];
         let mut extras: Vec<(Resource, Vec<DerivedPoint>)> = Vec::new();
         if snap.derived.is_empty() {
@@ -686,6 +683,9 @@ enum Placed {
 
 /// (derived family, sample, its set).
 type DerivedPoint = (usize, usize, Placed);
+
+/// Resources made for derived series the readings no longer have, with their points.
+type ExtraResources = Vec<(Resource, Vec<DerivedPoint>)>;
 
 /// The derived families' metrics of one resource (one metric per family with points), appended to
 /// `metrics`. Counters are monotonic sums of doubles (delta per series with delta temporality, keyed
