@@ -409,9 +409,15 @@ def check_otel_config(path):
     return errors
 
 
+# Families dcgm-otel computes itself (not counters-CSV rows): the per-pod cost counters of -k.
+DERIVED_METRICS = ["dcgm_otel_pod_gpu_seconds_total", "dcgm_otel_pod_gpu_energy_joules_total",
+                   "dcgm_otel_pod_gpu_idle_seconds_total"]
+
+
 def default_counter_names():
-    """Metric names of the built-in counters CSV (the rows dcgm-otel exports by default)."""
-    names = []
+    """Metric names of the built-in counters CSV (the rows dcgm-otel exports by default) and of the
+    families it derives itself."""
+    names = list(DERIVED_METRICS)
     with open(DEFAULT_COUNTERS_CSV) as f:
         for line in f:
             line = line.strip()
@@ -560,7 +566,9 @@ def cmd_cloudwatch_live(path, url):
                 series.setdefault((dims, tuple(attrs[d] for d in dims)), set()).add(entity)
         for (dims, values), entities in sorted(series.items()):
             where = f"{name}: dimension set {list(dims)} = {list(values)}"
-            if {bool(e[2]) for e in entities} == {False, True}:
+            # The cost counters are shares of whole GPUs (a MIG instance's points already count its slices
+            # only): a namespace's or team's sum over GPUs and MIG instances is what it should show.
+            if {bool(e[2]) for e in entities} == {False, True} and name not in DERIVED_METRICS:
                 errs.append(f"{where} gets points of a whole GPU and of MIG instances, which CloudWatch would "
                             f"aggregate into one series")
             elif GPU_INDEX_ATTRIBUTE in dims and len(entities) > 1:
