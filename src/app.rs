@@ -259,6 +259,22 @@ impl Plan {
             otlp,
             kubernetes,
         } = self;
+        let k = &cli.kubernetes;
+        let needs_k: Vec<&str> = [
+            (
+                k.kubernetes_enable_pod_labels,
+                "--kubernetes-enable-pod-labels",
+            ),
+            (k.kubernetes_virtual_gpus, "--kubernetes-virtual-gpus"),
+            (k.kubernetes_enable_dra, "--kubernetes-enable-dra"),
+            (k.kubernetes_enable_pod_uid, "--kubernetes-enable-pod-uid"),
+        ]
+        .into_iter()
+        .filter_map(|(on, name)| on.then_some(name))
+        .collect();
+        if !k.kubernetes && !needs_k.is_empty() {
+            tracing::warn!(flags = %needs_k.join(" "), "these Kubernetes flags have no effect without -k/--kubernetes");
+        }
         for flag in &not_implemented {
             tracing::warn!(flag = %flag, "dcgm-exporter flag accepted for compatibility but not implemented by dcgm-otel yet; it has no effect");
         }

@@ -336,19 +336,30 @@ fn scenario_file_and_no_hostname() {
 #[test]
 fn unimplemented_dcgm_exporter_flags_are_accepted_with_a_warning() {
     let e = start(
-        &["--simulate", "-p", "f", "-kubernetes-enable-pod-labels"],
+        &[
+            "--simulate",
+            "-p",
+            "f",
+            "-fake-gpus",
+            "-kubernetes-enable-pod-labels",
+        ],
         &[("DCGM_EXPORTER_XID_COUNT_WINDOW_SIZE", "60000")],
     );
     let err = common::terminate(e);
-    for flag in [
-        "--cpu-devices",
-        "--kubernetes-enable-pod-labels",
-        "--xid-count-window-size",
-    ] {
+    for flag in ["--cpu-devices", "--fake-gpus", "--xid-count-window-size"] {
         assert!(
             err.lines()
                 .any(|l| l.contains("not implemented") && l.contains(flag)),
             "no warning for {flag}:\n{err}"
         );
     }
+    // Implemented, but only with -k: said once.
+    assert_eq!(
+        err.lines()
+            .filter(|l| l.contains("have no effect without -k")
+                && l.contains("--kubernetes-enable-pod-labels"))
+            .count(),
+        1,
+        "{err}"
+    );
 }
