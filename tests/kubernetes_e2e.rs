@@ -1576,3 +1576,77 @@ fn simulated_cluster_serves_pods_labels_and_cost_counters_without_a_kubelet() {
     }
     assert_eq!(log_count(&ex, "SIMULATED KUBERNETES"), 1);
 }
+
+/// Figure for the closing note, not a check: Kubernetes API requests per minute on a node with 40 pods
+/// whose labels change all the time (a pod relabelled every 1.5 s), at `-c 1000` with pod labels and
+/// UIDs on. Run by hand: `cargo test --release --test kubernetes_e2e -- --ignored --nocapture figure_api`.
+#[test]
+#[ignore = "60 s measurement; prints a figure"]
+fn figure_api_requests_per_minute_with_40_pods() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = fleet("dgx-h100-mig");
+    let sock = socket_in(dir.path());
+    let api = FakeApi::start();
+    let mut list = Vec::new();
+    let slices: Vec<&str> = f.mig.iter().flatten().map(|m| m.2.as_str()).collect();
+    for i in 0..40 {
+        let name = format!("p-{i}");
+        api.put_pod("ml", &name, &format!("uid-{i}"), &[("team", "a")]);
+        let c = match (i < 8, slices.get(i.saturating_sub(8))) {
+            (true, _) => container("c", "nvidia.com/gpu", &[&f.gpu_uuid[i % 4]]),
+            (false, Some(u)) => container("c", "nvidia.com/mig-1g.10gb", &[u]),
+            _ => container("c", "nvidia.com/gpu", &[&f.gpu_uuid[0]]),
+        };
+        list.push(pod("ml", &name, vec![c]));
+    }
+    let _kubelet = FakeKubelet::start(&sock, pods(list));
+    let kubeconfig = api.kubeconfig(dir.path());
+    let port = free_port();
+    let child = Command::new(env!("CARGO_BIN_EXE_dcgm-otel"))
+        .args([
+            "--simulate=dgx-h100-mig",
+            "-c",
+            "1000",
+            "-a",
+            &format!("127.0.0.1:{port}"),
+            "-k",
+        ])
+        .args([
+            "--kubernetes-enable-pod-labels",
+            "--kubernetes-enable-pod-uid",
+        ])
+        .arg("--pod-resources-kubelet-socket")
+        .arg(&sock)
+        .env_clear()
+        .env("NODE_NAME", "node-a")
+        .env("KUBECONFIG", &kubeconfig)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let ex = Exporter {
+        child,
+        port,
+        log: dir.path().join("none"),
+    };
+    scrape_until(ex.port, "labels", |b| b.contains("team=\"a\""));
+    let started = Instant::now();
+    let mut n = 0;
+    while started.elapsed() < Duration::from_secs(60) {
+        std::thread::sleep(Duration::from_millis(1500));
+        n += 1;
+        api.put_pod(
+            "ml",
+            &format!("p-{}", n % 40),
+            &format!("uid-{}", n % 40),
+            &[("team", if n % 2 == 0 { "a" } else { "b" })],
+        );
+    }
+    let (lists, watches) = api.counts();
+    let body = scrape(ex.port).unwrap_or_default();
+    println!(
+        "FIGURE: 40 pods, {n} label changes in 60 s: {lists} list + {watches} watch requests in total since start ({:.1} per minute); {} watch events received",
+        (lists + watches) as f64 / (started.elapsed().as_secs_f64() / 60.0),
+        value(&body, "dcgm_otel_kubernetes_api_watch_events_total{resource=\"pods\"}")
+    );
+}
