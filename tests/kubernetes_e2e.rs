@@ -1589,7 +1589,7 @@ fn figure_api_requests_per_minute_with_40_pods() {
     let api = FakeApi::start();
     let mut list = Vec::new();
     let slices: Vec<&str> = f.mig.iter().flatten().map(|m| m.2.as_str()).collect();
-    for i in 0..40 {
+    for i in 0..40usize {
         let name = format!("p-{i}");
         api.put_pod("ml", &name, &format!("uid-{i}"), &[("team", "a")]);
         let c = match (i < 8, slices.get(i.saturating_sub(8))) {
