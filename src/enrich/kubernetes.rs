@@ -589,3 +589,57 @@ impl Enricher for KubernetesEnricher {
         out.extend(self.cost.collect(entities, counters, now, &EqualShares));
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pods_and_resource_slices_from_api_objects() {
+        let pod: serde_json::Value = serde_json::from_str(
+            r#"{"metadata":{"name":"p","namespace":"n","uid":"u-1","labels":{"team":"a","n":"1"}}}"#,
+        )
+        .unwrap();
+        let (key, meta) = parse_pod(&pod).unwrap();
+        assert_eq!(key, "n/p");
+        assert_eq!(meta.uid, "u-1");
+        assert_eq!(meta.labels.len(), 2);
+        // v1 (attributes on the device) and v1beta1 (under `basic`), qualified or not; other drivers
+        // and unknown types are skipped.
+        let v1: serde_json::Value = serde_json::from_str(
+            r#"{"metadata":{"name":"s"},"spec":{"driver":"gpu.nvidia.com","pool":{"name":"node-a"},"devices":[
+                {"name":"gpu-0","attributes":{"type":{"string":"gpu"},"uuid":{"string":"GPU-1"}}},
+                {"name":"mig-0","basic":{"attributes":{"gpu.nvidia.com/type":{"string":"mig"},"uuid":{"string":"MIG-2"},"profile":{"string":"1g.10gb"},"parentUUID":{"string":"GPU-1"}}}},
+                {"name":"odd","attributes":{"type":{"string":"vfio"}}}]}}"#,
+        )
+        .unwrap();
+        let (name, devices) = parse_resource_slice(&v1).unwrap();
+        assert_eq!(name, "s");
+        assert_eq!(
+            devices,
+            vec![
+                (
+                    "node-a".into(),
+                    "gpu-0".into(),
+                    DraTarget::Gpu {
+                        uuid: "GPU-1".into()
+                    }
+                ),
+                (
+                    "node-a".into(),
+                    "mig-0".into(),
+                    DraTarget::Mig {
+                        uuid: "MIG-2".into(),
+                        parent_uuid: "GPU-1".into(),
+                        profile: "1g.10gb".into()
+                    }
+                ),
+            ]
+        );
+        let other: serde_json::Value = serde_json::from_str(
+            r#"{"metadata":{"name":"s"},"spec":{"driver":"x","pool":{"name":"p"},"devices":[]}}"#,
+        )
+        .unwrap();
+        assert!(parse_resource_slice(&other).is_none());
+    }
+}
