@@ -127,6 +127,7 @@ impl PodLabels {
                         .last()
                         .unwrap_or_default()
                         .trim()
+                        .trim_start_matches("error: ")
                         .to_string(),
                 })
             })
