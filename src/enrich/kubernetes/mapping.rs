@@ -253,12 +253,13 @@ impl Mapping {
         extras: &MappingExtras,
     ) -> Mapping {
         let mut m = Mapping::default();
+        let no_extra: Arc<[Attribute]> = Arc::from(Vec::new());
         for pod in &reply.pod_resources {
             let mut holds_any = false;
             let meta = extras.metadata.and_then(|f| f(&pod.namespace, &pod.name));
             let labels: Arc<[Attribute]> = match (&meta, extras.pod_labels) {
                 (Some(meta), Some(f)) => Arc::from(f(meta)),
-                _ => Arc::from(Vec::new()),
+                _ => no_extra.clone(),
             };
             for c in &pod.containers {
                 let mut pod_ref: Option<PodRef> = None;
