@@ -970,14 +970,12 @@ fn dump(dir: &str, cases: &[Case]) {
     };
     let _ = std::fs::create_dir_all(dir);
     let pod = |n: &str| PodRef {
-        namespace: "ml".into(),
-        name: n.into(),
-        container: "trainer".into(),
         uid: if n.ends_with('b') {
             String::new()
         } else {
             format!("uid-{n}")
         },
+        ..PodRef::new("ml", n, "trainer")
     };
     let styles = [
         ("default", common::default_style()),

@@ -10,6 +10,10 @@
 //!   other threads and is not counted.
 //! - `match`: only [`Mapping::build`] + [`apply`] on an already decoded reply (no I/O).
 //!
+//! - `cost` (issue 14): one collection of the per-pod cost counters (accounting + the three families)
+//!   for the same 56 attributed slices, and `churn`: the accumulator's resident memory with 10,000
+//!   short-lived pods retained, and after they expired.
+//!
 //! Run: `cargo bench --bench kubernetes_mapping` (`-- --runs 500`; `-- --smoke`: 20 runs).
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests and benches fail loudly on purpose
 
@@ -22,12 +26,13 @@ use std::time::{Duration, Instant};
 
 use dcgm_otel::config::devices;
 use dcgm_otel::counters;
+use dcgm_otel::enrich::kubernetes::cost::{CostAccumulator, CostSettings, EqualShares};
 use dcgm_otel::enrich::kubernetes::podresources::{
     ContainerDevices, ContainerResources, ListPodResourcesRequest, ListPodResourcesResponse,
     PodResources,
 };
 use dcgm_otel::enrich::kubernetes::{
-    apply, GpuIdType, KubernetesConfig, KubernetesEnricher, Mapping, MatchRules,
+    apply, GpuIdType, KubernetesConfig, KubernetesEnricher, Mapping, MatchRules, PodRef,
 };
 use dcgm_otel::enrich::Enricher;
 use dcgm_otel::snapshot::{Attribution, EntityReading};
@@ -74,6 +79,7 @@ fn reply(fleet: &Fleet) -> ListPodResourcesResponse {
                 ContainerResources {
                     name: "istio-proxy".into(),
                     devices: vec![],
+                    dynamic_resources: vec![],
                 },
                 ContainerResources {
                     name: "model-server".into(),
@@ -82,6 +88,7 @@ fn reply(fleet: &Fleet) -> ListPodResourcesResponse {
                         device_ids: ids,
                         topology: None,
                     }],
+                    dynamic_resources: vec![],
                 },
             ],
         });
@@ -203,6 +210,16 @@ fn main() {
             rules,
             pod_uid_checkpoint: None,
             deadline: Duration::from_secs(10),
+            pod_uid: false,
+            pod_labels: None,
+            virtual_gpus: false,
+            dra: false,
+            cost: CostSettings {
+                idle_threshold_percent: 5.0,
+                retention: Duration::from_secs(600),
+            },
+            node_name: None,
+            interval: Duration::from_secs(1),
         },
         &registry,
     )
@@ -234,4 +251,87 @@ fn main() {
         .map(|d| d.count())
         .unwrap_or(0);
     println!("open file descriptors after {} refreshes: {fds}", runs + 5);
+    cost_counters(&e, &source, runs);
+}
+
+fn rss_kib() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("VmRSS:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+/// The cost counters (issue 14): CPU per collection with 40 pods on the 56 MIG slices, then the
+/// accumulator's memory under a churn of 10,000 short-lived pods (each holds a slice for 2 collections
+/// of 1 s; 10 min retention), and after they have expired.
+fn cost_counters(attributed: &[EntityReading], source: &SimSource, runs: usize) {
+    let registry = SelfMetrics::new();
+    let settings = CostSettings {
+        idle_threshold_percent: 5.0,
+        retention: Duration::from_secs(600),
+    };
+    let counters = source_counters(source);
+    let mut acc = CostAccumulator::new(settings, &registry);
+    let mut wall = Vec::with_capacity(runs);
+    let cpu0 = thread_cpu_ns();
+    for k in 0..runs {
+        let t = Instant::now();
+        let out = acc.collect(attributed, &counters, k as f64, &EqualShares);
+        wall.push(t.elapsed());
+        std::hint::black_box(out);
+    }
+    let cpu = (thread_cpu_ns() - cpu0) as f64 / runs as f64 / 1000.0;
+    println!(
+        "cost    ({runs} collections, 56 MIG slices, 40 pods, 3 families): wall {}; CPU {cpu:.1} µs per collection",
+        Stats(wall).line()
+    );
+    // Churn: every 2 collections each slice gets a new pod.
+    let pods = if runs <= 20 { 560 } else { 10_000 };
+    let mut acc = CostAccumulator::new(settings, &registry);
+    let slices: Vec<usize> = (0..attributed.len())
+        .filter(|&i| attributed[i].entity.mig.is_some())
+        .collect();
+    let mut e = attributed.to_vec();
+    let rss0 = rss_kib();
+    let mut started = 0usize;
+    let mut k = 0u64;
+    while started < pods {
+        if k.is_multiple_of(2) {
+            for &i in &slices {
+                let mut a = Attribution::default();
+                a.add(&PodRef::new("churn", &format!("job-{started}"), "main").attributes());
+                e[i].attribution = Arc::new(a);
+                started += 1;
+            }
+        }
+        std::hint::black_box(acc.collect(&e, &counters, k as f64, &EqualShares));
+        k += 1;
+    }
+    let rss_peak = rss_kib();
+    let kept = acc.collect(&e, &counters, k as f64, &EqualShares)[0]
+        .samples
+        .len();
+    for r in e.iter_mut() {
+        r.attribution = Arc::new(Attribution::default());
+    }
+    for j in 0..700 {
+        std::hint::black_box(acc.collect(&e, &counters, (k + 1 + j) as f64, &EqualShares));
+    }
+    let left = acc.collect(&e, &counters, (k + 701) as f64, &EqualShares)[0]
+        .samples
+        .len();
+    println!(
+        "churn   {started} pods of 2 collections each over {k} collections: {kept} series kept (all within the 10 min retention), RSS {rss0} KiB before, {rss_peak} KiB with them ({} KiB more), {left} series and {} KiB after 700 s more",
+        rss_peak.saturating_sub(rss0),
+        rss_kib()
+    );
+}
+
+fn source_counters(_source: &SimSource) -> counters::CounterSet {
+    let text = sim::scenario::builtin_counters("large").expect("large counters");
+    counters::parse(text, "large").expect("counters")
 }

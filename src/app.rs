@@ -27,7 +27,8 @@ use crate::counters::reload::CountersReloader;
 use crate::counters::watch_groups;
 use crate::counters::{self, CounterSet};
 use crate::enrich::hpc::HpcEnricher;
-use crate::enrich::kubernetes::{KubernetesConfig, KubernetesEnricher};
+use crate::enrich::kubernetes::simulated::SimulatedCluster;
+use crate::enrich::kubernetes::{api::ApiConfig, KubernetesConfig, KubernetesEnricher, PodSource};
 use crate::enrich::Enricher;
 use crate::export::otel::otlp::{OtelExport, OtlpPlan};
 use crate::export::otel::sdk::prometheus_bridge::OtelPrometheus;
@@ -137,6 +138,14 @@ pub struct Plan {
     host: HostInfo,
     otlp: Option<OtlpPlan>,
     processes: Option<ProcessPlan>,
+    kubernetes: Option<KubernetesPlan>,
+}
+
+/// `-k`: the enricher's settings and where its pod-resources answers come from.
+struct KubernetesPlan {
+    config: KubernetesConfig,
+    /// The scenario's pods on a simulated fleet (no kubelet socket named); else the kubelet.
+    simulated: Option<SimulatedCluster>,
 }
 
 impl Plan {
@@ -146,6 +155,7 @@ impl Plan {
             cli,
             collectors_explicit,
             interval_explicit,
+            kubernetes_explicit,
             not_implemented,
         } = parsed;
         let env = |k: &str| std::env::var(k).ok();
@@ -209,6 +219,7 @@ impl Plan {
             node_name,
         };
         let scenario_processes = scenario.as_ref().map(|s| s.processes.clone());
+        let scenario_pods = scenario.as_ref().map(|s| s.pods.clone());
         let source = match scenario {
             Some(scenario) => {
                 let seed = cli.simulation.seed();
@@ -280,6 +291,35 @@ impl Plan {
         } else {
             None
         };
+        // A simulated scenario with pods plays a Kubernetes node by default (what `docker compose up`
+        // and a first try should show); `-k=false` turns it off, `-k` is then implied.
+        let simulated_cluster = scenario_pods.as_ref().is_some_and(|p| !p.is_empty())
+            && cli.simulation.simulate.is_some();
+        let kubernetes_on =
+            cli.kubernetes.kubernetes || (simulated_cluster && !kubernetes_explicit);
+        let kubernetes = if kubernetes_on {
+            let config =
+                KubernetesConfig::resolve(&cli.kubernetes, interval, host.node_name.clone())
+                    .map_err(StartError::input)?;
+            // A simulated fleet whose scenario has pods plays the cluster, unless a kubelet socket
+            // other than the default is named (the tests' fake kubelet).
+            let default_socket = cli.kubernetes.pod_resources_kubelet_socket
+                == std::path::Path::new(crate::enrich::kubernetes::podresources::DEFAULT_SOCKET);
+            let simulated = match (&source, &scenario_pods) {
+                (SourcePlan::Simulated { source, seed, .. }, Some(pods))
+                    if default_socket && !pods.is_empty() =>
+                {
+                    Some(
+                        SimulatedCluster::new(pods, source.fleet(), *seed)
+                            .map_err(|e| StartError::input(format!("simulated cluster: {e}")))?,
+                    )
+                }
+                _ => None,
+            };
+            Some(KubernetesPlan { config, simulated })
+        } else {
+            None
+        };
         let otlp = {
             let ctx = otel_context(&cli, &counters, &host);
             if cli.server.prometheus_format == PrometheusFormat::Otel {
@@ -308,6 +348,7 @@ impl Plan {
             host,
             otlp,
             processes,
+            kubernetes,
         })
     }
 
@@ -326,7 +367,24 @@ impl Plan {
             host,
             otlp,
             processes,
+            kubernetes,
         } = self;
+        let k = &cli.kubernetes;
+        let needs_k: Vec<&str> = [
+            (
+                k.kubernetes_enable_pod_labels,
+                "--kubernetes-enable-pod-labels",
+            ),
+            (k.kubernetes_virtual_gpus, "--kubernetes-virtual-gpus"),
+            (k.kubernetes_enable_dra, "--kubernetes-enable-dra"),
+            (k.kubernetes_enable_pod_uid, "--kubernetes-enable-pod-uid"),
+        ]
+        .into_iter()
+        .filter_map(|(on, name)| on.then_some(name))
+        .collect();
+        if !k.kubernetes && !needs_k.is_empty() {
+            tracing::warn!(flags = %needs_k.join(" "), "these Kubernetes flags have no effect without -k/--kubernetes");
+        }
         for flag in &not_implemented {
             tracing::warn!(flag = %flag, "dcgm-exporter flag accepted for compatibility but not implemented by dcgm-otel yet; it has no effect");
         }
@@ -474,13 +532,27 @@ impl Plan {
 
         // ---- enrichers --------------------------------------------------------------------------
         let mut enrichers: Vec<Box<dyn Enricher>> = Vec::new();
-        if cli.kubernetes.kubernetes {
-            let config = KubernetesConfig::from_args(&cli.kubernetes, interval);
-            let k8s = KubernetesEnricher::new(config, &self_metrics)
-                .map_err(|e| {
-                    StartError::environment(format!("cannot start the kubelet client runtime: {e}"))
-                })?
-                .with_proc_root(cli.source.proc_root.clone());
+        if let Some(k) = kubernetes {
+            let env = |k: &str| std::env::var(k).ok();
+            let api = match (&k.simulated, k.config.pod_labels.is_some() || k.config.pod_uid || k.config.dra) {
+                (None, true) => ApiConfig::discover(&env).unwrap_or_else(|e| {
+                    tracing::warn!(error = %e, "Kubernetes API configuration unusable; no pod labels or DRA attribution");
+                    None
+                }),
+                _ => None,
+            };
+            let source = match k.simulated {
+                Some(c) => PodSource::Simulated(Box::new(c)),
+                None => PodSource::Kubelet,
+            };
+            let k8s =
+                KubernetesEnricher::with_source(k.config, source, api.as_ref(), &self_metrics)
+                    .map_err(|e| {
+                        StartError::environment(format!(
+                            "cannot start the kubelet client runtime: {e}"
+                        ))
+                    })?
+                    .with_proc_root(cli.source.proc_root.clone());
             enrichers.push(Box::new(k8s));
         }
         if let Some(dir) = cli.hpc.dir() {

@@ -56,30 +56,6 @@ pub const ACCEPTED_NOT_IMPLEMENTED: &[(&str, Option<char>, &str, bool)] = &[
         "DCGM_EXPORTER_CONFIGMAP_DATA",
         true,
     ),
-    (
-        "kubernetes-enable-pod-labels",
-        None,
-        "DCGM_EXPORTER_KUBERNETES_ENABLE_POD_LABELS",
-        false,
-    ),
-    (
-        "kubernetes-pod-label-allowlist-regex",
-        None,
-        "DCGM_EXPORTER_KUBERNETES_POD_LABEL_ALLOWLIST_REGEX",
-        true,
-    ),
-    (
-        "kubernetes-virtual-gpus",
-        None,
-        "KUBERNETES_VIRTUAL_GPUS",
-        false,
-    ),
-    (
-        "kubernetes-enable-dra",
-        None,
-        "KUBERNETES_ENABLE_DRA",
-        false,
-    ),
     ("fake-gpus", None, "DCGM_EXPORTER_USE_FAKE_GPUS", false),
     (
         "xid-count-window-size",
@@ -184,6 +160,8 @@ pub struct Parsed {
     pub collectors_explicit: bool,
     /// `-c` (or its variable) was given explicitly: it overrides `--config-file`'s interval.
     pub interval_explicit: bool,
+    /// `-k` (or its variable) was given explicitly, on or off: a simulated cluster then follows it.
+    pub kubernetes_explicit: bool,
     /// Accepted-but-not-implemented dcgm-exporter flags that were given, as `--name`.
     pub not_implemented: Vec<String>,
 }
@@ -203,10 +181,12 @@ pub fn parse(args: &[OsString]) -> Result<Parsed, clap::Error> {
     };
     let collectors_explicit = explicit("collectors");
     let interval_explicit = explicit("collect_interval");
+    let kubernetes_explicit = explicit("kubernetes");
     Ok(Parsed {
         cli,
         collectors_explicit,
         interval_explicit,
+        kubernetes_explicit,
         not_implemented: not_implemented_given(&matches),
     })
 }

@@ -329,6 +329,7 @@ impl Publisher {
             driver_version: None,
             entities: Vec::new(),
             processes: Vec::new(),
+            derived: Vec::new(),
         }
     }
 
@@ -455,6 +456,10 @@ impl Pipeline {
                         e.enrich(&mut reading.entities);
                     }
                     let processes = self.poll_processes(&reading.entities, &mut process_state);
+                    let mut derived = Vec::new();
+                    for e in &mut self.enrichers {
+                        e.derive(&reading.entities, &self.counters, &mut derived);
+                    }
                     self.count_absent(&reading, &mut metrics);
                     if was_down {
                         tracing::info!(
@@ -478,6 +483,7 @@ impl Pipeline {
                         driver_version: reading.driver_version,
                         entities: reading.entities,
                         processes,
+                        derived,
                     };
                     (snapshot, None)
                 }

@@ -17,8 +17,8 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use dcgm_otel::enrich::kubernetes::podresources::{
-    ContainerDevices, ContainerResources, ListPodResourcesRequest, ListPodResourcesResponse,
-    NumaNode, PodResources, TopologyInfo, LIST_PATH,
+    ClaimResource, ContainerDevices, ContainerResources, DynamicResource, ListPodResourcesRequest,
+    ListPodResourcesResponse, NumaNode, PodResources, TopologyInfo, LIST_PATH,
 };
 use dcgm_otel::source::sim::{Fleet, Scenario};
 
@@ -178,6 +178,7 @@ fn container(name: &str, resource: &str, ids: &[&str]) -> ContainerResources {
                 nodes: vec![NumaNode { id: 0 }],
             }),
         }],
+        dynamic_resources: vec![],
     }
 }
 
@@ -418,6 +419,7 @@ fn whole_gpu_by_uuid_and_mig_slices_by_mig_id() {
                     ContainerResources {
                         name: "sidecar".into(),
                         devices: vec![],
+                        dynamic_resources: vec![],
                     },
                     container("server", "nvidia.com/mig-3g.40gb", &[&mig[0].2]),
                 ],
@@ -929,7 +931,7 @@ fn hpc_job_files_become_hpc_job_labels() {
     let ex = exporter(
         dir.path(),
         "default",
-        &["--hpc-job-mapping-dir", jobs.to_str().unwrap()],
+        &["-k=false", "--hpc-job-mapping-dir", jobs.to_str().unwrap()],
     );
     // The directory does not exist yet: no job labels, the exporter keeps serving.
     let body = scrape_until(ex.port, "first body", |b| {
@@ -1031,6 +1033,621 @@ fn figure_kubelet_calls_per_minute_with_10_scrapers() {
         "FIGURE: -c 1000, 10 concurrent scrapers: {:.0} scrapes/min, {:.1} kubelet List calls/min",
         scrapes as f64 / minutes,
         calls as f64 / minutes
+    );
+}
+
+// ------------------------------------------------------------------------------------------------
+// A fake Kubernetes API server: list and watch of pods (and GPU ResourceSlices) over plain HTTP/1.1,
+// with an event log so that a watch from a resourceVersion replays what came after it, a 410 Gone
+// after "compaction", dropped watch connections, and an outage.
+
+#[derive(Default)]
+struct ApiState {
+    /// Current objects by key, as JSON, per collection path.
+    pods: std::collections::BTreeMap<String, String>,
+    slices: Vec<String>,
+    /// (resourceVersion, event JSON line) of every pod change.
+    log: Vec<(u64, String)>,
+    rv: u64,
+    /// Watches from a version below this get a 410 ERROR event.
+    compacted: u64,
+    /// Senders to the open pod watches; dropping them ends those streams abruptly.
+    watchers: Vec<std::sync::mpsc::Sender<String>>,
+    down: bool,
+    lists: u64,
+    watches: u64,
+    queries: Vec<String>,
+}
+
+#[derive(Clone)]
+struct FakeApi {
+    state: Arc<Mutex<ApiState>>,
+    port: u16,
+}
+
+fn pod_json(ns: &str, name: &str, uid: &str, rv: u64, labels: &[(&str, &str)]) -> String {
+    let labels: Vec<String> = labels
+        .iter()
+        .map(|(k, v)| format!("\"{k}\":\"{v}\""))
+        .collect();
+    format!(
+        r#"{{"kind":"Pod","apiVersion":"v1","metadata":{{"name":"{name}","namespace":"{ns}","uid":"{uid}","resourceVersion":"{rv}","labels":{{{}}}}},"spec":{{"nodeName":"node-a"}}}}"#,
+        labels.join(",")
+    )
+}
+
+impl FakeApi {
+    fn start() -> FakeApi {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let api = FakeApi {
+            state: Arc::new(Mutex::new(ApiState {
+                rv: 100,
+                ..ApiState::default()
+            })),
+            port,
+        };
+        let a = api.clone();
+        std::thread::spawn(move || {
+            for conn in listener.incoming() {
+                let Ok(conn) = conn else { continue };
+                let a = a.clone();
+                std::thread::spawn(move || a.serve(conn));
+            }
+        });
+        api
+    }
+
+    fn serve(&self, mut conn: TcpStream) {
+        let mut head = Vec::new();
+        let mut byte = [0u8; 1];
+        while !head.ends_with(b"\r\n\r\n") {
+            match conn.read(&mut byte) {
+                Ok(1) => head.push(byte[0]),
+                _ => return,
+            }
+        }
+        let head = String::from_utf8_lossy(&head).to_string();
+        let target = head.split_whitespace().nth(1).unwrap_or("").to_string();
+        let (path, query) = target.split_once('?').unwrap_or((&target, ""));
+        let param = |k: &str| {
+            query
+                .split('&')
+                .find_map(|kv| kv.strip_prefix(&format!("{k}=")))
+                .map(str::to_string)
+        };
+        let mut s = self.state.lock().unwrap();
+        if s.down {
+            return; // connection closed without an answer
+        }
+        s.queries.push(target.clone());
+        let json = |conn: &mut TcpStream, status: &str, body: &str| {
+            let _ = write!(
+                conn,
+                "HTTP/1.1 {status}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+        };
+        let slices = path.starts_with("/apis/resource.k8s.io/v1/resourceslices");
+        if param("watch").is_none() {
+            s.lists += 1;
+            let items: Vec<String> = if slices {
+                s.slices.clone()
+            } else {
+                s.pods.values().cloned().collect()
+            };
+            let body = format!(
+                r#"{{"kind":"List","metadata":{{"resourceVersion":"{}"}},"items":[{}]}}"#,
+                s.rv,
+                items.join(",")
+            );
+            drop(s);
+            json(&mut conn, "200 OK", &body);
+            return;
+        }
+        s.watches += 1;
+        let from: u64 = param("resourceVersion")
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0);
+        let _ = write!(
+            conn,
+            "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
+        );
+        let chunk = |conn: &mut TcpStream, line: &str| {
+            let line = format!("{line}\n");
+            write!(conn, "{:x}\r\n{line}\r\n", line.len()).is_ok() && conn.flush().is_ok()
+        };
+        if slices {
+            // ResourceSlices never change in these tests: hold the watch open.
+            drop(s);
+            std::thread::sleep(Duration::from_secs(600));
+            return;
+        }
+        if from < s.compacted {
+            let gone = r#"{"type":"ERROR","object":{"kind":"Status","apiVersion":"v1","status":"Failure","message":"too old resource version","reason":"Expired","code":410}}"#;
+            drop(s);
+            chunk(&mut conn, gone);
+            let _ = write!(conn, "0\r\n\r\n");
+            return;
+        }
+        let replay: Vec<String> = s
+            .log
+            .iter()
+            .filter(|(rv, _)| *rv > from)
+            .map(|(_, l)| l.clone())
+            .collect();
+        let (tx, rx) = std::sync::mpsc::channel::<String>();
+        s.watchers.push(tx);
+        drop(s);
+        for l in replay {
+            if !chunk(&mut conn, &l) {
+                return;
+            }
+        }
+        // Until the test drops the sender: then the connection is closed without a final chunk.
+        while let Ok(l) = rx.recv() {
+            if !chunk(&mut conn, &l) {
+                return;
+            }
+        }
+        let _ = conn.shutdown(std::net::Shutdown::Both);
+    }
+
+    /// Add or change a pod (an ADDED or MODIFIED event to every watch).
+    fn put_pod(&self, ns: &str, name: &str, uid: &str, labels: &[(&str, &str)]) {
+        let mut s = self.state.lock().unwrap();
+        s.rv += 1;
+        let rv = s.rv;
+        let key = format!("{ns}/{name}");
+        let kind = if s.pods.contains_key(&key) {
+            "MODIFIED"
+        } else {
+            "ADDED"
+        };
+        let obj = pod_json(ns, name, uid, rv, labels);
+        s.pods.insert(key, obj.clone());
+        let line = format!(r#"{{"type":"{kind}","object":{obj}}}"#);
+        s.log.push((rv, line.clone()));
+        s.watchers.retain(|w| w.send(line.clone()).is_ok());
+    }
+
+    /// Close every open watch connection abruptly.
+    fn drop_watches(&self) {
+        self.state.lock().unwrap().watchers.clear();
+    }
+
+    /// Forget history: watches from an older version get 410 Gone; open ones are told so now.
+    fn compact(&self) {
+        let mut s = self.state.lock().unwrap();
+        s.compacted = s.rv + 1;
+        let gone = r#"{"type":"ERROR","object":{"kind":"Status","code":410,"reason":"Expired","message":"too old resource version"}}"#;
+        s.watchers.retain(|w| w.send(gone.to_string()).is_ok());
+        s.watchers.clear();
+    }
+
+    fn set_down(&self, down: bool) {
+        let mut s = self.state.lock().unwrap();
+        s.down = down;
+        if down {
+            s.watchers.clear();
+        }
+    }
+
+    fn counts(&self) -> (u64, u64) {
+        let s = self.state.lock().unwrap();
+        (s.lists, s.watches)
+    }
+
+    /// A kubeconfig naming this server (plain HTTP, a bearer token).
+    fn kubeconfig(&self, dir: &Path) -> PathBuf {
+        let path = dir.join("kubeconfig");
+        std::fs::write(
+            &path,
+            format!(
+                "apiVersion: v1\nkind: Config\ncurrent-context: test\nclusters:\n- name: c\n  cluster: {{server: 'http://127.0.0.1:{}'}}\ncontexts:\n- name: test\n  context: {{cluster: c, user: u}}\nusers:\n- name: u\n  user: {{token: t0k3n}}\n",
+                self.port
+            ),
+        )
+        .unwrap();
+        path
+    }
+}
+
+#[test]
+fn pod_labels_and_uid_from_the_api_watch_through_changes_410_drops_and_outages() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = fleet("default");
+    let sock = socket_in(dir.path());
+    let _kubelet = FakeKubelet::start(
+        &sock,
+        pods(vec![pod(
+            "team-a",
+            "trainer-0",
+            vec![container("cuda", "nvidia.com/gpu", &[&f.gpu_uuid[0]])],
+        )]),
+    );
+    let api = FakeApi::start();
+    let uid = "5b0c1f3e-0000-4000-8000-000000000001";
+    api.put_pod(
+        "team-a",
+        "trainer-0",
+        uid,
+        &[
+            ("app.kubernetes.io/name", "llm"),
+            ("team", "a"),
+            ("secret", "x"),
+        ],
+    );
+    let kubeconfig = api.kubeconfig(dir.path());
+    let ex = exporter_env(
+        dir.path(),
+        "default",
+        &[
+            "-k",
+            "--pod-resources-kubelet-socket",
+            sock.to_str().unwrap(),
+            "--kubernetes-enable-pod-labels",
+            "--kubernetes-pod-label-allowlist-regex",
+            "^app\\.kubernetes\\.io/,^team$",
+            "--kubernetes-enable-pod-uid",
+        ],
+        &[("KUBECONFIG", kubeconfig.to_str().unwrap())],
+    );
+    let gpu0 = |b: &str| {
+        series(b, "DCGM_FI_DEV_GPU_TEMP")
+            .first()
+            .cloned()
+            .unwrap_or_default()
+    };
+    let with = |team: Option<&str>| {
+        let labels = match team {
+            Some(t) => format!(",app_kubernetes_io_name=\"llm\",team=\"{t}\""),
+            None => String::new(),
+        };
+        temp_line(
+            &f,
+            0,
+            None,
+            &format!(
+                "{labels}{},pod_uid=\"{uid}\"",
+                pod_attrs("cuda", "team-a", "trainer-0")
+            ),
+        )
+    };
+    // Labels (allowlisted, sanitized) and the UID from the API appear.
+    scrape_until(ex.port, "labels from the API", |b| {
+        gpu0(b) == with(Some("a"))
+    });
+    // The watch asks for this node's pods only.
+    let queries = api.state.lock().unwrap().queries.clone();
+    assert!(
+        queries
+            .iter()
+            .all(|q| q.contains("fieldSelector=spec.nodeName%3Dnode-a")),
+        "{queries:?}"
+    );
+    assert!(queries.iter().any(|q| q.contains("watch=1")), "{queries:?}");
+    // A label changes: the watch event updates the series.
+    api.put_pod(
+        "team-a",
+        "trainer-0",
+        uid,
+        &[("app.kubernetes.io/name", "llm"), ("team", "b")],
+    );
+    scrape_until(ex.port, "changed label", |b| gpu0(b) == with(Some("b")));
+    // The watch connection drops; a change meanwhile arrives through the resumed watch (replayed).
+    let (lists_before, _) = api.counts();
+    api.drop_watches();
+    api.put_pod(
+        "team-a",
+        "trainer-0",
+        uid,
+        &[("app.kubernetes.io/name", "llm"), ("team", "c")],
+    );
+    scrape_until(ex.port, "change after a dropped watch", |b| {
+        gpu0(b) == with(Some("c"))
+    });
+    assert_eq!(
+        api.counts().0,
+        lists_before,
+        "a dropped watch resumes without a new list"
+    );
+    // History compacted: 410 Gone makes the exporter list again.
+    api.compact();
+    api.put_pod(
+        "team-a",
+        "trainer-0",
+        uid,
+        &[("app.kubernetes.io/name", "llm"), ("team", "d")],
+    );
+    scrape_until(ex.port, "change after 410 Gone", |b| {
+        gpu0(b) == with(Some("d"))
+    });
+    assert!(
+        api.counts().0 > lists_before,
+        "410 Gone is followed by a new list"
+    );
+    // Labels removed: they vanish from the series.
+    api.put_pod("team-a", "trainer-0", uid, &[]);
+    scrape_until(ex.port, "labels gone", |b| gpu0(b) == with(None));
+    api.put_pod("team-a", "trainer-0", uid, &[("team", "e")]);
+    let team_e = temp_line(
+        &f,
+        0,
+        None,
+        &format!(
+            ",team=\"e\"{},pod_uid=\"{uid}\"",
+            pod_attrs("cuda", "team-a", "trainer-0")
+        ),
+    );
+    scrape_until(ex.port, "label back", |b| gpu0(b) == team_e);
+    // The API goes down: collections go on with the last known labels, then (10 intervals, at least
+    // 10 s) without them and without the API's UID; the kubelet mapping stays.
+    api.set_down(true);
+    let collects = |b: &str| value(b, "dcgm_otel_collects_total{source=\"simulated\"}");
+    let c0 = collects(&scrape(ex.port).unwrap());
+    let b = scrape_until(ex.port, "collections while the API is down", |b| {
+        collects(b) >= c0 + 5.0
+    });
+    assert_eq!(gpu0(&b), team_e, "last known labels while the API is down");
+    scrape_until(ex.port, "labels dropped after the API stayed down", |b| {
+        gpu0(b) == temp_line(&f, 0, None, &pod_attrs("cuda", "team-a", "trainer-0"))
+    });
+    // Back: a new list restores them.
+    api.set_down(false);
+    scrape_until(ex.port, "labels back with the API", |b| gpu0(b) == team_e);
+    assert_eq!(log_count(&ex, "Kubernetes API request failed"), 1);
+    assert_eq!(log_count(&ex, "Kubernetes API still unreachable"), 1);
+    assert_eq!(log_count(&ex, "Kubernetes API answers again"), 1);
+}
+
+#[test]
+fn shared_gpu_pods_get_the_vgpu_label_and_dra_claims_their_device() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = fleet("default");
+    let sock = socket_in(dir.path());
+    let u0 = &f.gpu_uuid[0];
+    let (gi, profile, mig_uuid) = f.mig[1][1].clone();
+    let mut dra_pod = pod("ml", "dra-consumer", vec![]);
+    dra_pod.containers.push(ContainerResources {
+        name: "main".into(),
+        devices: vec![],
+        dynamic_resources: vec![DynamicResource {
+            claim_name: "slice-claim".into(),
+            claim_namespace: "ml".into(),
+            claim_resources: vec![
+                ClaimResource {
+                    driver_name: "gpu.nvidia.com".into(),
+                    pool_name: "node-a".into(),
+                    device_name: "mig-1-3".into(),
+                },
+                // another driver's device: ignored
+                ClaimResource {
+                    driver_name: "example.com/fpga".into(),
+                    pool_name: "node-a".into(),
+                    device_name: "fpga-0".into(),
+                },
+            ],
+        }],
+    });
+    let _kubelet = FakeKubelet::start(
+        &sock,
+        pods(vec![
+            pod(
+                "a",
+                "replica-0",
+                vec![container("w", "nvidia.com/gpu", &[&format!("{u0}::0")])],
+            ),
+            pod(
+                "b",
+                "replica-1",
+                vec![container("w", "nvidia.com/gpu", &[&format!("{u0}::1")])],
+            ),
+            dra_pod,
+        ]),
+    );
+    let api = FakeApi::start();
+    api.state.lock().unwrap().slices.push(format!(
+        r#"{{"metadata":{{"name":"node-a-gpu.nvidia.com-x"}},"spec":{{"driver":"gpu.nvidia.com","nodeName":"node-a","pool":{{"name":"node-a","generation":1,"resourceSliceCount":1}},"devices":[{{"name":"gpu-0","attributes":{{"type":{{"string":"gpu"}},"uuid":{{"string":"{u0}"}}}}}},{{"name":"mig-1-3","attributes":{{"type":{{"string":"mig"}},"uuid":{{"string":"{mig_uuid}"}},"parentUUID":{{"string":"{}"}},"profile":{{"string":"{profile}"}}}}}}]}}}}"#,
+        f.gpu_uuid[1]
+    ));
+    let kubeconfig = api.kubeconfig(dir.path());
+    let ex = exporter_env(
+        dir.path(),
+        "default",
+        &[
+            "-k",
+            "--pod-resources-kubelet-socket",
+            sock.to_str().unwrap(),
+            "--kubernetes-virtual-gpus",
+            "--kubernetes-enable-dra",
+        ],
+        &[("KUBECONFIG", kubeconfig.to_str().unwrap())],
+    );
+    let body = scrape_until(ex.port, "DRA claim", |b| b.contains("dra_claim_name"));
+    let dra = format!(
+        ",container=\"main\",dra_claim_name=\"slice-claim\",dra_claim_namespace=\"ml\",dra_device_name=\"mig-1-3\",dra_driver_name=\"gpu.nvidia.com\",dra_mig_device_uuid=\"{mig_uuid}\",dra_mig_profile=\"{profile}\",dra_pool_name=\"node-a\",namespace=\"ml\",pod=\"dra-consumer\""
+    );
+    assert_eq!(gi, f.mig[1][1].0);
+    assert_eq!(
+        series(&body, "DCGM_FI_DEV_GPU_TEMP"),
+        vec![
+            temp_line(
+                &f,
+                0,
+                None,
+                &(pod_attrs("w", "a", "replica-0") + ",vgpu=\"0\"")
+            ),
+            temp_line(
+                &f,
+                0,
+                None,
+                &(pod_attrs("w", "b", "replica-1") + ",vgpu=\"1\"")
+            ),
+            temp_line(&f, 1, Some(0), ""),
+            temp_line(&f, 1, Some(1), &dra),
+            temp_line(&f, 1, Some(2), ""),
+        ]
+    );
+    // The per-device values are the device's, repeated on each sharing pod's series.
+    let power: Vec<String> = body
+        .lines()
+        .filter(|l| l.starts_with("DCGM_FI_DEV_POWER_USAGE{gpu=\"0\""))
+        .map(|l| l.rsplit_once(' ').unwrap().1.to_string())
+        .collect();
+    assert_eq!(power.len(), 2);
+    assert_eq!(power[0], power[1]);
+    // Cost counters: each sharing pod has half of GPU 0.
+    let secs: Vec<&str> = body
+        .lines()
+        .filter(|l| l.starts_with("dcgm_otel_pod_gpu_seconds_total{gpu=\"0\""))
+        .collect();
+    assert_eq!(secs.len(), 2, "{body}");
+}
+
+#[test]
+fn simulated_cluster_serves_pods_labels_and_cost_counters_without_a_kubelet() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = fleet("default");
+    let ex = exporter(
+        dir.path(),
+        "default",
+        &["-k", "--kubernetes-enable-pod-labels"],
+    );
+    // The batch job of the scenario appears at collection 3.
+    let body = scrape_until(ex.port, "the simulated batch job", |b| {
+        series(b, "dcgm_otel_pod_gpu_energy_joules_total").len() == 5
+            && series(b, "dcgm_otel_pod_gpu_idle_seconds_total").len() == 5
+    });
+    let labels = |app: &str, team: &str| format!(",app=\"{app}\",team=\"{team}\"");
+    assert_eq!(
+        series(&body, "DCGM_FI_DEV_GPU_TEMP"),
+        vec![
+            temp_line(
+                &f,
+                0,
+                None,
+                &(labels("llm-finetune", "research")
+                    + &pod_attrs("trainer", "research", "llm-finetune-0"))
+            ),
+            temp_line(
+                &f,
+                0,
+                None,
+                &(labels("notebook", "research")
+                    + &pod_attrs("jupyter", "research", "notebook-alice"))
+            ),
+            temp_line(
+                &f,
+                1,
+                Some(0),
+                &(labels("chat-api", "product")
+                    + &pod_attrs("server", "inference", "chat-api-7d9f4"))
+            ),
+            temp_line(
+                &f,
+                1,
+                Some(1),
+                &(labels("embedder", "product")
+                    + &pod_attrs("server", "inference", "embedder-5c2b8"))
+            ),
+            temp_line(
+                &f,
+                1,
+                Some(2),
+                &(labels("eval", "research") + &pod_attrs("eval", "batch", "eval-job-1"))
+            ),
+        ]
+    );
+    for family in [
+        "dcgm_otel_pod_gpu_seconds_total",
+        "dcgm_otel_pod_gpu_energy_joules_total",
+        "dcgm_otel_pod_gpu_idle_seconds_total",
+    ] {
+        assert!(
+            body.contains(&format!("# TYPE {family} counter")),
+            "{family}"
+        );
+        assert_eq!(
+            series(&body, family).len(),
+            5,
+            "{family}: one per pod and device"
+        );
+    }
+    assert_eq!(log_count(&ex, "SIMULATED KUBERNETES"), 1);
+}
+
+/// Figure for the closing note, not a check: Kubernetes API requests per minute on a node with 40 pods
+/// whose labels change all the time (a pod relabelled every 1.5 s), at `-c 1000` with pod labels and
+/// UIDs on. Run by hand: `cargo test --release --test kubernetes_e2e -- --ignored --nocapture figure_api`.
+#[test]
+#[ignore = "60 s measurement; prints a figure"]
+fn figure_api_requests_per_minute_with_40_pods() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = fleet("dgx-h100-mig");
+    let sock = socket_in(dir.path());
+    let api = FakeApi::start();
+    let mut list = Vec::new();
+    let slices: Vec<&str> = f.mig.iter().flatten().map(|m| m.2.as_str()).collect();
+    for i in 0..40usize {
+        let name = format!("p-{i}");
+        api.put_pod("ml", &name, &format!("uid-{i}"), &[("team", "a")]);
+        let c = match (i < 8, slices.get(i.saturating_sub(8))) {
+            (true, _) => container("c", "nvidia.com/gpu", &[&f.gpu_uuid[i % 4]]),
+            (false, Some(u)) => container("c", "nvidia.com/mig-1g.10gb", &[u]),
+            _ => container("c", "nvidia.com/gpu", &[&f.gpu_uuid[0]]),
+        };
+        list.push(pod("ml", &name, vec![c]));
+    }
+    let _kubelet = FakeKubelet::start(&sock, pods(list));
+    let kubeconfig = api.kubeconfig(dir.path());
+    let port = free_port();
+    let child = Command::new(env!("CARGO_BIN_EXE_dcgm-otel"))
+        .args([
+            "--simulate=dgx-h100-mig",
+            "-c",
+            "1000",
+            "-a",
+            &format!("127.0.0.1:{port}"),
+            "-k",
+        ])
+        .args([
+            "--kubernetes-enable-pod-labels",
+            "--kubernetes-enable-pod-uid",
+        ])
+        .arg("--pod-resources-kubelet-socket")
+        .arg(&sock)
+        .env_clear()
+        .env("NODE_NAME", "node-a")
+        .env("KUBECONFIG", &kubeconfig)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let ex = Exporter {
+        child,
+        port,
+        log: dir.path().join("none"),
+    };
+    scrape_until(ex.port, "labels", |b| b.contains("team=\"a\""));
+    let started = Instant::now();
+    let mut n = 0;
+    while started.elapsed() < Duration::from_secs(60) {
+        std::thread::sleep(Duration::from_millis(1500));
+        n += 1;
+        api.put_pod(
+            "ml",
+            &format!("p-{}", n % 40),
+            &format!("uid-{}", n % 40),
+            &[("team", if n % 2 == 0 { "a" } else { "b" })],
+        );
+    }
+    let (lists, watches) = api.counts();
+    let body = scrape(ex.port).unwrap_or_default();
+    println!(
+        "FIGURE: 40 pods, {n} label changes in 60 s: {lists} list + {watches} watch requests in total since start ({:.1} per minute); {} watch events received",
+        (lists + watches) as f64 / (started.elapsed().as_secs_f64() / 60.0),
+        value(&body, "dcgm_otel_kubernetes_api_watch_events_total{resource=\"pods\"}")
     );
 }
 

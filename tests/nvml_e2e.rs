@@ -202,7 +202,7 @@ fn per_process_series_with_exact_values() {
             format!("dcgm_otel_process_gpu_memory_bytes{{{g0},pid=\"4377\",process_name=\"python3\"}} 12884901888"),
             format!("dcgm_otel_process_gpu_memory_bytes{{{g0},pid=\"5120\",process_name=\"nvidia-smi\"}} 67108864"),
             format!("dcgm_otel_process_gpu_memory_bytes{{{},pid=\"6001\",process_name=\"tritonserver\"}} 21474836480", device(&f, 1, Some(0))),
-            format!("dcgm_otel_process_gpu_memory_bytes{{{},pid=\"6002\",process_name=\"tritonserver\"}} 4294967296", device(&f, 1, Some(2))),
+            format!("dcgm_otel_process_gpu_memory_bytes{{{},pid=\"6002\",process_name=\"tritonserver\"}} 4294967296", device(&f, 1, Some(1))),
         ]
     );
     // NVML has no per-process utilization on MIG GPUs: GPU 0's processes only.

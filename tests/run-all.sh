@@ -88,7 +88,7 @@ log "kubernetes manifests: kubernetes-validate --strict, ServiceMonitor, ConfigM
 ./tests/kubernetes/check-manifests.sh target/debug/dcgm-otel
 
 log "benches: smoke runs (compile and run, a few iterations, no timing asserted; figures in docs/performance.md)"
-cargo test --bench exposition --bench cycle --bench nvml -- --smoke
+cargo test --bench exposition --bench cycle --bench nvml --bench kubernetes_mapping -- --smoke
 DCGM_OTEL_BIN=target/debug/dcgm-otel ./benches/load.sh --short
 
 log "all tests passed"

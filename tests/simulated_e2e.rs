@@ -339,20 +339,62 @@ fn unimplemented_dcgm_exporter_flags_are_accepted_with_a_warning() {
         &[
             "--simulate",
             "--dump-enabled",
+            "-fake-gpus",
             "-kubernetes-enable-pod-labels",
         ],
         &[("DCGM_EXPORTER_XID_COUNT_WINDOW_SIZE", "60000")],
     );
     let err = common::terminate(e);
-    for flag in [
-        "--dump-enabled",
-        "--kubernetes-enable-pod-labels",
-        "--xid-count-window-size",
-    ] {
+    for flag in ["--dump-enabled", "--fake-gpus", "--xid-count-window-size"] {
         assert!(
             err.lines()
                 .any(|l| l.contains("not implemented") && l.contains(flag)),
             "no warning for {flag}:\n{err}"
         );
     }
+    // Implemented, but only with -k: said once.
+    assert_eq!(
+        err.lines()
+            .filter(|l| l.contains("have no effect without -k")
+                && l.contains("--kubernetes-enable-pod-labels"))
+            .count(),
+        1,
+        "{err}"
+    );
+}
+
+/// `dcgm-otel --simulate` alone shows the simulated cluster: pod labels on the series and the three
+/// per-pod cost families, no kubelet. With --collect-processes the GPU shared by two pods is split by
+/// their processes' SM use (55 % and 25 % in the default scenario), not in halves.
+#[test]
+fn plain_simulate_shows_pods_and_cost_counters_split_by_process_use() {
+    let e = common::start_as_user(&["--simulate", "-c", "200", "--collect-processes"], &[]);
+    std::thread::sleep(Duration::from_millis(1500));
+    let body = scrape(e.port);
+    for needle in [
+        "namespace=\"research\",pod=\"llm-finetune-0\"",
+        "container=\"trainer\"",
+        "# TYPE dcgm_otel_pod_gpu_seconds_total counter",
+        "# TYPE dcgm_otel_pod_gpu_energy_joules_total counter",
+        "# TYPE dcgm_otel_pod_gpu_idle_seconds_total counter",
+    ] {
+        assert!(body.contains(needle), "missing {needle} in:\n{body}");
+    }
+    let seconds = |pod: &str| -> f64 {
+        body.lines()
+            .find(|l| {
+                l.starts_with("dcgm_otel_pod_gpu_seconds_total{gpu=\"0\"")
+                    && l.contains(&format!("pod=\"{pod}\""))
+            })
+            .and_then(|l| l.rsplit_once(' '))
+            .and_then(|(_, v)| v.parse().ok())
+            .unwrap_or_else(|| panic!("no seconds for {pod} in:\n{body}"))
+    };
+    let (a, b) = (seconds("llm-finetune-0"), seconds("notebook-alice"));
+    assert!(a > 0.0 && b > 0.0, "{a} {b}");
+    let ratio = a / b;
+    assert!(
+        (ratio - 55.0 / 25.0).abs() < 1e-4,
+        "seconds split by SM use 55:25, got {a} and {b}"
+    );
 }

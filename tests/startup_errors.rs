@@ -252,3 +252,53 @@ fn no_gpu_library_at_all_with_source_auto_or_nvml() {
         "--remote-hostengine-info reads a DCGM host engine; it cannot be combined with --source nvml",
     );
 }
+
+#[test]
+fn bad_kubernetes_inputs() {
+    expect(
+        &["--simulate", "-k", "--kubernetes-enable-pod-labels", "--kubernetes-pod-label-allowlist-regex", "^team$,("],
+        &[],
+        2,
+        "--kubernetes-pod-label-allowlist-regex: '(' is not a valid regular expression: unclosed group",
+    );
+    expect(
+        &["--simulate", "-k", "--idle-utilization-threshold", "150"],
+        &[],
+        2,
+        "invalid value '150' for '--idle-utilization-threshold <PERCENT>': '150' is not a percentage from 0 to 100; see --help",
+    );
+    expect(
+        &["--simulate", "-k"],
+        &[("DCGM_OTEL_POD_SERIES_RETENTION", "0")],
+        2,
+        "invalid value '0' in environment variable DCGM_OTEL_POD_SERIES_RETENTION (flag --pod-series-retention): the retention must be positive (e.g. 10m); see --help",
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let scenario = dir.path().join("pods.yaml");
+    std::fs::write(
+        &scenario,
+        "gpus:\n  - { model: H100-SXM5-80GB, count: 2 }\npods:\n  - { namespace: a, pod: b, devices: [{ gpu: 1, gpu_i_id: 5 }] }\n",
+    )
+    .unwrap();
+    let arg = format!("--simulate={}", scenario.display());
+    expect(
+        &[&arg, "-k"],
+        &[],
+        2,
+        "simulated cluster: pod a/b: GPU 1 has no MIG instance with GPU_I_ID 5 (it has: none)",
+    );
+    std::fs::write(
+        &scenario,
+        "gpus:\n  - { model: H100-SXM5-80GB, count: 2 }\npods:\n  - { namespace: a, pod: b, devices: [{ gpu: 2 }] }\n",
+    )
+    .unwrap();
+    expect(
+        &[&arg],
+        &[],
+        2,
+        &format!(
+            "{}: pod a/b holds GPU 2; the scenario has GPUs 0 to 1",
+            scenario.display()
+        ),
+    );
+}

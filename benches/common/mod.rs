@@ -113,6 +113,7 @@ pub fn snapshot(
         driver_version: reading.driver_version,
         entities: reading.entities,
         processes: Vec::new(),
+        derived: Vec::new(),
     }
 }
 

@@ -11,16 +11,28 @@
 //! answers again. Each outage is logged once when it starts, once when the mapping is dropped, and once
 //! when it ends. Every call is counted in `dcgm_otel_kubelet_requests_total{result}`.
 //!
-//! Pod UIDs: the pod-resources v1 API carries none. With `--kubernetes-enable-pod-uid` they are joined in
-//! from the kubelet's device-manager checkpoint ([`checkpoint`]); a series whose pod's UID is not
-//! known there has no `pod_uid` label.
+//! Pod UIDs: the pod-resources v1 API carries none. With `--kubernetes-enable-pod-uid` they come from
+//! the Kubernetes API ([`api`]: a watch on this node's pods) when it is configured and knows the pod,
+//! else from the kubelet's device-manager checkpoint ([`checkpoint`]); a series whose pod's UID is
+//! known in neither has no `pod_uid` label. Pod labels (`--kubernetes-enable-pod-labels`), the shared
+//! replica (`--kubernetes-virtual-gpus`) and DRA claims (`--kubernetes-enable-dra`) are added by the
+//! same mapping ([`labels`]).
+//!
+//! Where the pod-resources answers come from is pluggable ([`PodSource`]): the kubelet's socket, or,
+//! on a simulated fleet whose scenario has `pods:`, the simulated cluster ([`simulated`]), which also
+//! plays the API server (pod UIDs and labels). After the mapping, the cost counters ([`cost`]) are
+//! derived from the attributed readings.
 
+pub mod api;
 pub mod args;
 pub mod cgroup;
 pub mod checkpoint;
+pub mod cost;
+pub mod labels;
 pub mod mapping;
 pub mod podresources;
 pub mod processes;
+pub mod simulated;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -30,8 +42,13 @@ pub use args::KubernetesArgs;
 pub use mapping::{GpuIdType, Mapping, MatchRules, PodRef};
 
 use super::Enricher;
-use crate::snapshot::{Attribute, EntityReading, ProcessReading};
+use crate::counters::CounterSet;
+use crate::snapshot::{Attribute, DerivedFamily, EntityReading, ProcessReading};
 use crate::telemetry::self_metrics::{Metric, SelfMetrics};
+use cost::{CostAccumulator, CostSettings, EqualShares, ProcessShares};
+use labels::{PodLabels, PodMeta};
+use mapping::{DeviceKey, MappingExtras};
+use simulated::SimulatedCluster;
 
 /// Failed intervals during which the last good mapping is still used.
 pub const KEEP_INTERVALS: u32 = 3;
@@ -49,6 +66,108 @@ pub struct KubernetesConfig {
     pub pod_uid_checkpoint: Option<PathBuf>,
     /// Deadline of one `List` call.
     pub deadline: Duration,
+    /// `--kubernetes-enable-pod-uid`.
+    pub pod_uid: bool,
+    /// `--kubernetes-enable-pod-labels`, with its allowlist.
+    pub pod_labels: Option<Arc<PodLabels>>,
+    /// `--kubernetes-virtual-gpus`.
+    pub virtual_gpus: bool,
+    /// `--kubernetes-enable-dra`.
+    pub dra: bool,
+    /// The cost counters.
+    pub cost: CostSettings,
+    /// `NODE_NAME`: the API watch selects this node's pods.
+    pub node_name: Option<String>,
+    /// The collect interval.
+    pub interval: Duration,
+}
+
+/// Where the pod-resources answers come from.
+pub enum PodSource {
+    /// The kubelet's pod-resources socket (`--pod-resources-kubelet-socket`).
+    Kubelet,
+    /// A simulated fleet's scenario pods (no socket); also the pods' UIDs and labels.
+    Simulated(Box<SimulatedCluster>),
+}
+
+/// The DRA driver whose claims are GPUs.
+pub const DRA_GPU_DRIVER: &str = "gpu.nvidia.com";
+
+/// What one DRA device of a ResourceSlice is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DraTarget {
+    Gpu {
+        uuid: String,
+    },
+    Mig {
+        uuid: String,
+        parent_uuid: String,
+        profile: String,
+    },
+}
+
+/// The GPU devices of one ResourceSlice: (pool, device name, what it is).
+pub type DraSlice = Vec<(String, String, DraTarget)>;
+
+/// A pod object's key and metadata (`namespace/name`).
+pub fn parse_pod(v: &serde_json::Value) -> Option<(String, PodMeta)> {
+    let m = v.get("metadata")?;
+    let ns = m.get("namespace")?.as_str()?;
+    let name = m.get("name")?.as_str()?;
+    let uid = m
+        .get("uid")
+        .and_then(|u| u.as_str())
+        .unwrap_or_default()
+        .to_string();
+    let labels = m
+        .get("labels")
+        .and_then(|l| l.as_object())
+        .map(|l| {
+            l.iter()
+                .filter_map(|(k, v)| v.as_str().map(|v| (k.clone(), v.to_string())))
+                .collect()
+        })
+        .unwrap_or_default();
+    Some((format!("{ns}/{name}"), PodMeta { uid, labels }))
+}
+
+/// A ResourceSlice's NVIDIA GPU devices (`resource.k8s.io` v1, or v1beta1's `basic` layout).
+pub fn parse_resource_slice(v: &serde_json::Value) -> Option<(String, DraSlice)> {
+    let name = v.get("metadata")?.get("name")?.as_str()?.to_string();
+    let spec = v.get("spec")?;
+    if spec.get("driver")?.as_str()? != DRA_GPU_DRIVER {
+        return None;
+    }
+    let pool = spec.get("pool")?.get("name")?.as_str()?.to_string();
+    let mut out = Vec::new();
+    for d in spec.get("devices")?.as_array()? {
+        let Some(dev) = d.get("name").and_then(|n| n.as_str()) else {
+            continue;
+        };
+        let attrs = d
+            .get("attributes")
+            .or_else(|| d.get("basic").and_then(|b| b.get("attributes")));
+        let attr = |k: &str| -> String {
+            attrs
+                .and_then(|a| a.get(k).or_else(|| a.get(format!("{DRA_GPU_DRIVER}/{k}"))))
+                .and_then(|a| a.get("string"))
+                .and_then(|s| s.as_str())
+                .unwrap_or_default()
+                .to_string()
+        };
+        let uuid = attr("uuid");
+        let target = match attr("type").as_str() {
+            "gpu" if !uuid.is_empty() => DraTarget::Gpu { uuid },
+            "mig" if !uuid.is_empty() => DraTarget::Mig {
+                uuid,
+                parent_uuid: attr("parentUUID"),
+                profile: attr("profile"),
+            },
+            _ => continue,
+        };
+        out.push((pool.clone(), dev.to_string(), target));
+    }
+    Some((name, out))
 }
 
 impl KubernetesConfig {
@@ -74,7 +193,33 @@ impl KubernetesConfig {
                 .kubernetes_enable_pod_uid
                 .then(|| args.kubelet_device_checkpoint.clone()),
             deadline: KubernetesConfig::deadline_for(interval),
+            pod_uid: args.kubernetes_enable_pod_uid,
+            pod_labels: None,
+            virtual_gpus: args.kubernetes_virtual_gpus,
+            dra: args.kubernetes_enable_dra,
+            cost: CostSettings {
+                idle_threshold_percent: args.idle_utilization_threshold,
+                retention: args.pod_series_retention,
+            },
+            node_name: None,
+            interval,
         }
+    }
+
+    /// The settings, with the pod-label allowlist compiled (a bad regex is bad input).
+    pub fn resolve(
+        args: &KubernetesArgs,
+        interval: Duration,
+        node_name: Option<String>,
+    ) -> Result<KubernetesConfig, labels::AllowlistError> {
+        let mut c = KubernetesConfig::from_args(args, interval);
+        if args.kubernetes_enable_pod_labels {
+            c.pod_labels = Some(Arc::new(PodLabels::new(
+                &args.kubernetes_pod_label_allowlist_regex,
+            )?));
+        }
+        c.node_name = node_name;
+        Ok(c)
     }
 }
 
@@ -127,6 +272,14 @@ impl KubeletMetrics {
 pub struct KubernetesEnricher {
     config: KubernetesConfig,
     runtime: tokio::runtime::Runtime,
+    source: PodSource,
+    /// Pods of this node from the API server (UIDs, labels).
+    pods_api: Option<Arc<api::Cache<PodMeta>>>,
+    /// GPU ResourceSlices of this node from the API server (DRA).
+    slices_api: Option<Arc<api::Cache<DraSlice>>>,
+    cost: CostAccumulator,
+    started: Instant,
+    warned_dra: bool,
     mapping: Option<Arc<Mapping>>,
     /// Consecutive failed calls.
     failures: u32,
@@ -136,6 +289,8 @@ pub struct KubernetesEnricher {
     checkpoint_failing: bool,
     /// The host's /proc, where a process's cgroup names its pod (`--proc-root`).
     proc_root: PathBuf,
+    /// This collection's processes, as attributed (per-process collection on), for the cost split.
+    last_processes: Vec<ProcessReading>,
 }
 
 impl KubernetesEnricher {
@@ -144,16 +299,82 @@ impl KubernetesEnricher {
         config: KubernetesConfig,
         registry: &SelfMetrics,
     ) -> std::io::Result<KubernetesEnricher> {
+        KubernetesEnricher::with_source(config, PodSource::Kubelet, None, registry)
+    }
+
+    /// The enricher over a pod source; `api`: the Kubernetes API server, when configured (pod UIDs and
+    /// labels, DRA ResourceSlices).
+    pub fn with_source(
+        config: KubernetesConfig,
+        source: PodSource,
+        api: Option<&api::ApiConfig>,
+        registry: &SelfMetrics,
+    ) -> std::io::Result<KubernetesEnricher> {
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()?;
-        tracing::info!(
-            socket = %config.socket.display(),
-            gpu_id_type = ?config.rules.id_type,
-            extra_resource_names = ?config.rules.extra_resource_names,
-            deadline_ms = config.deadline.as_millis() as u64,
-            "Kubernetes pod mapping on: the kubelet's pod-resources API is asked once per collect interval"
-        );
+        match &source {
+            PodSource::Kubelet => tracing::info!(
+                socket = %config.socket.display(),
+                gpu_id_type = ?config.rules.id_type,
+                extra_resource_names = ?config.rules.extra_resource_names,
+                deadline_ms = config.deadline.as_millis() as u64,
+                "Kubernetes pod mapping on: the kubelet's pod-resources API is asked once per collect interval"
+            ),
+            PodSource::Simulated(c) => tracing::warn!(
+                pods = c.pods(),
+                "SIMULATED KUBERNETES: pod-resources answers and pod labels come from the scenario's pods, not a kubelet"
+            ),
+        }
+        let simulated = matches!(source, PodSource::Simulated(_));
+        let wants_pods = config.pod_labels.is_some() || config.pod_uid;
+        let (mut pods_api, mut slices_api) = (None, None);
+        match api.filter(|_| !simulated) {
+            Some(cfg) => {
+                if wants_pods {
+                    let node = config.node_name.clone();
+                    if node.is_none() {
+                        tracing::warn!("NODE_NAME is not set: watching the pods of the whole cluster for their labels and UIDs");
+                    }
+                    let resource = api::Resource {
+                        name: "pods",
+                        path: "/api/v1/pods".into(),
+                        field_selector: node.map(|n| format!("spec.nodeName={n}")),
+                        parse: parse_pod,
+                        stale_after: api::stale_after(config.interval),
+                    };
+                    match api::watch::start(cfg, resource, registry) {
+                        Ok(w) => {
+                            tracing::info!(server = %cfg.server, origin = %cfg.origin, "pod labels and UIDs from the Kubernetes API (a watch on this node's pods)");
+                            pods_api = Some(w.cache);
+                        }
+                        Err(e) => tracing::warn!(error = %e, "Kubernetes API client not started; no pod labels, UIDs from the kubelet checkpoint only"),
+                    }
+                }
+                if config.dra {
+                    let mut selector = format!("spec.driver={DRA_GPU_DRIVER}");
+                    if let Some(n) = &config.node_name {
+                        selector = format!("spec.nodeName={n},{selector}");
+                    }
+                    let resource = api::Resource {
+                        name: "resourceslices",
+                        path: "/apis/resource.k8s.io/v1/resourceslices".into(),
+                        field_selector: Some(selector),
+                        parse: parse_resource_slice,
+                        stale_after: api::stale_after(config.interval),
+                    };
+                    match api::watch::start(cfg, resource, registry) {
+                        Ok(w) => slices_api = Some(w.cache),
+                        Err(e) => tracing::warn!(error = %e, "Kubernetes API client not started; DRA claims are not attributed"),
+                    }
+                }
+            }
+            None if !simulated && (wants_pods || config.dra) => tracing::warn!(
+                "no Kubernetes API configuration (in-cluster service account or KUBECONFIG): no pod labels, no DRA attribution; pod UIDs from the kubelet checkpoint only"
+            ),
+            None => {}
+        }
+        let cost = CostAccumulator::new(config.cost, registry);
         if let Some(path) = &config.pod_uid_checkpoint {
             tracing::info!(
                 checkpoint = %path.display(),
@@ -164,11 +385,18 @@ impl KubernetesEnricher {
             metrics: KubeletMetrics::new(registry),
             config,
             runtime,
+            source,
+            pods_api,
+            slices_api,
+            cost,
+            started: Instant::now(),
+            warned_dra: false,
             mapping: None,
             failures: 0,
             warned_unknown: false,
             checkpoint_failing: false,
             proc_root: PathBuf::from("/proc"),
+            last_processes: Vec::new(),
         })
     }
 
@@ -181,16 +409,19 @@ impl KubernetesEnricher {
     /// Ask the kubelet and update the mapping in use (kept, replaced or dropped).
     fn refresh(&mut self) {
         let started = Instant::now();
-        let result = self.runtime.block_on(podresources::list(
-            &self.config.socket,
-            self.config.deadline,
-        ));
+        let result = match &mut self.source {
+            PodSource::Kubelet => self.runtime.block_on(podresources::list(
+                &self.config.socket,
+                self.config.deadline,
+            )),
+            PodSource::Simulated(c) => Ok(c.list()),
+        };
         self.metrics.duration.set(started.elapsed().as_secs_f64());
         match result {
             Ok(reply) => {
                 self.metrics.ok.inc();
                 let uids = self.pod_uids();
-                let mapping = Mapping::build(&reply, &self.config.rules, uids.as_ref());
+                let mapping = self.build_mapping(&reply, uids.as_ref());
                 if !mapping.unknown_ids.is_empty() && !self.warned_unknown {
                     tracing::warn!(ids = ?mapping.unknown_ids, "kubelet reports NVIDIA device ids of an unknown form; they are not attributed (logged once)");
                     self.warned_unknown = true;
@@ -231,6 +462,67 @@ impl KubernetesEnricher {
 }
 
 impl KubernetesEnricher {
+    /// Index a reply with everything the flags ask to join to it.
+    fn build_mapping(
+        &mut self,
+        reply: &podresources::ListPodResourcesResponse,
+        uids: Option<&checkpoint::UidIndex>,
+    ) -> Mapping {
+        let simulated = match &self.source {
+            PodSource::Simulated(c) => Some(&**c),
+            PodSource::Kubelet => None,
+        };
+        let pods_api = self.pods_api.clone();
+        let metadata = move |ns: &str, name: &str| -> Option<Arc<PodMeta>> {
+            match simulated {
+                Some(c) => c.metadata(ns, name),
+                None => pods_api.as_ref()?.get(&format!("{ns}/{name}")),
+            }
+        };
+        let pod_labels = self.config.pod_labels.clone();
+        let label_attrs = move |m: &PodMeta| -> Vec<Attribute> {
+            pod_labels
+                .as_ref()
+                .map(|l| l.attributes(m))
+                .unwrap_or_default()
+        };
+        let slices = self.slices_api.as_ref().map(|c| c.values());
+        let dra_seen = std::cell::Cell::new(false);
+        let dra = |driver: &str, pool: &str, device: &str| -> Option<(DeviceKey, Vec<Attribute>)> {
+            if driver != DRA_GPU_DRIVER {
+                return None;
+            }
+            dra_seen.set(true);
+            let target = slices.as_ref()?.iter().find_map(|s| {
+                s.iter()
+                    .find(|(p, d, _)| p == pool && d == device)
+                    .map(|(_, _, t)| t.clone())
+            })?;
+            Some(dra_key(driver, pool, device, &target))
+        };
+        let extras = MappingExtras {
+            uids,
+            metadata: Some(&metadata),
+            pod_uid: self.config.pod_uid,
+            pod_labels: self
+                .config
+                .pod_labels
+                .is_some()
+                .then_some(&label_attrs as _),
+            virtual_gpus: self.config.virtual_gpus,
+            dra: self.config.dra.then_some(&dra as _),
+        };
+        let m = Mapping::build_with(reply, &self.config.rules, &extras);
+        if dra_seen.get()
+            && self.slices_api.as_ref().is_none_or(|c| !c.synced())
+            && !self.warned_dra
+        {
+            tracing::warn!("the kubelet reports DRA claims of gpu.nvidia.com, but no ResourceSlices are known (Kubernetes API unavailable or not listed yet): they are not attributed (logged once)");
+            self.warned_dra = true;
+        }
+        m
+    }
+
     /// Pod UIDs from the device checkpoint, when `--kubernetes-enable-pod-uid` asks for them.
     fn pod_uids(&mut self) -> Option<checkpoint::UidIndex> {
         let path = self.config.pod_uid_checkpoint.as_ref()?;
@@ -266,12 +558,37 @@ pub fn apply(mapping: &Mapping, id_type: GpuIdType, entities: &mut [EntityReadin
     }
 }
 
+/// The device key and `dra_*` attributes of a DRA device.
+pub fn dra_key(
+    driver: &str,
+    pool: &str,
+    device: &str,
+    target: &DraTarget,
+) -> (DeviceKey, Vec<Attribute>) {
+    let mut attrs = vec![
+        Attribute::new(&labels::DRA_DRIVER_NAME, driver),
+        Attribute::new(&labels::DRA_POOL_NAME, pool),
+        Attribute::new(&labels::DRA_DEVICE_NAME, device),
+    ];
+    let key = match target {
+        DraTarget::Gpu { uuid } => DeviceKey::GpuUuid(uuid.to_ascii_lowercase()),
+        DraTarget::Mig { uuid, profile, .. } => {
+            attrs.push(Attribute::new(&labels::DRA_MIG_PROFILE, profile.as_str()));
+            attrs.push(Attribute::new(&labels::DRA_MIG_DEVICE_UUID, uuid.as_str()));
+            DeviceKey::MigUuid(uuid.to_ascii_lowercase())
+        }
+    };
+    (key, attrs)
+}
+
 impl Enricher for KubernetesEnricher {
     fn name(&self) -> &'static str {
         "kubernetes"
     }
 
     fn enrich(&mut self, entities: &mut [EntityReading]) {
+        // Processes of an earlier collection never split this one's devices.
+        self.last_processes.clear();
         self.refresh();
         if let Some(m) = &self.mapping {
             apply(m, self.config.rules.id_type, entities);
@@ -285,5 +602,79 @@ impl Enricher for KubernetesEnricher {
             &self.proc_root,
             processes,
         );
+        // The cost counters split shared devices by these processes' SM use (`derive`, next).
+        self.last_processes = processes.to_vec();
+    }
+
+    fn derive(
+        &mut self,
+        entities: &[EntityReading],
+        counters: &CounterSet,
+        out: &mut Vec<DerivedFamily>,
+    ) {
+        let now = self.started.elapsed().as_secs_f64();
+        let collected = if self.last_processes.is_empty() {
+            self.cost.collect(entities, counters, now, &EqualShares)
+        } else {
+            let shares = ProcessShares {
+                processes: &self.last_processes,
+            };
+            self.cost.collect(entities, counters, now, &shares)
+        };
+        out.extend(collected);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pods_and_resource_slices_from_api_objects() {
+        let pod: serde_json::Value = serde_json::from_str(
+            r#"{"metadata":{"name":"p","namespace":"n","uid":"u-1","labels":{"team":"a","n":"1"}}}"#,
+        )
+        .unwrap();
+        let (key, meta) = parse_pod(&pod).unwrap();
+        assert_eq!(key, "n/p");
+        assert_eq!(meta.uid, "u-1");
+        assert_eq!(meta.labels.len(), 2);
+        // v1 (attributes on the device) and v1beta1 (under `basic`), qualified or not; other drivers
+        // and unknown types are skipped.
+        let v1: serde_json::Value = serde_json::from_str(
+            r#"{"metadata":{"name":"s"},"spec":{"driver":"gpu.nvidia.com","pool":{"name":"node-a"},"devices":[
+                {"name":"gpu-0","attributes":{"type":{"string":"gpu"},"uuid":{"string":"GPU-1"}}},
+                {"name":"mig-0","basic":{"attributes":{"gpu.nvidia.com/type":{"string":"mig"},"uuid":{"string":"MIG-2"},"profile":{"string":"1g.10gb"},"parentUUID":{"string":"GPU-1"}}}},
+                {"name":"odd","attributes":{"type":{"string":"vfio"}}}]}}"#,
+        )
+        .unwrap();
+        let (name, devices) = parse_resource_slice(&v1).unwrap();
+        assert_eq!(name, "s");
+        assert_eq!(
+            devices,
+            vec![
+                (
+                    "node-a".into(),
+                    "gpu-0".into(),
+                    DraTarget::Gpu {
+                        uuid: "GPU-1".into()
+                    }
+                ),
+                (
+                    "node-a".into(),
+                    "mig-0".into(),
+                    DraTarget::Mig {
+                        uuid: "MIG-2".into(),
+                        parent_uuid: "GPU-1".into(),
+                        profile: "1g.10gb".into()
+                    }
+                ),
+            ]
+        );
+        let other: serde_json::Value = serde_json::from_str(
+            r#"{"metadata":{"name":"s"},"spec":{"driver":"x","pool":{"name":"p"},"devices":[]}}"#,
+        )
+        .unwrap();
+        assert!(parse_resource_slice(&other).is_none());
     }
 }

@@ -5,7 +5,8 @@
 pub mod hpc;
 pub mod kubernetes;
 
-use crate::snapshot::{EntityReading, ProcessReading};
+use crate::counters::CounterSet;
+use crate::snapshot::{DerivedFamily, EntityReading, ProcessReading};
 
 /// Adds attribution to the entities of one reading. Must not panic; failures are logged and counted by
 /// the enricher itself, and leave the entities as they were (or with the last good attribution).
@@ -16,4 +17,13 @@ pub trait Enricher: Send {
     /// Attribute the processes of the same collection (called after [`Enricher::enrich`]); most
     /// enrichers have nothing to say about processes.
     fn enrich_processes(&mut self, _processes: &mut [ProcessReading]) {}
+    /// Series this enricher derives from the collection once every enricher has run (the per-pod cost
+    /// counters), appended to `out`. Most enrichers derive none.
+    fn derive(
+        &mut self,
+        _entities: &[EntityReading],
+        _counters: &CounterSet,
+        _out: &mut Vec<DerivedFamily>,
+    ) {
+    }
 }

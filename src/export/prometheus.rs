@@ -493,6 +493,70 @@ impl Renderer {
         }
         // Per-process families (`--collect-processes`), after the DCGM ones.
         samples += super::process_series::render(snap, &self.style, out);
+        drop(cache);
+        samples + self.render_derived(snap, out, &mut fmt)
+    }
+
+    /// The derived families (per-pod cost counters) after the DCGM families: one `# HELP`/`# TYPE`
+    /// each, every sample with its entity's identity labels, then its attributes placed and sorted as
+    /// on DCGM series (label-class first, then attribute-class; on a name clash the attribute wins).
+    fn render_derived(&self, snap: &Snapshot, out: &mut String, fmt: &mut ValueFormatter) -> usize {
+        let mut identities: std::collections::HashMap<&Entity, String> =
+            std::collections::HashMap::new();
+        let old = self.style.use_old_namespace;
+        let mut samples = 0;
+        for fam in &snap.derived {
+            let info = fam.info;
+            let mut wrote_header = false;
+            for s in &fam.samples {
+                let Some(value) = fmt.format(&FieldValue::Double(s.value)) else {
+                    continue;
+                };
+                if !wrote_header {
+                    out.push_str("# HELP ");
+                    out.push_str(info.name);
+                    out.push(' ');
+                    escape_help(info.help, out);
+                    out.push_str("\n# TYPE ");
+                    out.push_str(info.name);
+                    out.push(' ');
+                    out.push_str(info.kind.as_str());
+                    out.push('\n');
+                    wrote_header = true;
+                }
+                let base = identities
+                    .entry(&*s.entity)
+                    .or_insert_with(|| self.identity_labels(&s.entity, &snap.host))
+                    .as_str();
+                let mut attributes: Vec<(&str, &str)> = s
+                    .attributes
+                    .iter()
+                    .filter(|a| a.key.placement == Placement::Attributes)
+                    .map(|a| (a.key.prometheus_name(old), &*a.value))
+                    .collect();
+                attributes.sort();
+                let mut labels: Vec<(&str, &str)> = s
+                    .attributes
+                    .iter()
+                    .filter(|a| a.key.placement == Placement::Labels)
+                    .map(|a| (a.key.prometheus_name(old), &*a.value))
+                    .filter(|(k, _)| !attributes.iter().any(|(a, _)| a == k))
+                    .collect();
+                labels.sort();
+                labels.dedup_by(|a, b| a.0 == b.0);
+                out.push_str(info.name);
+                out.push('{');
+                out.push_str(base);
+                let mut first = base.is_empty();
+                for (k, v) in labels.iter().chain(&attributes) {
+                    push_label(out, &mut first, k, v);
+                }
+                out.push_str("} ");
+                out.push_str(value);
+                out.push('\n');
+                samples += 1;
+            }
+        }
         samples
     }
 
@@ -567,17 +631,23 @@ impl Renderer {
         host: &HostInfo,
         snap: &Snapshot,
     ) -> (String, Vec<SetTail>) {
+        let base = self.identity_labels(&e.entity, host);
+        self.tails_of(e, base, snap)
+    }
+
+    /// The identity labels of an entity and its host label, without the closing brace.
+    fn identity_labels(&self, entity: &Entity, host: &HostInfo) -> String {
         let mut base = String::with_capacity(256);
         let mut first = true;
         // dcgm-exporter's link template spells the host label `hostname` in every release and writes
         // the model name as DCGM gives it (--replace-blanks-in-model-name applies to GPU series only).
-        let host_label = match e.entity.kind {
+        let host_label = match entity.kind {
             EntityKind::NvLink | EntityKind::NvSwitchLink => "hostname",
             _ => self.style.hostname_label.as_str(),
         };
-        match (e.entity.kind, &e.entity.gpu) {
+        match (entity.kind, &entity.gpu) {
             (EntityKind::NvLink, Some(gpu)) => {
-                let link = e.entity.link.unwrap_or(0).to_string();
+                let link = entity.link.unwrap_or(0).to_string();
                 push_label(&mut base, &mut first, "nvlink", &link);
                 push_label(&mut base, &mut first, "gpu", &gpu.index.to_string());
                 push_label(&mut base, &mut first, "gpu_uuid", &gpu.uuid);
@@ -597,7 +667,7 @@ impl Renderer {
                 push_label(&mut base, &mut first, "pci_bus_id", &gpu.pci_bus_id);
                 push_label(&mut base, &mut first, "device", &gpu.device());
                 push_label(&mut base, &mut first, "modelName", &model);
-                if let Some(m) = &e.entity.mig {
+                if let Some(m) = &entity.mig {
                     push_label(&mut base, &mut first, "GPU_I_PROFILE", &m.profile);
                     push_label(&mut base, &mut first, "GPU_I_ID", &m.gi_id.to_string());
                 }
@@ -605,13 +675,18 @@ impl Renderer {
             _ => super::entity_labels::push_identity(
                 &mut base,
                 &mut first,
-                &e.entity,
+                entity,
                 self.style.hostname_label,
             ),
         }
         if let Some(h) = host.hostname.as_deref().filter(|h| !h.is_empty()) {
             push_label(&mut base, &mut first, host_label, h);
         }
+        base
+    }
+
+    /// Per attribute set of an entity, what follows its identity labels.
+    fn tails_of(&self, e: &EntityReading, base: String, snap: &Snapshot) -> (String, Vec<SetTail>) {
         // label-type fields (first row per name)
         let mut label_fields: Vec<(&str, &str)> = snap
             .counters

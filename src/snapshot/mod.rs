@@ -11,6 +11,7 @@
 //! [`SnapshotStore`] holds the newest published snapshot.
 
 pub mod attribution;
+pub mod derived;
 pub mod entity;
 pub mod inventory;
 pub mod pod_split;
@@ -22,6 +23,7 @@ use std::time::SystemTime;
 use arc_swap::ArcSwapOption;
 
 pub use attribution::{Attribute, AttributeKey, Attribution, Placement};
+pub use derived::{DerivedFamily, DerivedInfo, DerivedKind, DerivedSample};
 pub use entity::{CpuIdentity, Entity, EntityKind, GpuIdentity, MigIdentity};
 pub use process::ProcessReading;
 
@@ -126,6 +128,9 @@ pub struct Snapshot {
     pub entities: Vec<EntityReading>,
     /// Processes running on the monitored entities (empty unless per-process collection is on).
     pub processes: Vec<ProcessReading>,
+    /// Series derived from the enriched readings that are not DCGM fields (per-pod cost counters);
+    /// written after the DCGM families. Empty when the collection failed.
+    pub derived: Vec<DerivedFamily>,
 }
 
 impl Snapshot {

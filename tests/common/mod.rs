@@ -114,7 +114,17 @@ fn dechunk(mut b: &[u8]) -> Vec<u8> {
 }
 
 /// Start the exporter with `args` (plus `-a 127.0.0.1:<port>`) and `env`, and wait until /ready is 200.
+/// The simulated fleet is bare (no simulated Kubernetes node) unless the test passes `-k`.
 pub fn start(args: &[&str], env: &[(&str, &str)]) -> Exporter {
+    start_with(args, env, true)
+}
+
+/// [`start`] exactly as a user would run it: the built-in scenarios' simulated cluster on by default.
+pub fn start_as_user(args: &[&str], env: &[(&str, &str)]) -> Exporter {
+    start_with(args, env, false)
+}
+
+fn start_with(args: &[&str], env: &[(&str, &str)], bare_fleet: bool) -> Exporter {
     let port = free_port();
     let addr = format!("127.0.0.1:{port}");
     let mut cmd = Command::new(binary());
@@ -124,6 +134,13 @@ pub fn start(args: &[&str], env: &[(&str, &str)]) -> Exporter {
         .env("NODE_NAME", "test-node")
         .stdout(Stdio::null())
         .stderr(Stdio::piped());
+    if bare_fleet {
+        // A bare fleet unless the test asks for Kubernetes (`-k` on the command line wins): built-in
+        // scenarios with pods otherwise play a Kubernetes node under --simulate.
+        cmd.env("DCGM_EXPORTER_KUBERNETES", "false");
+    } else {
+        cmd.env_remove("DCGM_EXPORTER_KUBERNETES");
+    }
     for (k, v) in env {
         cmd.env(k, v);
     }

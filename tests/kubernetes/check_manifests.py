@@ -148,9 +148,41 @@ for path in patch_files:
     with open(out, "w") as f:
         yaml.safe_dump(merged, f)
     validate.append(out)
-if set(patched) != {"no-profiling.yaml", "pod-uid.yaml"}:
-    fail.append(f"patches/ holds {sorted(patched)}; this check knows no-profiling.yaml and pod-uid.yaml "
-                f"(teach it what a new one must do)")
+if set(patched) != {"no-profiling.yaml", "pod-uid.yaml", "pod-labels.yaml"}:
+    fail.append(f"patches/ holds {sorted(patched)}; this check knows no-profiling.yaml, pod-uid.yaml and "
+                f"pod-labels.yaml (teach it what a new one must do)")
+
+# the pod-labels variant: the token mounted, the flags on, and RBAC that reads pods (and DRA ResourceSlices)
+# and nothing else, bound to the DaemonSet's ServiceAccount
+if "pod-labels.yaml" in patched:
+    spec = patched["pod-labels.yaml"]["spec"]["template"]["spec"]
+    c = spec["containers"][0]
+    env = {e["name"]: e.get("value") for e in c["env"]}
+    if spec.get("automountServiceAccountToken") is not True:
+        fail.append("patches/pod-labels.yaml must mount the ServiceAccount token (automountServiceAccountToken: true)")
+    if env.get("DCGM_EXPORTER_KUBERNETES_ENABLE_POD_LABELS") != "true" or env.get("DCGM_EXPORTER_KUBERNETES") != "true":
+        fail.append("patches/pod-labels.yaml must add DCGM_EXPORTER_KUBERNETES_ENABLE_POD_LABELS to the DaemonSet's env")
+    rbac_path = os.path.join(src, "optional", "rbac-pod-metadata.yaml")
+    docs = load_all(rbac_path) if os.path.exists(rbac_path) else []
+    roles = [d for d in docs if d.get("kind") == "ClusterRole"]
+    bindings = [d for d in docs if d.get("kind") == "ClusterRoleBinding"]
+    if len(roles) != 1 or len(bindings) != 1:
+        fail.append("optional/rbac-pod-metadata.yaml must hold one ClusterRole and one ClusterRoleBinding")
+    else:
+        rules = sorted((tuple(r.get("apiGroups")), tuple(r.get("resources")), tuple(sorted(r.get("verbs"))))
+                       for r in roles[0].get("rules") or [])
+        want = [(("",), ("pods",), ("get", "list", "watch")),
+                (("resource.k8s.io",), ("resourceslices",), ("get", "list", "watch"))]
+        if rules != want:
+            fail.append(f"optional/rbac-pod-metadata.yaml: the ClusterRole must grant get/list/watch on pods and "
+                        f"resourceslices only, got {rules}")
+        b = bindings[0]
+        if b.get("roleRef", {}).get("name") != roles[0]["metadata"]["name"]:
+            fail.append("optional/rbac-pod-metadata.yaml: the binding does not name the ClusterRole")
+        sa = pod.get("serviceAccountName")
+        ns = ds["metadata"].get("namespace")
+        if {"kind": "ServiceAccount", "name": sa, "namespace": ns} not in (b.get("subjects") or []):
+            fail.append(f"optional/rbac-pod-metadata.yaml: the binding must name ServiceAccount {ns}/{sa}")
 
 
 def caps(c):

@@ -14,11 +14,12 @@
 #      scrape targets are services on listening ports, the pinned collector image, datasource uid, paths
 #   4. Grafana dashboards: the 12239-equivalent keeps the original's panels/queries; every dashboard
 #      type-checks against @grafana/schema with tsc
-#   5. live: starts `dcgm-otel --simulate --otlp`, a collector stand-in (otlp_standin.py: OTLP/HTTP in,
+#   5. live: starts `dcgm-otel --simulate --otlp -k --kubernetes-enable-pod-labels` (the scenario's simulated
+#      cluster), a collector stand-in (otlp_standin.py: OTLP/HTTP in,
 #      Prometheus text out, as collector.yaml's prometheus exporter) and Debian's Prometheus 2.42 on 127.0.0.1
 #      (free ports, temp dir) with the two jobs of prometheus/prometheus.yml (pull path and OTLP path) scraped
 #      every second, then runs every panel and variable query of every dashboard through /api/v1/query and
-#      requires data. The panels that cannot have data here are listed with their reason in stack_check.py (SKIP).
+#      requires data from every panel (stack_check.py's SKIP list is empty).
 #      Also applies otel-config/cloudwatch.yaml's metric declarations to the attribute sets dcgm-otel sent to the
 #      stand-in: no CloudWatch series mixes a whole GPU with MIG instances (stack_check.py cloudwatch-live).
 #
@@ -103,7 +104,7 @@ pids+=($!)
 $CHECK wait-http "http://127.0.0.1:$otlp_port/metrics" 10
 step "starting dcgm-otel --simulate --otlp on 127.0.0.1:$exporter_port"
 OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf OTEL_EXPORTER_OTLP_ENDPOINT="http://127.0.0.1:$otlp_port" \
-  "$BIN" --simulate --otlp -a "127.0.0.1:$exporter_port" -c 1000 >"$work/dcgm-otel.log" 2>&1 &
+  "$BIN" --simulate --otlp -k --kubernetes-enable-pod-labels -a "127.0.0.1:$exporter_port" -c 1000 >"$work/dcgm-otel.log" 2>&1 &
 pids+=($!)
 $CHECK wait-http "http://127.0.0.1:$exporter_port/health" 20
 

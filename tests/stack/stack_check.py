@@ -50,15 +50,9 @@ import yaml
 # Panels whose queries must parse and run but may return nothing in CI, with the reason. Keyed by dashboard
 # uid and panel title. Nothing else may come back empty: the OTLP-path panels get their data from
 # dcgm-otel --otlp through tests/stack/otlp_standin.py.
-K8S_REASON = ("pod/namespace/container labels exist only with --kubernetes and a kubelet that assigns GPUs to "
-              "pods; the simulated fleet has no Kubernetes")
-SKIP = {
-    ("dcgm-otel", "GPU utilization by pod"): K8S_REASON,
-    ("dcgm-otel", "Engine active by pod (incl. MIG)"): K8S_REASON,
-    ("dcgm-otel", "Framebuffer used by namespace"): K8S_REASON,
-    ("dcgm-otel", "Power by namespace"): K8S_REASON,
-    ("dcgm-otel", "GPUs per pod"): K8S_REASON,
-}
+# The live stack runs `-k --kubernetes-enable-pod-labels` on the simulated cluster of the default scenario,
+# so the per-pod panels have data too: nothing is skipped.
+SKIP = {}
 # Targets (not whole panels) that may be empty: (uid, panel title, refId) -> reason.
 SKIP_TARGETS = {}
 
@@ -415,9 +409,15 @@ def check_otel_config(path):
     return errors
 
 
+# Families dcgm-otel computes itself (not counters-CSV rows): the per-pod cost counters of -k.
+DERIVED_METRICS = ["dcgm_otel_pod_gpu_seconds_total", "dcgm_otel_pod_gpu_energy_joules_total",
+                   "dcgm_otel_pod_gpu_idle_seconds_total"]
+
+
 def default_counter_names():
-    """Metric names of the built-in counters CSV (the rows dcgm-otel exports by default)."""
-    names = []
+    """Metric names of the built-in counters CSV (the rows dcgm-otel exports by default) and of the
+    families it derives itself."""
+    names = list(DERIVED_METRICS)
     with open(DEFAULT_COUNTERS_CSV) as f:
         for line in f:
             line = line.strip()
@@ -506,8 +506,10 @@ UCUM_TO_CLOUDWATCH = {
     "us": {"Microseconds"}, "1": {"None"}, "MHz": {"None"}, "Cel": {"None"}, "W": {"None"}, "mJ": {"None"},
     "J": {"None"},
 }
-# Attributes only a Kubernetes run (-k with a kubelet) gives; the simulated fleet has none.
-KUBERNETES_ATTRIBUTES = {"k8s.namespace.name", "k8s.pod.name", "k8s.container.name", "k8s.pod.uid"}
+# Attributes only a Kubernetes run gives (the live stack's simulated cluster sends the first three and pod
+# labels; a pod UID needs --kubernetes-enable-pod-uid, a team label a pod labelled team).
+KUBERNETES_ATTRIBUTES = {"k8s.namespace.name", "k8s.pod.name", "k8s.container.name", "k8s.pod.uid",
+                         "k8s.pod.label.team"}
 MIG_ATTRIBUTE = "nvidia.mig.profile"
 MIG_INSTANCE_ATTRIBUTE = "nvidia.mig.instance_id"
 GPU_INDEX_ATTRIBUTE = "nvidia.gpu.index"
@@ -564,7 +566,9 @@ def cmd_cloudwatch_live(path, url):
                 series.setdefault((dims, tuple(attrs[d] for d in dims)), set()).add(entity)
         for (dims, values), entities in sorted(series.items()):
             where = f"{name}: dimension set {list(dims)} = {list(values)}"
-            if {bool(e[2]) for e in entities} == {False, True}:
+            # The cost counters are shares of whole GPUs (a MIG instance's points already count its slices
+            # only): a namespace's or team's sum over GPUs and MIG instances is what it should show.
+            if {bool(e[2]) for e in entities} == {False, True} and name not in DERIVED_METRICS:
                 errs.append(f"{where} gets points of a whole GPU and of MIG instances, which CloudWatch would "
                             f"aggregate into one series")
             elif GPU_INDEX_ATTRIBUTE in dims and len(entities) > 1:

@@ -48,4 +48,52 @@ pub struct KubernetesArgs {
         value_delimiter = ','
     )]
     pub nvidia_resource_names: Vec<String>,
+
+    /// Add the pods' labels (sanitized as Prometheus label names; k8s.pod.label.<key> on OTLP), from the
+    /// Kubernetes API (in-cluster or KUBECONFIG; a watch on this node's pods).
+    #[arg(long = "kubernetes-enable-pod-labels", env = "DCGM_EXPORTER_KUBERNETES_ENABLE_POD_LABELS",
+          action = ArgAction::SetTrue)]
+    pub kubernetes_enable_pod_labels: bool,
+
+    /// Only pod labels whose key matches one of these regular expressions (comma list; none: all).
+    #[arg(
+        long = "kubernetes-pod-label-allowlist-regex",
+        env = "DCGM_EXPORTER_KUBERNETES_POD_LABEL_ALLOWLIST_REGEX",
+        value_name = "REGEXES",
+        value_delimiter = ','
+    )]
+    pub kubernetes_pod_label_allowlist_regex: Vec<String>,
+
+    /// Shared GPUs (time slicing, MPS): add the vgpu label (the replica) to each sharing pod's series.
+    #[arg(long = "kubernetes-virtual-gpus", env = "KUBERNETES_VIRTUAL_GPUS", action = ArgAction::SetTrue)]
+    pub kubernetes_virtual_gpus: bool,
+
+    /// Attribute GPUs and MIG instances allocated through Dynamic Resource Allocation (dra_* labels).
+    #[arg(long = "kubernetes-enable-dra", env = "KUBERNETES_ENABLE_DRA", action = ArgAction::SetTrue)]
+    pub kubernetes_enable_dra: bool,
+
+    /// Percent utilization below which a held GPU counts as idle (dcgm_otel_pod_gpu_idle_seconds_total).
+    #[arg(long = "idle-utilization-threshold", env = "DCGM_OTEL_IDLE_UTILIZATION_THRESHOLD",
+          value_name = "PERCENT", default_value = "5", value_parser = parse_percent)]
+    pub idle_utilization_threshold: f64,
+
+    /// How long a departed pod's cost series are kept (Go duration).
+    #[arg(long = "pod-series-retention", env = "DCGM_OTEL_POD_SERIES_RETENTION", value_name = "DURATION",
+          default_value = "10m", value_parser = parse_retention)]
+    pub pod_series_retention: std::time::Duration,
+}
+
+fn parse_percent(s: &str) -> Result<f64, String> {
+    match s.trim().parse::<f64>() {
+        Ok(v) if (0.0..=100.0).contains(&v) => Ok(v),
+        _ => Err(format!("'{s}' is not a percentage from 0 to 100")),
+    }
+}
+
+fn parse_retention(s: &str) -> Result<std::time::Duration, String> {
+    let d = crate::config::duration::parse_go_duration(s)?;
+    if d.is_zero() {
+        return Err("the retention must be positive (e.g. 10m)".into());
+    }
+    Ok(d)
 }

@@ -20,6 +20,7 @@
 //! whole-GPU series stay unattributed (they are shared by all its instances).
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use super::checkpoint::UidIndex;
 use super::podresources::{ContainerResources, ListPodResourcesResponse};
@@ -143,10 +144,27 @@ pub struct PodRef {
     pub container: String,
     /// Empty when not known (pod-resources v1 carries none).
     pub uid: String,
+    /// The shared replica (`vgpu` label) with `--kubernetes-virtual-gpus`; empty otherwise.
+    pub vgpu: String,
+    /// More attributes of this allocation: pod labels, DRA claim (`dra_*`).
+    pub extra: Arc<[Attribute]>,
 }
 
 impl PodRef {
-    /// The pod as attributes: `container`, `namespace`, `pod` and, when known, `pod_uid`.
+    /// A pod without UID, replica or extra attributes.
+    pub fn new(namespace: &str, name: &str, container: &str) -> PodRef {
+        PodRef {
+            namespace: namespace.to_string(),
+            name: name.to_string(),
+            container: container.to_string(),
+            uid: String::new(),
+            vgpu: String::new(),
+            extra: Arc::from(Vec::new()),
+        }
+    }
+
+    /// The pod as attributes: `container`, `namespace`, `pod` and, when known, `pod_uid`, `vgpu`,
+    /// then the extra ones (pod labels, `dra_*`).
     pub fn attributes(&self) -> Vec<Attribute> {
         let mut out = vec![
             Attribute::new(&attribution::CONTAINER, self.container.as_str()),
@@ -156,8 +174,46 @@ impl PodRef {
         if !self.uid.is_empty() {
             out.push(Attribute::new(&attribution::POD_UID, self.uid.as_str()));
         }
+        if !self.vgpu.is_empty() {
+            out.push(Attribute::new(&super::labels::VGPU, self.vgpu.as_str()));
+        }
+        out.extend(self.extra.iter().cloned());
         out
     }
+}
+
+/// The replica part of a shared device id (`GPU-x::3` → `3`, GKE `nvidia0/vgpu2` → `2`), as
+/// dcgm-exporter's `vgpu` label takes it.
+pub fn vgpu_of(id: &str) -> Option<&str> {
+    if let Some((_, r)) = id.split_once("/vgpu") {
+        return Some(r);
+    }
+    id.rsplit_once("::").map(|(_, r)| r)
+}
+
+/// Pod UID and labels by namespace and name.
+pub type MetadataFn<'a> = &'a dyn Fn(&str, &str) -> Option<Arc<super::labels::PodMeta>>;
+/// The label attributes of a pod's labels.
+pub type LabelsFn<'a> = &'a dyn Fn(&super::labels::PodMeta) -> Vec<Attribute>;
+/// A DRA claim's (driver, pool, device) as a device key and `dra_*` attributes.
+pub type DraFn<'a> = &'a dyn Fn(&str, &str, &str) -> Option<(DeviceKey, Vec<Attribute>)>;
+
+/// What joins a `List` reply besides device ids: pod UIDs and labels, shared replicas, DRA claims.
+#[derive(Default)]
+pub struct MappingExtras<'a> {
+    /// The kubelet's device checkpoint (pod UIDs, fallback when the API does not know the pod).
+    pub uids: Option<&'a UidIndex>,
+    /// Pod UID and labels from the API server (or the simulated cluster), by namespace and name.
+    pub metadata: Option<MetadataFn<'a>>,
+    /// `--kubernetes-enable-pod-uid`.
+    pub pod_uid: bool,
+    /// `--kubernetes-enable-pod-labels`: the label attributes of a pod's labels.
+    pub pod_labels: Option<LabelsFn<'a>>,
+    /// `--kubernetes-virtual-gpus`: add the `vgpu` label.
+    pub virtual_gpus: bool,
+    /// `--kubernetes-enable-dra`: resolve a claim's (driver, pool, device) to a device key and its
+    /// attributes.
+    pub dra: Option<DraFn<'a>>,
 }
 
 /// Pods by device, built from one `List` reply. Every pod list is sorted and free of duplicates.
@@ -182,11 +238,59 @@ impl Mapping {
         rules: &MatchRules,
         uids: Option<&UidIndex>,
     ) -> Mapping {
+        let extras = MappingExtras {
+            uids,
+            pod_uid: uids.is_some(),
+            ..MappingExtras::default()
+        };
+        Mapping::build_with(reply, rules, &extras)
+    }
+
+    /// [`Mapping::build`] with everything else that joins the reply (see [`MappingExtras`]).
+    pub fn build_with(
+        reply: &ListPodResourcesResponse,
+        rules: &MatchRules,
+        extras: &MappingExtras,
+    ) -> Mapping {
         let mut m = Mapping::default();
+        let no_extra: Arc<[Attribute]> = Arc::from(Vec::new());
         for pod in &reply.pod_resources {
             let mut holds_any = false;
+            let meta = extras.metadata.and_then(|f| f(&pod.namespace, &pod.name));
+            let labels: Arc<[Attribute]> = match (&meta, extras.pod_labels) {
+                (Some(meta), Some(f)) => Arc::from(f(meta)),
+                _ => no_extra.clone(),
+            };
             for c in &pod.containers {
                 let mut pod_ref: Option<PodRef> = None;
+                let mut base = || {
+                    pod_ref
+                        .get_or_insert_with(|| {
+                            let api_uid = meta
+                                .as_ref()
+                                .map(|m| m.uid.clone())
+                                .filter(|u| !u.is_empty());
+                            let uid = if extras.pod_uid {
+                                api_uid
+                                    .or_else(|| {
+                                        extras.uids.and_then(|u| container_uid(u, c, rules))
+                                    })
+                                    .unwrap_or_default()
+                            } else {
+                                String::new()
+                            };
+                            PodRef {
+                                namespace: pod.namespace.clone(),
+                                name: pod.name.clone(),
+                                container: c.name.clone(),
+                                uid,
+                                vgpu: String::new(),
+                                extra: labels.clone(),
+                            }
+                        })
+                        .clone()
+                };
+                let mut found: Vec<(DeviceKey, PodRef)> = Vec::new();
                 for dev in c
                     .devices
                     .iter()
@@ -199,30 +303,51 @@ impl Mapping {
                             }
                             continue;
                         };
-                        holds_any = true;
-                        let p = pod_ref
-                            .get_or_insert_with(|| PodRef {
-                                namespace: pod.namespace.clone(),
-                                name: pod.name.clone(),
-                                container: c.name.clone(),
-                                uid: uids
-                                    .and_then(|u| container_uid(u, c, rules))
-                                    .unwrap_or_default(),
-                            })
-                            .clone();
-                        match key {
-                            DeviceKey::GpuUuid(u) => m.by_gpu_uuid.entry(u).or_default().push(p),
-                            DeviceKey::GpuIndex(i) => m.by_gpu_index.entry(i).or_default().push(p),
-                            DeviceKey::MigUuid(u) => m.by_mig_uuid.entry(u).or_default().push(p),
-                            DeviceKey::Instance { gpu, gi } => {
-                                m.by_instance.entry((gpu, gi)).or_default().push(p)
-                            }
-                            DeviceKey::InstanceOfGpu { gpu_uuid, gi } => m
-                                .by_instance_of_gpu
-                                .entry((gpu_uuid, gi))
-                                .or_default()
-                                .push(p),
+                        let mut p = base();
+                        if extras.virtual_gpus {
+                            p.vgpu = vgpu_of(id.trim()).unwrap_or_default().to_string();
                         }
+                        found.push((key, p));
+                    }
+                }
+                if let Some(resolve) = extras.dra {
+                    for dr in &c.dynamic_resources {
+                        for cr in &dr.claim_resources {
+                            let Some((key, mut attrs)) =
+                                resolve(&cr.driver_name, &cr.pool_name, &cr.device_name)
+                            else {
+                                continue;
+                            };
+                            let mut p = base();
+                            let mut extra: Vec<Attribute> = p.extra.to_vec();
+                            extra.push(Attribute::new(
+                                &super::labels::DRA_CLAIM_NAME,
+                                dr.claim_name.as_str(),
+                            ));
+                            extra.push(Attribute::new(
+                                &super::labels::DRA_CLAIM_NAMESPACE,
+                                dr.claim_namespace.as_str(),
+                            ));
+                            extra.append(&mut attrs);
+                            p.extra = Arc::from(extra);
+                            found.push((key, p));
+                        }
+                    }
+                }
+                for (key, p) in found {
+                    holds_any = true;
+                    match key {
+                        DeviceKey::GpuUuid(u) => m.by_gpu_uuid.entry(u).or_default().push(p),
+                        DeviceKey::GpuIndex(i) => m.by_gpu_index.entry(i).or_default().push(p),
+                        DeviceKey::MigUuid(u) => m.by_mig_uuid.entry(u).or_default().push(p),
+                        DeviceKey::Instance { gpu, gi } => {
+                            m.by_instance.entry((gpu, gi)).or_default().push(p)
+                        }
+                        DeviceKey::InstanceOfGpu { gpu_uuid, gi } => m
+                            .by_instance_of_gpu
+                            .entry((gpu_uuid, gi))
+                            .or_default()
+                            .push(p),
                     }
                 }
             }
@@ -296,8 +421,6 @@ impl Mapping {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Arc;
-
     use super::super::podresources::{ContainerDevices, PodResources};
     use super::*;
     use crate::snapshot::{GpuIdentity, MigIdentity};
@@ -356,6 +479,7 @@ mod tests {
                     device_ids: ids.iter().map(|s| s.to_string()).collect(),
                     topology: None,
                 }],
+                dynamic_resources: vec![],
             }],
         }
     }

@@ -3,8 +3,10 @@
 //! `v1.PodResourcesLister/List` over the kubelet's unix socket.
 //!
 //! Field numbers follow `k8s.io/kubelet/pkg/apis/podresources/v1/api.proto` (`package v1`). Fields this
-//! exporter does not read (`cpu_ids`, `memory`, `dynamic_resources`) are left out: protobuf decoding
-//! skips unknown fields, so replies from newer kubelets decode unchanged. The message types are public
+//! exporter does not read (`cpu_ids`, `memory`, CDI device names) are left out: protobuf decoding
+//! skips unknown fields, so replies from newer kubelets decode unchanged. `dynamic_resources` (Dynamic
+//! Resource Allocation, Kubernetes 1.31+: which driver, pool and device each ResourceClaim of a
+//! container was given) is read for `--kubernetes-enable-dra`. The message types are public
 //! so that tests can serve them from a fake kubelet.
 
 use std::path::{Path, PathBuf};
@@ -46,13 +48,38 @@ pub struct PodResources {
     pub containers: Vec<ContainerResources>,
 }
 
-/// `ContainerResources{name = 1, devices = 2}` (cpu_ids = 3, memory = 4, dynamic_resources = 5 unused).
+/// `ContainerResources{name = 1, devices = 2, dynamic_resources = 5}` (cpu_ids = 3, memory = 4 unused).
 #[derive(Clone, PartialEq, ::prost::Message)]
 pub struct ContainerResources {
     #[prost(string, tag = "1")]
     pub name: String,
     #[prost(message, repeated, tag = "2")]
     pub devices: Vec<ContainerDevices>,
+    #[prost(message, repeated, tag = "5")]
+    pub dynamic_resources: Vec<DynamicResource>,
+}
+
+/// `DynamicResource{claim_name = 2, claim_namespace = 3, claim_resources = 4}` (1 was `class_name`,
+/// removed in Kubernetes 1.31).
+#[derive(Clone, PartialEq, ::prost::Message)]
+pub struct DynamicResource {
+    #[prost(string, tag = "2")]
+    pub claim_name: String,
+    #[prost(string, tag = "3")]
+    pub claim_namespace: String,
+    #[prost(message, repeated, tag = "4")]
+    pub claim_resources: Vec<ClaimResource>,
+}
+
+/// `ClaimResource{cdi_devices = 1 (unused), driver_name = 2, pool_name = 3, device_name = 4}`.
+#[derive(Clone, PartialEq, ::prost::Message)]
+pub struct ClaimResource {
+    #[prost(string, tag = "2")]
+    pub driver_name: String,
+    #[prost(string, tag = "3")]
+    pub pool_name: String,
+    #[prost(string, tag = "4")]
+    pub device_name: String,
 }
 
 /// `ContainerDevices{resource_name = 1, device_ids = 2, topology = 3}`.
@@ -187,6 +214,7 @@ mod tests {
                         device_ids: vec!["d".into()],
                         topology: None,
                     }],
+                    dynamic_resources: vec![],
                 }],
             }],
         };

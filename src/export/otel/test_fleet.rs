@@ -103,5 +103,6 @@ pub fn snapshot(counters: Arc<CounterSet>, seq: u64, energy: i64) -> Snapshot {
         driver_version: Some("550.1".into()),
         entities: vec![shared, link(0), link(1), unusable, plain],
         processes: Vec::new(),
+        derived: Vec::new(),
     }
 }

@@ -33,9 +33,9 @@ use self::ffi::{nvmlDevice_t, nvmlEventSet_t, nvmlFieldValue_t, nvmlReturn_t, Nv
 use self::fields::Read;
 use super::{Source, SourceError};
 use crate::config::devices::{DeviceError, DeviceSelection, Selected};
-use crate::snapshot::inventory::{Selection, Wanted};
 use crate::counters::CounterSet;
 use crate::snapshot::inventory;
+use crate::snapshot::inventory::{Selection, Wanted};
 use crate::snapshot::{
     Absent, Attribution, Entity, EntityKind, EntityReading, FieldValue, Reading,
 };

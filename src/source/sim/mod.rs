@@ -9,6 +9,7 @@ pub mod args;
 pub mod cpus;
 pub mod fleet;
 pub mod models;
+pub mod pods;
 pub mod processes;
 pub mod scenario;
 pub mod switches;

@@ -35,6 +35,9 @@ pub struct Scenario {
     /// Processes running on the GPUs (per-process series, `--collect-processes`).
     #[serde(default)]
     pub processes: Vec<SimProcess>,
+    /// The simulated cluster: pods holding GPUs and MIG instances (served with `-k`).
+    #[serde(default)]
+    pub pods: Vec<super::pods::ScenarioPod>,
 }
 
 /// One simulated process: `{pid, name, gpu, gpu_i_id?, memory_mib, sm_utilization, pod?}`.
@@ -302,6 +305,18 @@ impl Scenario {
         {
             if crate::fields::catalog().by_name(name).is_none() {
                 return Err(invalid(format!("unknown DCGM field '{name}'")));
+            }
+        }
+        for pod in &scenario.pods {
+            pod.check().map_err(invalid)?;
+            if let Some(d) = pod.devices.iter().find(|d| d.gpu >= total) {
+                return Err(invalid(format!(
+                    "pod {}/{} holds GPU {}; the scenario has GPUs 0 to {}",
+                    pod.namespace,
+                    pod.pod,
+                    d.gpu,
+                    total - 1
+                )));
             }
         }
         Ok(scenario)

@@ -55,7 +55,7 @@ use crate::export::otel::naming::{Naming, ResourceSplit};
 use crate::export::otel::units::unit_for;
 use crate::fields::ValueType;
 use crate::snapshot::SnapshotStore;
-use crate::snapshot::{Attribution, Entity, FieldValue, Snapshot};
+use crate::snapshot::{Attribution, DerivedKind, Entity, FieldValue, Snapshot};
 
 /// How one instrument reads its row.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -126,6 +126,7 @@ fn nanos(t: SystemTime) -> u64 {
 }
 
 /// One attribute set of one entity, ready to be written.
+#[derive(Clone)]
 struct SetLayout {
     /// Index into [`Layout::resources`].
     resource: usize,
@@ -152,6 +153,10 @@ struct Layout {
     resources: Vec<Resource>,
     /// Per resource: its (entity, set) pairs, in entity order.
     members: Vec<Vec<(usize, usize)>>,
+    /// Per resource: its identity (sorted key/value pairs), to place derived series.
+    keys: HashMap<Vec<(String, String)>, usize>,
+    /// Each entity's label-row attributes (what its resources were built with).
+    labels: Vec<Vec<KeyValue>>,
 }
 
 /// Builds requests from snapshots; keeps the cached layout and, for delta temporality, the previous
@@ -244,6 +249,7 @@ impl DirectBuilder {
         let mut resources: Vec<Resource> = Vec::new();
         let mut index: HashMap<Vec<(String, String)>, usize> = HashMap::new();
         let mut entities = Vec::with_capacity(snap.entities.len());
+        let all_labels = labels.clone();
         for (e, labels) in snap.entities.iter().zip(labels) {
             let sets = self
                 .naming
@@ -303,6 +309,8 @@ impl DirectBuilder {
             entities,
             resources,
             members,
+            keys: index,
+            labels: all_labels,
         };
     }
 
@@ -345,7 +353,15 @@ impl DirectBuilder {
             HashMap::new()
         };
         let mut data_points = 0usize;
-        for (resource, members) in self.layout.resources.iter().zip(&self.layout.members) {
+        let (mut placed, extras) = self.place_derived(snap);
+        let first_derived = self.instruments.len();
+        for (r, (resource, members)) in self
+            .layout
+            .resources
+            .iter()
+            .zip(&self.layout.members)
+            .enumerate()
+        {
             let mut metrics: Vec<Metric> = Vec::new();
             for (k, inst) in self.instruments.iter().enumerate() {
                 let mut points: Vec<NumberDataPoint> = Vec::new();
@@ -399,11 +415,47 @@ impl DirectBuilder {
                     data: Some(data),
                 });
             }
+            if let Some(own) = placed.get_mut(r) {
+                data_points += derived_metrics(
+                    snap,
+                    std::mem::take(own),
+                    &self.layout,
+                    &ctx,
+                    first_derived,
+                    &mut next_previous,
+                    &mut metrics,
+                );
+            }
             if metrics.is_empty() {
                 continue;
             }
             sink(ResourceMetrics {
                 resource: Some(resource.clone()),
+                scope_metrics: vec![ScopeMetrics {
+                    scope: Some(self.scope.clone()),
+                    metrics,
+                    schema_url: String::new(),
+                }],
+                schema_url: String::new(),
+            });
+        }
+        // Derived series of entities or attribute sets the readings no longer have (a departed pod).
+        for (resource, own) in extras {
+            let mut metrics = Vec::new();
+            data_points += derived_metrics(
+                snap,
+                own,
+                &self.layout,
+                &ctx,
+                first_derived,
+                &mut next_previous,
+                &mut metrics,
+            );
+            if metrics.is_empty() {
+                continue;
+            }
+            sink(ResourceMetrics {
+                resource: Some(resource),
                 scope_metrics: vec![ScopeMetrics {
                     scope: Some(self.scope.clone()),
                     metrics,
@@ -429,6 +481,106 @@ impl DirectBuilder {
             &mut sink,
         );
         data_points
+    }
+
+    /// Where each derived sample goes: per layout resource, and the resources of samples whose entity
+    /// and attribute set the readings no longer have (a departed pod's retained series), built here.
+    fn place_derived(&self, snap: &Snapshot) -> (Vec<Vec<DerivedPoint>>, ExtraResources) {
+        let mut placed: Vec<Vec<DerivedPoint>> = vec![Vec::new(); self.layout.resources.len()];
+        let mut extras: Vec<(Resource, Vec<DerivedPoint>)> = Vec::new();
+        if snap.derived.is_empty() {
+            return (placed, extras);
+        }
+        let mut extra_index: HashMap<Vec<(String, String)>, usize> = HashMap::new();
+        let by_entity: HashMap<&Entity, usize> = snap
+            .entities
+            .iter()
+            .enumerate()
+            .map(|(i, e)| (&*e.entity, i))
+            .collect();
+        for (f, fam) in snap.derived.iter().enumerate() {
+            for (k, sample) in fam.samples.iter().enumerate() {
+                let found = by_entity.get(&*sample.entity).copied();
+                let in_layout = found.and_then(|e| {
+                    let reading = snap.entities.get(e)?;
+                    let s = reading
+                        .attribution
+                        .sets()
+                        .position(|set| set == &sample.attributes[..])?;
+                    let set = self.layout.entities.get(e)?.sets.get(s)?;
+                    Some((e, s, set.resource))
+                });
+                if let Some((e, s, r)) = in_layout {
+                    if let Some(list) = placed.get_mut(r) {
+                        list.push((f, k, Placed::Layout(e, s)));
+                    }
+                    continue;
+                }
+                // Not among the readings' sets: build its attributes as the readings' would be.
+                let labels = found
+                    .and_then(|e| self.layout.labels.get(e).cloned())
+                    .unwrap_or_default();
+                let mut attribution = Attribution::default();
+                attribution.add(&sample.attributes);
+                let reading = crate::snapshot::EntityReading {
+                    entity: sample.entity.clone(),
+                    values: Vec::new(),
+                    attribution: Arc::new(attribution),
+                };
+                let Some(set) = self
+                    .naming
+                    .entity_attribute_sets(&reading, labels)
+                    .into_iter()
+                    .next()
+                else {
+                    continue;
+                };
+                let series: String = set
+                    .iter()
+                    .map(|kv| format!("{}={}\u{1}", kv.key.as_str(), kv.value.as_str()))
+                    .collect();
+                let (identity, rest): (Vec<&KeyValue>, Vec<&KeyValue>) = set
+                    .iter()
+                    .partition(|kv| self.split.is_identity(kv.key.as_str()));
+                let key: Vec<(String, String)> = identity
+                    .iter()
+                    .map(|kv| (kv.key.as_str().to_string(), kv.value.as_str().into_owned()))
+                    .collect();
+                let own = SetLayout {
+                    resource: 0,
+                    point_attributes: rest.into_iter().map(pkv).collect(),
+                    series: Arc::from(series),
+                };
+                if let Some(&r) = self.layout.keys.get(&key) {
+                    if let Some(list) = placed.get_mut(r) {
+                        list.push((f, k, Placed::Own(own)));
+                    }
+                    continue;
+                }
+                let slot = *extra_index.entry(key).or_insert_with(|| {
+                    let mut attributes: Vec<PKeyValue> = self
+                        .base
+                        .iter()
+                        .filter(|b| !identity.iter().any(|kv| kv.key.as_str() == b.key))
+                        .cloned()
+                        .collect();
+                    attributes.extend(identity.iter().map(|kv| pkv(kv)));
+                    extras.push((
+                        Resource {
+                            attributes,
+                            dropped_attributes_count: 0,
+                            entity_refs: Vec::new(),
+                        },
+                        Vec::new(),
+                    ));
+                    extras.len() - 1
+                });
+                if let Some((_, list)) = extras.get_mut(slot) {
+                    list.push((f, k, Placed::Own(own)));
+                }
+            }
+        }
+        (placed, extras)
     }
 
     /// The request for `snap`: one ResourceMetrics per identity that has at least one point.
@@ -505,6 +657,89 @@ impl PointContext<'_> {
             value: Some(value),
         }
     }
+}
+
+/// Where a derived sample's point goes: an attribute set of the layout, or its own.
+#[derive(Clone)]
+enum Placed {
+    Layout(usize, usize),
+    Own(SetLayout),
+}
+
+/// (derived family, sample, its set).
+type DerivedPoint = (usize, usize, Placed);
+
+/// Resources made for derived series the readings no longer have, with their points.
+type ExtraResources = Vec<(Resource, Vec<DerivedPoint>)>;
+
+/// The derived families' metrics of one resource (one metric per family with points), appended to
+/// `metrics`. Counters are monotonic sums of doubles (delta per series with delta temporality, keyed
+/// as instrument `first + family`); gauges are gauges. Returns the data points written.
+fn derived_metrics(
+    snap: &Snapshot,
+    mut points: Vec<DerivedPoint>,
+    layout: &Layout,
+    ctx: &PointContext<'_>,
+    first: usize,
+    next: &mut HashMap<(usize, Arc<str>), (number_data_point::Value, u64)>,
+    metrics: &mut Vec<Metric>,
+) -> usize {
+    points.sort_by_key(|(f, k, _)| (*f, *k));
+    let mut written = 0;
+    let mut i = 0;
+    while i < points.len() {
+        let f = points[i].0;
+        let Some(fam) = snap.derived.get(f) else {
+            i += 1;
+            continue;
+        };
+        let kind = match fam.info.kind {
+            DerivedKind::Counter => Kind::DoubleCounter,
+            DerivedKind::Gauge => Kind::Gauge,
+        };
+        let mut data_points = Vec::new();
+        while i < points.len() && points[i].0 == f {
+            let (_, k, placed) = &points[i];
+            i += 1;
+            let set = match placed {
+                Placed::Layout(e, s) => layout.entities.get(*e).and_then(|l| l.sets.get(*s)),
+                Placed::Own(set) => Some(set),
+            };
+            let (Some(sample), Some(set)) = (fam.samples.get(*k), set) else {
+                continue;
+            };
+            let v = FieldValue::Double(sample.value);
+            let Some(v) = observe(kind, &v) else {
+                continue;
+            };
+            data_points.push(ctx.point(first + f, kind, set, v, next));
+        }
+        if data_points.is_empty() {
+            continue;
+        }
+        written += data_points.len();
+        let data = if kind == Kind::Gauge {
+            Data::Gauge(Gauge { data_points })
+        } else {
+            Data::Sum(Sum {
+                data_points,
+                aggregation_temporality: if ctx.delta {
+                    AggregationTemporality::Delta as i32
+                } else {
+                    AggregationTemporality::Cumulative as i32
+                },
+                is_monotonic: true,
+            })
+        };
+        metrics.push(Metric {
+            name: fam.info.name.to_string(),
+            description: fam.info.help.to_string(),
+            unit: fam.info.unit.to_string(),
+            metadata: Vec::new(),
+            data: Some(data),
+        });
+    }
+    written
 }
 
 /// An encoded request and what the self-metrics report about it.

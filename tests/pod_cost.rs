@@ -1,0 +1,275 @@
+//! The per-pod cost counters over a scripted pod lifetime: a pod holds a whole GPU for 30 collections
+//! of 1 s while the GPU's energy counter grows at a known slope, a MIG instance is held by one pod and
+//! another instance shared by two; the exposition lines a scrape shows are exact (GPU-seconds, joules
+//! from the energy counter, idle seconds below the threshold), and a departed pod's series go once
+//! the retention has passed. Drives the collector-side accumulator and the real Prometheus renderer.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail loudly on purpose
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use dcgm_otel::config::LabelStyle;
+use dcgm_otel::counters;
+use dcgm_otel::enrich::kubernetes::cost::{CostAccumulator, CostSettings, EqualShares};
+use dcgm_otel::enrich::kubernetes::PodRef;
+use dcgm_otel::export::prometheus::Renderer;
+use dcgm_otel::snapshot::{
+    Attribution, Entity, EntityReading, FieldValue, GpuIdentity, HostInfo, MigIdentity, Snapshot,
+};
+use dcgm_otel::telemetry::self_metrics::SelfMetrics;
+use opentelemetry_proto::tonic::common::v1::any_value;
+use opentelemetry_proto::tonic::metrics::v1::{metric::Data, number_data_point};
+
+/// On OTLP the cost counters are monotonic cumulative sums on the pod's resource: the same resource
+/// as the pod's DCGM metrics while it holds the device (collection 30), a resource of their own once
+/// it is gone (collection 31).
+fn otlp_checks(snap: &Snapshot, k: u32) {
+    use dcgm_otel::export::otel::naming::{Naming, OtelAttributeStyle, OtelResourceMode};
+    use dcgm_otel::export::otel::otlp::request::DirectBuilder;
+    let naming = Naming::new(
+        OtelAttributeStyle::Otel,
+        LabelStyle::default(),
+        &snap.counters,
+    );
+    let split = naming.resource_split(OtelResourceMode::PerEntity);
+    let mut builder = DirectBuilder::new(
+        naming,
+        split,
+        &[],
+        snap.counters.clone(),
+        opentelemetry_sdk::metrics::Temporality::Cumulative,
+        SystemTime::now(),
+    );
+    let request = builder.build(snap).request;
+    let attr = |rm: &opentelemetry_proto::tonic::metrics::v1::ResourceMetrics, key: &str| {
+        rm.resource.as_ref().and_then(|r| {
+            r.attributes.iter().find(|kv| kv.key == key).and_then(|kv| {
+                match kv.value.as_ref()?.value.as_ref()? {
+                    any_value::Value::StringValue(s) => Some(s.clone()),
+                    _ => None,
+                }
+            })
+        })
+    };
+    let pod_a: Vec<_> = request
+        .resource_metrics
+        .iter()
+        .filter(|rm| {
+            attr(rm, "k8s.pod.name").as_deref() == Some("a")
+                && attr(rm, "hw.id").as_deref() == Some("GPU-0")
+        })
+        .collect();
+    assert_eq!(
+        pod_a.len(),
+        1,
+        "one resource for pod a on GPU 0 at collection {k}"
+    );
+    assert_eq!(attr(pod_a[0], "k8s.namespace.name").as_deref(), Some("ml"));
+    let metrics = &pod_a[0].scope_metrics[0].metrics;
+    let names: Vec<&str> = metrics.iter().map(|m| m.name.as_str()).collect();
+    let cost = [
+        "dcgm_otel_pod_gpu_seconds_total",
+        "dcgm_otel_pod_gpu_energy_joules_total",
+        "dcgm_otel_pod_gpu_idle_seconds_total",
+    ];
+    if k == 30 {
+        assert!(names.contains(&"DCGM_FI_DEV_GPU_UTIL"), "{names:?}");
+    } else {
+        assert_eq!(
+            names, cost,
+            "only the retained cost series once the pod is gone"
+        );
+    }
+    let seconds = metrics
+        .iter()
+        .find(|m| m.name == cost[0])
+        .expect("GPU-seconds metric");
+    assert_eq!(seconds.unit, "s");
+    let Some(Data::Sum(sum)) = &seconds.data else {
+        panic!("a Sum")
+    };
+    assert!(sum.is_monotonic);
+    assert_eq!(sum.aggregation_temporality, 2, "cumulative");
+    assert_eq!(
+        sum.data_points[0].value,
+        Some(number_data_point::Value::AsDouble(if k == 30 {
+            29.0
+        } else {
+            30.0
+        }))
+    );
+}
+
+const CSV: &str = "DCGM_FI_DEV_GPU_UTIL, gauge, GPU utilization (in %).\n\
+DCGM_FI_DEV_POWER_USAGE, gauge, Power draw (in W).\n\
+DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION, counter, Total energy consumption since boot (in mJ).\n\
+DCGM_FI_PROF_GR_ENGINE_ACTIVE, gauge, Ratio of time the graphics engine is active.\n";
+
+fn gpu(index: u32) -> Arc<GpuIdentity> {
+    Arc::new(GpuIdentity {
+        index,
+        uuid: format!("GPU-{index}"),
+        pci_bus_id: format!("00000000:0{index}:00.0"),
+        model: "NVIDIA H100 80GB HBM3".into(),
+    })
+}
+
+fn mig(gi: u32, profile: &str) -> Arc<MigIdentity> {
+    Arc::new(MigIdentity {
+        entity_id: 8 + gi,
+        gi_id: gi,
+        profile: profile.into(),
+        uuid: format!("MIG-{gi}"),
+    })
+}
+
+fn attribution(pods: &[&str]) -> Arc<Attribution> {
+    let mut a = Attribution::default();
+    let sets: Vec<_> = pods
+        .iter()
+        .map(|p| PodRef::new("ml", p, "main").attributes())
+        .collect();
+    a.split(&sets);
+    Arc::new(a)
+}
+
+#[test]
+fn thirty_collections_of_one_second_then_retention() {
+    let counters = Arc::new(counters::parse(CSV, "test").unwrap());
+    let registry = SelfMetrics::new();
+    let mut acc = CostAccumulator::new(
+        CostSettings {
+            idle_threshold_percent: 5.0,
+            retention: Duration::from_secs(10),
+        },
+        &registry,
+    );
+    let (g0, g1) = (gpu(0), gpu(1));
+    let whole = Arc::new(Entity::gpu(g0.clone()));
+    let parent = Arc::new(Entity::gpu(g1.clone()));
+    let big = Arc::new(Entity::instance(g1.clone(), mig(1, "3g.40gb")));
+    let small = Arc::new(Entity::instance(g1.clone(), mig(7, "1g.10gb")));
+    let renderer = Renderer::new(LabelStyle::default(), None);
+    let host = Arc::new(HostInfo {
+        hostname: Some("node-a".into()),
+        node_name: None,
+    });
+    let mut last = String::new();
+    // Collections 1..=45 at t = 0, 1, 2, ... s. The pods are listed at collections 1..=30.
+    for k in 1..=45u32 {
+        let t = f64::from(k - 1);
+        let held = k <= 30;
+        let pods = |p: &[&'static str]| {
+            if held {
+                attribution(p)
+            } else {
+                attribution(&[])
+            }
+        };
+        // GPU 0 draws 300 W (energy counter in mJ), busy then idle from collection 21 on.
+        let util0 = if k <= 20 { 50 } else { 2 };
+        let e0 = 5_000_000_i64 + 300_000 * i64::from(k - 1);
+        let e1 = 9_000_000_i64 + 700_000 * i64::from(k - 1);
+        let reading =
+            |entity: &Arc<Entity>, util: FieldValue, energy: i64, engine: f64, a| EntityReading {
+                entity: entity.clone(),
+                values: vec![
+                    util,
+                    FieldValue::Double(123.0),
+                    FieldValue::Int(energy),
+                    FieldValue::Double(engine),
+                ],
+                attribution: a,
+            };
+        let entities = vec![
+            reading(&whole, FieldValue::Int(util0), e0, 0.5, pods(&["a"])),
+            reading(&parent, FieldValue::Int(60), e1, 0.6, attribution(&[])),
+            reading(
+                &big,
+                FieldValue::Absent(dcgm_otel::snapshot::Absent::NotSupported),
+                e1,
+                0.6,
+                pods(&["b"]),
+            ),
+            reading(
+                &small,
+                FieldValue::Absent(dcgm_otel::snapshot::Absent::NotSupported),
+                e1,
+                0.01,
+                pods(&["c", "d"]),
+            ),
+        ];
+        let derived = acc.collect(&entities, &counters, t, &EqualShares);
+        let snap = Snapshot {
+            seq: u64::from(k),
+            taken_at: SystemTime::now(),
+            counters: counters.clone(),
+            host: host.clone(),
+            driver_version: None,
+            entities,
+            derived,
+            processes: Vec::new(),
+        };
+        let mut out = String::new();
+        renderer.render_metrics(&snap, &mut out);
+        if k == 30 || k == 31 {
+            otlp_checks(&snap, k);
+        }
+        last = out
+            .lines()
+            .filter(|l| l.contains("dcgm_otel_pod_"))
+            .collect::<Vec<_>>()
+            .join("\n");
+        if k == 31 {
+            let id0 = "gpu=\"0\",UUID=\"GPU-0\",pci_bus_id=\"00000000:00:00.0\",device=\"nvidia0\",modelName=\"NVIDIA H100 80GB HBM3\",Hostname=\"node-a\"";
+            let id1 = |gi: u32, p: &str| {
+                format!("gpu=\"1\",UUID=\"GPU-1\",pci_bus_id=\"00000000:01:00.0\",device=\"nvidia1\",modelName=\"NVIDIA H100 80GB HBM3\",GPU_I_PROFILE=\"{p}\",GPU_I_ID=\"{gi}\",Hostname=\"node-a\"")
+            };
+            let pod = |p: &str| format!("container=\"main\",namespace=\"ml\",pod=\"{p}\"");
+            let expected = [
+                "# HELP dcgm_otel_pod_gpu_seconds_total GPU-seconds held by the pod: seconds held times the pod's share of the GPU (1 for a whole GPU, compute slices / GPU slices for a MIG instance, 1/N for one of N pods sharing a device).".to_string(),
+                "# TYPE dcgm_otel_pod_gpu_seconds_total counter".into(),
+                // 30 intervals of 1 s (the last one closed by collection 31, when the pod is gone)
+                format!("dcgm_otel_pod_gpu_seconds_total{{{id0},{}}} 30", pod("a")),
+                format!("dcgm_otel_pod_gpu_seconds_total{{{},{}}} 12.857143", id1(1, "3g.40gb"), pod("b")),
+                format!("dcgm_otel_pod_gpu_seconds_total{{{},{}}} 2.142857", id1(7, "1g.10gb"), pod("c")),
+                format!("dcgm_otel_pod_gpu_seconds_total{{{},{}}} 2.142857", id1(7, "1g.10gb"), pod("d")),
+                "# HELP dcgm_otel_pod_gpu_energy_joules_total Energy of the GPU while the pod held it, times the pod's share, in joules (from the GPU's energy counter).".into(),
+                "# TYPE dcgm_otel_pod_gpu_energy_joules_total counter".into(),
+                // 30 s at 300 W; MIG: 30 s at 700 W x 3/7, x 1/7 / 2
+                format!("dcgm_otel_pod_gpu_energy_joules_total{{{id0},{}}} 9000", pod("a")),
+                format!("dcgm_otel_pod_gpu_energy_joules_total{{{},{}}} 9000", id1(1, "3g.40gb"), pod("b")),
+                format!("dcgm_otel_pod_gpu_energy_joules_total{{{},{}}} 1500", id1(7, "1g.10gb"), pod("c")),
+                format!("dcgm_otel_pod_gpu_energy_joules_total{{{},{}}} 1500", id1(7, "1g.10gb"), pod("d")),
+                "# HELP dcgm_otel_pod_gpu_idle_seconds_total GPU-seconds held by the pod while the device's utilization stayed below the idle threshold.".into(),
+                "# TYPE dcgm_otel_pod_gpu_idle_seconds_total counter".into(),
+                // GPU 0 below 5 % at collections 21..=31: 11 intervals; the 1g instance's engine at 1 %
+                format!("dcgm_otel_pod_gpu_idle_seconds_total{{{id0},{}}} 11", pod("a")),
+                format!("dcgm_otel_pod_gpu_idle_seconds_total{{{},{}}} 0", id1(1, "3g.40gb"), pod("b")),
+                format!("dcgm_otel_pod_gpu_idle_seconds_total{{{},{}}} 2.142857", id1(7, "1g.10gb"), pod("c")),
+                format!("dcgm_otel_pod_gpu_idle_seconds_total{{{},{}}} 2.142857", id1(7, "1g.10gb"), pod("d")),
+            ]
+            .join("\n");
+            assert_eq!(last, expected);
+        }
+        if k == 40 {
+            // 10 s after the pods were last held (collection 30 at t = 29): still kept, frozen.
+            assert!(last.contains("pod=\"a\"} 30"), "{last}");
+        }
+    }
+    // t = 44: more than 10 s since the pods were last held: the series are gone.
+    assert_eq!(
+        last, "",
+        "departed pods' series dropped after the retention"
+    );
+    let mut text = String::new();
+    registry.render(&mut text);
+    assert!(
+        text.contains("dcgm_otel_pod_cost_series_dropped_total{reason=\"retention\"} 4"),
+        "{text}"
+    );
+    assert!(
+        text.contains("dcgm_otel_pod_energy_intervals_total{source=\"counter\"} 90"),
+        "{text}"
+    );
+}
