@@ -30,7 +30,9 @@ use crate::counters::CounterSet;
 use crate::enrich::Enricher;
 use crate::export::SnapshotConsumer;
 use crate::lock::LockExt;
-use crate::snapshot::{Absent, FieldValue, HostInfo, Snapshot, SnapshotStore};
+use crate::snapshot::{
+    Absent, EntityReading, FieldValue, HostInfo, Incident, Snapshot, SnapshotStore,
+};
 use crate::source::processes::ProcessSource;
 use crate::source::{Source, SourceError, Waker};
 use crate::telemetry::self_metrics::{Metric, SelfMetrics};
@@ -330,6 +332,7 @@ impl Publisher {
             entities: Vec::new(),
             processes: Vec::new(),
             derived: Vec::new(),
+            incidents: Vec::new(),
         }
     }
 
@@ -456,6 +459,10 @@ impl Pipeline {
                         e.enrich(&mut reading.entities);
                     }
                     let processes = self.poll_processes(&reading.entities, &mut process_state);
+                    let incidents = attribute_incidents(
+                        std::mem::take(&mut reading.incidents),
+                        &reading.entities,
+                    );
                     let mut derived = Vec::new();
                     for e in &mut self.enrichers {
                         e.derive(&reading.entities, &self.counters, &mut derived);
@@ -484,6 +491,7 @@ impl Pipeline {
                         entities: reading.entities,
                         processes,
                         derived,
+                        incidents,
                     };
                     (snapshot, None)
                 }
@@ -676,4 +684,18 @@ impl Pipeline {
             }
         }
     }
+}
+
+/// Give each incident the attribution its entity has in this collection (who held the device when the
+/// incident was seen); an incident on an entity no longer read keeps the empty attribution.
+fn attribute_incidents(mut incidents: Vec<Incident>, entities: &[EntityReading]) -> Vec<Incident> {
+    for incident in &mut incidents {
+        if let Some(reading) = entities
+            .iter()
+            .find(|r| Arc::ptr_eq(&r.entity, &incident.entity) || r.entity == incident.entity)
+        {
+            incident.attribution = reading.attribution.clone();
+        }
+    }
+    incidents
 }

@@ -208,6 +208,7 @@ fn thirty_collections_of_one_second_then_retention() {
             driver_version: None,
             entities,
             derived,
+            incidents: Vec::new(),
             processes: Vec::new(),
         };
         let mut out = String::new();

@@ -8,11 +8,13 @@
 //! [`entity`] is the entity model (GPU, MIG instance, NvLink, NvSwitch and its links, CPU and its cores), [`inventory`] what a source discovered and
 //! the monitored entities in output order, [`attribution`] who uses each entity, as open attribute sets;
 //! [`process`] the processes running on them (per-process GPU use, beside the entities);
+//! [`incident`] events between collections (XID, clock events, health transitions);
 //! [`SnapshotStore`] holds the newest published snapshot.
 
 pub mod attribution;
 pub mod derived;
 pub mod entity;
+pub mod incident;
 pub mod inventory;
 pub mod pod_split;
 pub mod process;
@@ -25,6 +27,7 @@ use arc_swap::ArcSwapOption;
 pub use attribution::{Attribute, AttributeKey, Attribution, Placement};
 pub use derived::{DerivedFamily, DerivedInfo, DerivedKind, DerivedSample};
 pub use entity::{CpuIdentity, Entity, EntityKind, GpuIdentity, MigIdentity};
+pub use incident::{HealthResult, Incident, IncidentKind};
 pub use process::ProcessReading;
 
 use crate::counters::CounterSet;
@@ -104,6 +107,8 @@ pub struct Reading {
     pub entities: Vec<EntityReading>,
     /// Driver version reported by the source, if it knows one.
     pub driver_version: Option<String>,
+    /// Incidents that happened since the previous poll, each handed over once (attribution empty).
+    pub incidents: Vec<Incident>,
 }
 
 /// Facts about the node, the same for every entity.
@@ -131,6 +136,9 @@ pub struct Snapshot {
     /// Series derived from the enriched readings that are not DCGM fields (per-pod cost counters);
     /// written after the DCGM families. Empty when the collection failed.
     pub derived: Vec<DerivedFamily>,
+    /// Incidents seen by this collection only (XIDs, clock events, health transitions), with the
+    /// attribution their entity had; a later snapshot never repeats them.
+    pub incidents: Vec<Incident>,
 }
 
 impl Snapshot {

@@ -104,5 +104,6 @@ pub fn snapshot(counters: Arc<CounterSet>, seq: u64, energy: i64) -> Snapshot {
         entities: vec![shared, link(0), link(1), unusable, plain],
         processes: Vec::new(),
         derived: Vec::new(),
+        incidents: Vec::new(),
     }
 }

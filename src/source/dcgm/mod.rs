@@ -495,6 +495,7 @@ impl Source for DcgmSource {
                 Ok(Reading {
                     entities: read.entities,
                     driver_version,
+                    incidents: Vec::new(),
                 })
             }
             Err(e) if e.connection_lost() => Err(self.lose(&e)),

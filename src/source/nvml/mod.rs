@@ -843,6 +843,7 @@ impl Source for NvmlSource {
         Ok(Reading {
             entities: out,
             driver_version: driver,
+            incidents: Vec::new(),
         })
     }
 

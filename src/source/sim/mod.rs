@@ -140,6 +140,7 @@ impl Source for SimSource {
         Ok(Reading {
             entities,
             driver_version: Some(self.fleet.driver_version().to_string()),
+            incidents: Vec::new(),
         })
     }
 
