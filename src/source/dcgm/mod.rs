@@ -496,6 +496,7 @@ impl Source for DcgmSource {
                     entities: read.entities,
                     driver_version,
                     incidents: Vec::new(),
+                    p2p: Vec::new(),
                 })
             }
             Err(e) if e.connection_lost() => Err(self.lose(&e)),

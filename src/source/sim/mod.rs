@@ -141,6 +141,7 @@ impl Source for SimSource {
             entities,
             driver_version: Some(self.fleet.driver_version().to_string()),
             incidents: Vec::new(),
+            p2p: Vec::new(),
         })
     }
 
