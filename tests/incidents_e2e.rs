@@ -1,0 +1,97 @@
+//! GPU incidents end to end (issue 13): the `DCGM_EXP_*` families on :9400 with dcgm-exporter's names,
+//! labels and values, from a scenario's `events:` — through the simulated source and through the fake
+//! libdcgm (values-since with timestamps, a health group and check, P2P status), which must show the
+//! same series. Golden file: `UPDATE_GOLDEN=1 cargo nextest run --test incidents_e2e` rewrites
+//! tests/golden/incidents-exp.prom (the `DCGM_EXP_*` lines only).
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests and benches fail loudly on purpose
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{check_golden, fixtures_path, get, start};
+
+fn scrape(port: u16) -> String {
+    let r = get(port, "/metrics").unwrap();
+    assert_eq!(r.status, 200);
+    r.text()
+}
+
+/// Collections the exporter has made, from its self-metric.
+fn collections(body: &str) -> u64 {
+    body.lines()
+        .filter(|l| l.starts_with("dcgm_otel_collects_total"))
+        .filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
+        .map(|v| v as u64)
+        .sum()
+}
+
+/// Scrape until the exporter has made at least `n` collections (every scenario event is then behind
+/// it); panics after a minute.
+fn scrape_after(port: u16, n: u64) -> String {
+    let started = Instant::now();
+    loop {
+        let body = scrape(port);
+        if collections(&body) >= n {
+            return scrape(port);
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "no {n} collections in a minute"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// The `DCGM_EXP_*` lines of a body (HELP, TYPE and samples).
+fn exp_lines(body: &str) -> String {
+    body.lines()
+        .filter(|l| {
+            l.starts_with("DCGM_EXP_")
+                || l.starts_with("# HELP DCGM_EXP_")
+                || l.starts_with("# TYPE DCGM_EXP_")
+        })
+        .map(|l| format!("{l}\n"))
+        .collect()
+}
+
+const GPU0: &str = "gpu=\"0\",UUID=\"GPU-08b4fda8-c892-b50e-71dc-d3d0944f065e\",pci_bus_id=\"00000000:18:00.0\",device=\"nvidia0\",modelName=\"NVIDIA H100 80GB HBM3\",Hostname=\"golden-host\"";
+const GPU1: &str = "gpu=\"1\",UUID=\"GPU-e9fd6049-d65a-f21e-f672-4c5ccb810ace\",pci_bus_id=\"00000000:2A:00.0\",device=\"nvidia1\",modelName=\"NVIDIA H100 80GB HBM3\",Hostname=\"golden-host\"";
+
+/// What the issue asks to see, line by line.
+fn assert_issue_lines(exp: &str) {
+    for line in [
+        format!("DCGM_EXP_XID_ERRORS_COUNT{{{GPU0},window_size_in_ms=\"300000\",xid=\"31\"}} 1"),
+        format!("DCGM_EXP_XID_ERRORS_COUNT{{{GPU0},window_size_in_ms=\"300000\",xid=\"48\"}} 1"),
+        // Three XIDs within one collection interval count three.
+        format!("DCGM_EXP_XID_ERRORS_COUNT{{{GPU1},window_size_in_ms=\"300000\",xid=\"79\"}} 3"),
+        format!("DCGM_EXP_XID_ERRORS_TOTAL{{{GPU1},xid=\"79\"}} 3"),
+        format!("DCGM_EXP_XID_ERRORS_TOTAL{{{GPU0},xid=\"31\"}} 1"),
+        format!("DCGM_EXP_CLOCK_EVENTS_COUNT{{{GPU0},window_size_in_ms=\"300000\"}} 0"),
+        format!("DCGM_EXP_CLOCK_EVENTS_COUNT{{{GPU1},clock_event=\"hw_thermal\",window_size_in_ms=\"300000\"}} 1"),
+        format!("DCGM_EXP_CLOCK_EVENTS_TOTAL{{{GPU1},clock_event=\"hw_thermal\"}} 1"),
+        format!("DCGM_EXP_GPU_HEALTH_STATUS{{{GPU1},health_error_code=\"DCGM_FR_VOLATILE_DBE_DETECTED\",health_watch=\"MEM\"}} 20"),
+        format!("DCGM_EXP_GPU_HEALTH_STATUS{{{GPU1},health_error_code=\"DCGM_FR_UNKNOWN(4242)\",health_watch=\"PCIE\"}} 10"),
+        format!("DCGM_EXP_GPU_HEALTH_STATUS{{{GPU0},health_error_code=\"DCGM_FR_OK\",health_watch=\"MEM\"}} 0"),
+        format!("DCGM_EXP_P2P_STATUS{{{GPU0},link_status=\"OK\",peer_gpu=\"1\"}} 0"),
+        "# TYPE DCGM_EXP_XID_ERRORS_TOTAL counter".to_string(),
+    ] {
+        assert!(exp.lines().any(|l| l == line), "missing {line} in:\n{exp}");
+    }
+}
+
+#[test]
+fn simulated_events_show_the_dcgm_exporter_series() {
+    let scenario = format!(
+        "--simulate={}",
+        fixtures_path("scenarios/incidents-done.yaml")
+    );
+    let csv = fixtures_path("counters/exp.csv");
+    let e = start(
+        &[&scenario, "-f", &csv, "-c", "100"],
+        &[("NODE_NAME", "golden-host")],
+    );
+    let exp = exp_lines(&scrape_after(e.port, 10));
+    assert_issue_lines(&exp);
+    check_golden("incidents-exp.prom", &exp);
+}
