@@ -1,34 +1,22 @@
 //! The simulated source's incident reader: what the DCGM source reads from DCGM's history, read from
-//! the simulated fleet — every XID since the previous poll (a cursor into the fleet's XID log), clock
-//! events that began or ended (edges of the clock-event bitmask; the first poll only sets the
-//! baseline, as dcgm-exporter's edge counting does), health-watch transitions, and the P2P status
-//! when `DCGM_EXP_P2P_STATUS` is listed. Incidents carry the simulated time they happened at.
+//! the simulated fleet — every XID since the previous poll (a cursor into the fleet's XID log), the
+//! clock-event bitmask and health incidents of the collection (turned into edges and transitions by
+//! [`crate::source::incidents::Tracker`]), and the P2P status when `DCGM_EXP_P2P_STATUS` is listed. Incidents carry the simulated time they happened at.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use super::Fleet;
 use crate::counters::exporter::IncidentReads;
-use crate::fields::{clock_events, health};
-use crate::snapshot::{
-    Attribution, Entity, EntityKind, HealthResult, Incident, IncidentKind, P2pLink,
-};
-
-/// Per GPU: the last clock-event bitmask and when each active reason began (simulated seconds).
-struct ClockState {
-    mask: u64,
-    since: [f64; clock_events::REASONS.len()],
-}
+use crate::snapshot::{Attribution, Entity, EntityKind, Incident, IncidentKind, P2pLink};
+use crate::source::incidents::{HealthIncident, Tracker};
 
 /// The reader's cursors and last-seen states.
 pub struct IncidentReader {
     /// Wall-clock time of simulated time 0.
     origin: SystemTime,
     xid_cursor: usize,
-    clocks: HashMap<u32, ClockState>,
-    /// Per GPU and watch ([`health::WATCHES`] order): result and `DCGM_FR_*` number.
-    health: HashMap<u32, Vec<(HealthResult, u32)>>,
+    tracker: Tracker,
     none: Arc<Attribution>,
 }
 
@@ -37,8 +25,7 @@ impl IncidentReader {
         IncidentReader {
             origin,
             xid_cursor: 0,
-            clocks: HashMap::new(),
-            health: HashMap::new(),
+            tracker: Tracker::default(),
             none: Arc::new(Attribution::default()),
         }
     }
@@ -85,80 +72,29 @@ impl IncidentReader {
         self.xid_cursor = log.len();
         for gpu in &gpus {
             let index = gpu.entity_id;
+            let at = self.at(now);
+            let mut found = Vec::new();
             if reads.clock_events {
-                let mask = fleet.clock_mask(index);
-                match self.clocks.get_mut(&index) {
-                    None => {
-                        self.clocks.insert(
-                            index,
-                            ClockState {
-                                mask,
-                                since: [now; clock_events::REASONS.len()],
-                            },
-                        );
-                    }
-                    Some(state) => {
-                        let (started, ended) = clock_events::edges(state.mask, mask);
-                        let mut found = Vec::new();
-                        for (r, (bit, name)) in clock_events::REASONS.iter().enumerate() {
-                            if ended & bit != 0 {
-                                let duration =
-                                    Duration::from_secs_f64((now - state.since[r]).max(0.0));
-                                found.push(IncidentKind::ClockEventEnded {
-                                    reason: name,
-                                    duration,
-                                });
-                            }
-                            if started & bit != 0 {
-                                state.since[r] = now;
-                                found.push(IncidentKind::ClockEventStarted { reason: name });
-                            }
-                        }
-                        state.mask = mask;
-                        for kind in found {
-                            out.push(self.incident(gpu.clone(), now, kind));
-                        }
-                    }
-                }
+                found.extend(
+                    self.tracker
+                        .clock_sample(index, fleet.clock_mask(index), at),
+                );
             }
             if reads.health {
-                let active = fleet.health(index);
-                let previous = self
-                    .health
-                    .entry(index)
-                    .or_insert_with(|| vec![(HealthResult::Pass, 0); health::WATCHES.len()]);
-                let mut found = Vec::new();
-                for (w, (bit, name)) in health::WATCHES.iter().enumerate() {
-                    // The worst incident of the watch (the first of equals).
-                    let worst = active.iter().filter(|h| h.watch == *bit).fold(
-                        None,
-                        |best: Option<&super::events::ActiveHealth>, h| match best {
-                            Some(b) if b.result >= h.result => Some(b),
-                            _ => Some(h),
-                        },
-                    );
-                    let (result, code, message) = match worst {
-                        Some(h) => (h.result, h.code, h.message.as_str()),
-                        None => (HealthResult::Pass, 0, ""),
-                    };
-                    let Some(slot) = previous.get_mut(w) else {
-                        continue;
-                    };
-                    if *slot == (result, code) {
-                        continue;
-                    }
-                    found.push(IncidentKind::Health {
-                        watch: name,
-                        previous: slot.0,
-                        result,
-                        error_code: health::error_code_name(code).into(),
-                        message: message.into(),
-                    });
-                    *slot = (result, code);
-                }
-                for kind in found {
-                    out.push(self.incident(gpu.clone(), now, kind));
-                }
+                let active: Vec<HealthIncident> = fleet
+                    .health(index)
+                    .into_iter()
+                    .map(|h| HealthIncident {
+                        watch: h.watch,
+                        result: h.result,
+                        code: h.code,
+                        message: h.message,
+                    })
+                    .collect();
+                found.extend(self.tracker.health_check(index, &active));
+            }
+            for kind in found {
+                out.push(self.incident(gpu.clone(), now, kind));
             }
         }
         let mut p2p = Vec::new();
