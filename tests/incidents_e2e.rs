@@ -7,6 +7,7 @@
 
 mod common;
 
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use common::{check_golden, fixtures_path, get, start};
@@ -94,4 +95,151 @@ fn simulated_events_show_the_dcgm_exporter_series() {
     let exp = exp_lines(&scrape_after(e.port, 10));
     assert_issue_lines(&exp);
     check_golden("incidents-exp.prom", &exp);
+}
+
+/// A private directory holding `libdcgm.so.4` (a symlink to the fake built next to the binary) and
+/// the fake's call log.
+struct Fake {
+    dir: tempfile::TempDir,
+}
+
+impl Fake {
+    fn new() -> Fake {
+        let bin = common::binary();
+        let lib = bin.parent().unwrap().join("libfake_libdcgm.so");
+        assert!(
+            lib.exists(),
+            "{} is missing: build the workspace first (cargo build --workspace)",
+            lib.display()
+        );
+        let dir = tempfile::tempdir().unwrap();
+        std::os::unix::fs::symlink(lib, dir.path().join("libdcgm.so.4")).unwrap();
+        Fake { dir }
+    }
+
+    fn log_path(&self) -> PathBuf {
+        self.dir.path().join("calls.log")
+    }
+
+    fn env(&self, faults: &str) -> Vec<(String, String)> {
+        vec![
+            (
+                "LD_LIBRARY_PATH".into(),
+                self.dir.path().display().to_string(),
+            ),
+            (
+                "FAKE_DCGM_CALL_LOG".into(),
+                self.log_path().display().to_string(),
+            ),
+            (
+                "FAKE_DCGM_SCENARIO".into(),
+                fixtures_path("scenarios/incidents-done.yaml"),
+            ),
+            ("FAKE_DCGM_FAULTS".into(), faults.into()),
+            ("NODE_NAME".into(), "golden-host".into()),
+        ]
+    }
+
+    fn calls(&self) -> Vec<String> {
+        std::fs::read_to_string(self.log_path())
+            .unwrap_or_default()
+            .lines()
+            .map(str::to_string)
+            .collect()
+    }
+}
+
+fn start_fake(fake: &Fake, faults: &str) -> common::Exporter {
+    let env = fake.env(faults);
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let csv = fixtures_path("counters/exp.csv");
+    start(&["-f", &csv, "-c", "100"], &env)
+}
+
+/// The same scenario served by the fake libdcgm: the exporter reads XIDs and clock events with
+/// dcgmGetValuesSince_v2 from a cursor, health with one dcgmHealthCheck of its own health group per
+/// collection, P2P with dcgmGetNvLinkP2PStatus — and shows exactly the simulated source's series.
+#[test]
+fn fake_libdcgm_shows_the_same_series_as_the_simulator() {
+    let fake = Fake::new();
+    let e = start_fake(&fake, "");
+    let exp = exp_lines(&scrape_after(e.port, 10));
+    assert_issue_lines(&exp);
+    check_golden("incidents-exp.prom", &exp);
+    drop(e);
+    let calls = fake.calls();
+    let count = |name: &str| calls.iter().filter(|l| l.starts_with(name)).count();
+    assert_eq!(
+        count("dcgmHealthSet "),
+        1,
+        "health watches set once per connection"
+    );
+    let polls = count("dcgmEntitiesGetLatestValues")
+        - calls
+            .iter()
+            .filter(|l| l.starts_with("dcgmEntitiesGetLatestValues") && l.contains("flags=1"))
+            .count();
+    // Once per collection (never per scrape): as many as the polling latest-values calls; history
+    // once more when first watched (what DCGM had before the start is not counted).
+    for (call, extra) in [
+        ("dcgmGetValuesSince_v2 ", 1),
+        ("dcgmHealthCheck ", 0),
+        ("dcgmGetNvLinkP2PStatus ", 0),
+    ] {
+        assert_eq!(
+            count(call),
+            polls + extra,
+            "{call} per collection in:\n{}",
+            calls.join("\n")
+        );
+    }
+}
+
+/// The host engine goes away after the 7th collection (every event is behind it) and comes back: the
+/// cursor, the health group and the watch are created again, nothing is counted twice and no total
+/// goes back.
+#[test]
+fn counters_survive_a_host_engine_reconnect() {
+    let fake = Fake::new();
+    let e = start_fake(&fake, "disconnect_after_polls=7,down_ms=300");
+    let before = exp_lines(&scrape_after(e.port, 7));
+    let started = Instant::now();
+    loop {
+        let calls = fake.calls();
+        let sets = calls
+            .iter()
+            .filter(|l| l.starts_with("dcgmHealthSet "))
+            .count();
+        if sets >= 2 {
+            break;
+        }
+        assert!(started.elapsed() < Duration::from_secs(60), "no reconnect");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let after = exp_lines(&scrape_after(e.port, 20));
+    assert_issue_lines(&after);
+    for line in before.lines().filter(|l| l.contains("_TOTAL{")) {
+        assert!(
+            after.lines().any(|l| l == line),
+            "total changed across the reconnect: {line}\nafter:\n{after}"
+        );
+    }
+}
+
+/// A failing health check is logged and skipped: the exporter keeps serving and the next check
+/// brings the health series.
+#[test]
+fn a_failing_health_check_does_not_stop_the_exporter() {
+    let fake = Fake::new();
+    let e = start_fake(&fake, "health_check_error=2");
+    let exp = exp_lines(&scrape_after(e.port, 10));
+    assert_issue_lines(&exp);
+    let err = common::terminate(e);
+    assert_eq!(
+        err.lines()
+            .filter(|l| l.contains("cannot read GPU incidents"))
+            .count(),
+        1,
+        "{err}"
+    );
 }

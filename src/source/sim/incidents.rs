@@ -21,10 +21,12 @@ pub struct IncidentReader {
 }
 
 impl IncidentReader {
-    pub fn new(origin: SystemTime) -> IncidentReader {
+    /// A reader starting after the first `known_xids` XIDs (those of the collection the source starts
+    /// at: history before it started, as on DCGM).
+    pub fn new(origin: SystemTime, known_xids: usize) -> IncidentReader {
         IncidentReader {
             origin,
-            xid_cursor: 0,
+            xid_cursor: known_xids,
             tracker: Tracker::default(),
             none: Arc::new(Attribution::default()),
         }

@@ -55,6 +55,7 @@ impl SimSource {
         interval: Duration,
     ) -> Result<SimSource, DeviceError> {
         let fleet = Fleet::new(scenario, seed);
+        let fleet_xids = fleet.xid_log().len();
         let entities = fleet.inventory().entities(
             &fleet
                 .inventory()
@@ -70,7 +71,7 @@ impl SimSource {
             step_s: interval.as_secs_f64(),
             polls: 0,
             no_attribution: Arc::new(Attribution::default()),
-            incidents: incidents::IncidentReader::new(std::time::SystemTime::now()),
+            incidents: incidents::IncidentReader::new(std::time::SystemTime::now(), fleet_xids),
         };
         source.plan_rows();
         Ok(source)

@@ -40,6 +40,8 @@ pub struct Faults {
     pub unbind: Vec<(u32, u64)>,
     /// `bind_gpu=IDX@N` (repeatable): GPU IDX is bound again after the N-th poll.
     pub bind: Vec<(u32, u64)>,
+    /// `health_check_error=N`: the N-th `dcgmHealthCheck` fails (DCGM_ST_GENERIC_ERROR), once.
+    pub health_check_error: Option<u64>,
 }
 
 /// A bad environment value: one line naming the variable, the item and why.
@@ -130,6 +132,7 @@ impl Faults {
                     let idx = u32::try_from(num(idx)?).map_err(|_| bad("GPU index too large"))?;
                     f.vanish.push((idx, num(after)?));
                 }
+                "health_check_error" => f.health_check_error = Some(num(value)?),
                 "blank_field" => {
                     let id = u16::try_from(num(value)?).map_err(|_| bad("field id too large"))?;
                     f.blank_fields.push(id);
@@ -148,7 +151,7 @@ impl Faults {
                 _ => {
                     return Err(bad(
                         "unknown fault (known: disconnect_after_polls, down_ms, refuse_connect, \
-                         slow_ms, hang_ms, vanish_gpu, blank_field, unbind_gpu, bind_gpu)",
+                         slow_ms, hang_ms, vanish_gpu, blank_field, unbind_gpu, bind_gpu, health_check_error)",
                     ))
                 }
             }
