@@ -34,8 +34,8 @@ pub struct Tracker {
 }
 
 impl Tracker {
-    /// A clock-event bitmask sample of a GPU taken at `at`: the reasons that ended, then those that
-    /// began (none for the GPU's first sample).
+    /// A clock-event bitmask sample of a GPU taken at `at`: the reasons that ended or began, in bit
+    /// order (none for the GPU's first sample).
     pub fn clock_sample(&mut self, gpu: u32, mask: u64, at: SystemTime) -> Vec<IncidentKind> {
         let Some(state) = self.clocks.get_mut(&gpu) else {
             self.clocks.insert(
@@ -125,9 +125,6 @@ mod tests {
                     duration: Duration::from_secs(2)
                 },
             ]
-            .into_iter()
-            .rev()
-            .collect::<Vec<_>>()
         );
     }
 

@@ -60,8 +60,9 @@ pub struct IncidentWatch {
     /// Monitored MIG instances by GPU-instance entity id.
     instances: HashMap<u32, Arc<Entity>>,
     samples: Vec<SinceSample>,
-    /// DCGM calls the last read made.
+    /// DCGM calls the last read made, and the wall time it spent in them.
     pub last_calls: usize,
+    pub last_time: Duration,
     conn: Connection,
 }
 
@@ -183,6 +184,7 @@ impl IncidentWatch {
             instances,
             samples: Vec::new(),
             last_calls: 0,
+            last_time: Duration::ZERO,
             conn: conn.clone(),
         }))
     }
@@ -192,9 +194,11 @@ impl IncidentWatch {
     /// handed over, and the incidents found before an error are returned with it.
     pub fn read(&mut self, state: &mut IncidentState) -> Read {
         let mut read = Read::default();
+        let started = std::time::Instant::now();
         if let Err(e) = self.read_into(state, &mut read) {
             read.error = Some(e);
         }
+        self.last_time = started.elapsed();
         read
     }
 

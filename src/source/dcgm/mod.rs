@@ -342,9 +342,9 @@ impl DcgmSource {
 
     /// Wall time the last successful poll spent inside libdcgm (the rest is this exporter's work).
     pub fn dcgm_time_last_poll(&self) -> Duration {
-        self.session
-            .as_ref()
-            .map_or(Duration::ZERO, |s| s.last_dcgm_time)
+        self.session.as_ref().map_or(Duration::ZERO, |s| {
+            s.last_dcgm_time + s.incidents.as_ref().map_or(Duration::ZERO, |w| w.last_time)
+        })
     }
 
     fn start_session(
