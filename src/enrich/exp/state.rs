@@ -153,7 +153,8 @@ impl State {
         &self,
         position: impl Fn(&EntityKey) -> Option<usize>,
     ) -> Vec<(EntityKey, &Arc<Entity>, u32, u64)> {
-        let mut out: Vec<(Option<usize>, EntityKey, &Arc<Entity>, u32, u64)> = self
+        type Row<'a> = (Option<usize>, EntityKey, &'a Arc<Entity>, u32, u64);
+        let mut out: Vec<Row<'_>> = self
             .xid_totals
             .iter()
             .filter_map(|((k, code), n)| Some((position(k), *k, self.entities.get(k)?, *code, *n)))

@@ -20,7 +20,6 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use super::client::{Connection, DcgmError, EntityPair, FieldGroup, Group, SinceSample};
 use super::ffi::{self, Pod};
-use super::session::MAX_KEEP_AGE;
 use crate::counters::exporter::IncidentReads;
 use crate::fields::{clock_events, health};
 use crate::snapshot::{
@@ -29,6 +28,9 @@ use crate::snapshot::{
 use crate::source::incidents::{HealthIncident, Tracker};
 
 const XID_FIELD: u16 = 230;
+/// Samples kept by the history watch: 600 s, as dcgm-exporter's watches (the cursor is read every
+/// collection, so only a collect interval above 5 minutes would need more).
+const MAX_KEEP_AGE: Duration = Duration::from_secs(600);
 
 /// What outlives a connection: the values-since cursor and the last clock masks and health results.
 pub struct IncidentState {

@@ -1063,7 +1063,7 @@ pub unsafe extern "C" fn dcgmGetValuesSince_v2(
         let found = match e.check(handle) {
             Err(rc) => Err(rc),
             Ok(()) if next.is_null() || callback.is_none() => Err(ffi::DCGM_ST_BADPARAM),
-            Ok(()) => e.values_since(group as usize, field_group as usize, since),
+            Ok(()) => e.values_since(group, field_group, since),
         };
         // The callback runs without the engine lock (it may be slow; it must not call back in).
         drop(e);
@@ -1121,7 +1121,7 @@ pub unsafe extern "C" fn dcgmHealthSet(
         let mut e = engine();
         let rc = match e.check(handle) {
             Err(rc) => rc,
-            Ok(()) => match e.health_set(group as usize, systems) {
+            Ok(()) => match e.health_set(group, systems) {
                 Ok(()) => ffi::DCGM_ST_OK,
                 Err(rc) => rc,
             },
@@ -1149,7 +1149,7 @@ pub unsafe extern "C" fn dcgmHealthCheck(
             Ok(()) if unsafe { read_version(response) } != ffi::dcgmHealthResponse_version5 => {
                 (ffi::DCGM_ST_VER_MISMATCH, 0)
             }
-            Ok(()) => match e.health_check(group as usize) {
+            Ok(()) => match e.health_check(group) {
                 Err(rc) => (rc, 0),
                 Ok(incidents) => {
                     let mut r = dcgmHealthResponse_v5::boxed_zeroed();
