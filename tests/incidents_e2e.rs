@@ -243,3 +243,39 @@ fn a_failing_health_check_does_not_stop_the_exporter() {
         "{err}"
     );
 }
+
+const GPU3_MIG_2G: &str = "gpu=\"3\",UUID=\"GPU-ec4c5bee-6270-11b3-4610-6c194914976f\",pci_bus_id=\"00000000:5D:00.0\",device=\"nvidia3\",modelName=\"NVIDIA H100 80GB HBM3\",GPU_I_PROFILE=\"2g.20gb\",GPU_I_ID=\"3\",Hostname=\"golden-host\"";
+
+/// An XID on a MIG instance is counted on that instance, not on its parent GPU's index (where
+/// dcgm-exporter looks it up): the built-in `incidents` scenario's XID 43 on GPU 3's 2g.20gb instance
+/// (collection 25), through the simulator and through the fake libdcgm alike.
+#[test]
+fn a_mig_instance_xid_is_counted_on_that_instance() {
+    let csv = format!(
+        "{}/src/source/sim/scenarios/incidents-counters.csv",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let want = format!("DCGM_EXP_XID_ERRORS_TOTAL{{{GPU3_MIG_2G},DCGM_FI_DRIVER_VERSION=\"550.144.03\",xid=\"43\"}} 1");
+    let sim = start(
+        &["--simulate=incidents", "-f", &csv, "-c", "100"],
+        &[("NODE_NAME", "golden-host")],
+    );
+    let fake = Fake::new();
+    let mut env = fake.env("");
+    env.retain(|(k, _)| k != "FAKE_DCGM_SCENARIO");
+    env.push(("FAKE_DCGM_SCENARIO".into(), "incidents".into()));
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let dcgm = start(&["-f", &csv, "-c", "100"], &env);
+    for (path, e) in [("simulated", &sim), ("fake libdcgm", &dcgm)] {
+        let exp = exp_lines(&scrape_after(e.port, 30));
+        let xid43: Vec<&str> = exp.lines().filter(|l| l.contains("xid=\"43\"")).collect();
+        assert_eq!(
+            xid43
+                .iter()
+                .filter(|l| l.starts_with("DCGM_EXP_XID_ERRORS_TOTAL"))
+                .collect::<Vec<_>>(),
+            vec![&want.as_str()],
+            "{path}:\n{exp}"
+        );
+    }
+}

@@ -67,6 +67,8 @@ pub struct DerivedSample {
 pub struct SeriesLabel {
     pub prometheus: Cow<'static, str>,
     pub otel: Option<&'static str>,
+    /// Whether the OTLP attribute is an integer (`nvidia.xid.code`) rather than a string.
+    pub otel_int: bool,
     pub value: Box<str>,
 }
 

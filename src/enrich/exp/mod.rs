@@ -182,6 +182,7 @@ impl Ctx<'_> {
                 FieldValue::Text(t) => Some(SeriesLabel {
                     prometheus: Cow::Owned(c.name.clone()),
                     otel: None,
+                    otel_int: false,
                     value: t.clone(),
                 }),
                 _ => None,
@@ -218,15 +219,24 @@ fn label(prometheus: &'static str, otel: &'static str, value: impl Into<Box<str>
     SeriesLabel {
         prometheus: Cow::Borrowed(prometheus),
         otel: Some(otel),
+        otel_int: false,
         value: value.into(),
     }
 }
 
+/// A label whose OTLP attribute is an integer (the XID code, the peer GPU index, the window).
+fn int_label(prometheus: &'static str, otel: &'static str, value: impl ToString) -> SeriesLabel {
+    SeriesLabel {
+        otel_int: true,
+        ..label(prometheus, otel, value.to_string())
+    }
+}
+
 fn window_label(window: Duration) -> SeriesLabel {
-    label(
+    int_label(
         "window_size_in_ms",
         "nvidia.window.duration_ms",
-        window.as_millis().to_string(),
+        window.as_millis(),
     )
 }
 
@@ -243,10 +253,7 @@ impl ExpStage {
                 ctx.samples(e, Some(i), std::slice::from_ref(&window), 0.0, &mut out);
             }
             for (_, code, n) in mine {
-                let own = [
-                    window.clone(),
-                    label("xid", "nvidia.xid.code", code.to_string()),
-                ];
+                let own = [window.clone(), int_label("xid", "nvidia.xid.code", code)];
                 ctx.samples(e, Some(i), &own, *n as f64, &mut out);
             }
         }
@@ -256,10 +263,7 @@ impl ExpStage {
                 continue;
             }
             if let Some(e) = self.state.entity(key) {
-                let own = [
-                    window.clone(),
-                    label("xid", "nvidia.xid.code", code.to_string()),
-                ];
+                let own = [window.clone(), int_label("xid", "nvidia.xid.code", code)];
                 ctx.samples(e, ctx.reading_of(key), &own, *n as f64, &mut out);
             }
         }
@@ -269,7 +273,7 @@ impl ExpStage {
     fn xid_total(&self, ctx: &Ctx<'_>) -> Vec<DerivedSample> {
         let mut out = Vec::new();
         for (key, entity, code, n) in self.state.xid_totals(|k| ctx.reading_of(k)) {
-            let own = [label("xid", "nvidia.xid.code", code.to_string())];
+            let own = [int_label("xid", "nvidia.xid.code", code)];
             ctx.samples(entity, ctx.reading_of(&key), &own, n as f64, &mut out);
         }
         out
@@ -351,7 +355,7 @@ impl ExpStage {
                         "nvidia.p2p.link_status",
                         p2p::status_name(link.status),
                     ),
-                    label("peer_gpu", "nvidia.p2p.peer_gpu", link.peer.to_string()),
+                    int_label("peer_gpu", "nvidia.p2p.peer_gpu.index", link.peer),
                 ];
                 ctx.samples(gpu, Some(*i), &own, f64::from(link.status), &mut out);
             }

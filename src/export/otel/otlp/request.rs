@@ -678,17 +678,22 @@ fn with_series_labels(
     set: &SetLayout,
     labels: &[crate::snapshot::SeriesLabel],
 ) -> Option<SetLayout> {
-    let own: Vec<(&str, &str)> = labels
+    let own: Vec<(&str, &crate::snapshot::SeriesLabel)> = labels
         .iter()
-        .filter_map(|l| l.otel.map(|k| (k, &*l.value)))
+        .filter_map(|l| l.otel.map(|k| (k, l)))
         .collect();
     if own.is_empty() {
         return None;
     }
     let mut point_attributes = set.point_attributes.clone();
     let mut series = set.series.to_string();
-    for (k, v) in own {
-        point_attributes.push(pkv(&KeyValue::new(k, v.to_string())));
+    for (k, l) in own {
+        let v = &*l.value;
+        let kv = match v.parse::<i64>() {
+            Ok(i) if l.otel_int => KeyValue::new(k, i),
+            _ => KeyValue::new(k, v.to_string()),
+        };
+        point_attributes.push(pkv(&kv));
         series.push_str(&format!("{k}={v}\u{1}"));
     }
     Some(SetLayout {
