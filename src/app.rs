@@ -452,8 +452,9 @@ impl Plan {
             SourcePlan::Dcgm(opts) => {
                 // Rows DCGM cannot serve (DCP without the profiling module) leave the counter set
                 // here, before any exporter is built.
-                let s = DcgmSource::connect(*opts, &mut counters)
+                let mut s = DcgmSource::connect(*opts, &mut counters)
                     .map_err(|e| StartError::classify(e.is_bad_input(), e))?;
+                s.count_incident_errors(&self_metrics);
                 Box::new(s)
             }
             SourcePlan::Nvml(opts) => {
@@ -464,7 +465,8 @@ impl Plan {
             }
             SourcePlan::Auto(dcgm_opts, nvml_opts) => {
                 match DcgmSource::connect(*dcgm_opts, &mut counters) {
-                    Ok(s) => {
+                    Ok(mut s) => {
+                        s.count_incident_errors(&self_metrics);
                         tracing::info!("--source auto: DCGM answers; reading GPUs through DCGM");
                         Box::new(s)
                     }
@@ -535,7 +537,7 @@ impl Plan {
         let mut enrichers: Vec<Box<dyn Enricher>> = Vec::new();
         // First, so the DCGM_EXP_* families follow the DCGM ones as in dcgm-exporter; it counts the
         // incidents and writes the families the counters CSV lists (none: it writes nothing).
-        enrichers.push(Box::new(ExpStage::new(&cli.exp)));
+        enrichers.push(Box::new(ExpStage::new(&cli.exp, &self_metrics)));
         if let Some(k) = kubernetes {
             let env = |k: &str| std::env::var(k).ok();
             let api = match (&k.simulated, k.config.pod_labels.is_some() || k.config.pod_uid || k.config.dra) {

@@ -92,9 +92,18 @@ fn simulated_events_show_the_dcgm_exporter_series() {
         &[&scenario, "-f", &csv, "-c", "100"],
         &[("NODE_NAME", "golden-host")],
     );
-    let exp = exp_lines(&scrape_after(e.port, 10));
+    let body = scrape_after(e.port, 10);
+    let exp = exp_lines(&body);
     assert_issue_lines(&exp);
     check_golden("incidents-exp.prom", &exp);
+    // Every incident counted once in the self-metrics: 5 XIDs, 1 clock event, 2 health transitions.
+    for line in [
+        "dcgm_otel_incidents_total{kind=\"xid\"} 5",
+        "dcgm_otel_incidents_total{kind=\"clock_event\"} 1",
+        "dcgm_otel_incidents_total{kind=\"health\"} 2",
+    ] {
+        assert!(body.lines().any(|l| l == line), "missing {line}");
+    }
 }
 
 /// A private directory holding `libdcgm.so.4` (a symlink to the fake built next to the binary) and
@@ -232,8 +241,13 @@ fn counters_survive_a_host_engine_reconnect() {
 fn a_failing_health_check_does_not_stop_the_exporter() {
     let fake = Fake::new();
     let e = start_fake(&fake, "health_check_error=2");
-    let exp = exp_lines(&scrape_after(e.port, 10));
-    assert_issue_lines(&exp);
+    let body = scrape_after(e.port, 10);
+    assert_issue_lines(&exp_lines(&body));
+    assert!(
+        body.lines()
+            .any(|l| l == "dcgm_otel_incident_read_errors_total 1"),
+        "no error counted"
+    );
     let err = common::terminate(e);
     assert_eq!(
         err.lines()

@@ -24,10 +24,11 @@ use crate::counters::{CounterSet, MetricKind};
 use crate::fields::{health, p2p};
 use crate::snapshot::{
     DerivedFamily, DerivedInfo, DerivedKind, DerivedSample, Entity, EntityKind, EntityReading,
-    FieldValue, Incident, P2pLink, SeriesLabel,
+    FieldValue, Incident, IncidentKind, P2pLink, SeriesLabel,
 };
 
 use super::Enricher;
+use crate::telemetry::self_metrics::{Metric, SelfMetrics};
 use state::{EntityKey, State};
 
 /// The stage: counting state plus the two windows.
@@ -37,10 +38,19 @@ pub struct ExpStage {
     state: State,
     /// Whole-GPU entities made for GPUs only their MIG instances represent, by GPU index.
     gpu_entities: HashMap<u32, Arc<Entity>>,
+    /// `dcgm_otel_incidents_total{kind}`: XIDs, clock events begun, health transitions.
+    seen: [Arc<Metric>; 3],
 }
 
 impl ExpStage {
-    pub fn new(args: &args::ExpArgs) -> ExpStage {
+    pub fn new(args: &args::ExpArgs, metrics: &SelfMetrics) -> ExpStage {
+        let seen = |kind: &str| {
+            metrics.counter(
+                "dcgm_otel_incidents_total",
+                "GPU incidents handed over by the source: XID errors, clock events that began, health-watch transitions.",
+                &[("kind", kind)],
+            )
+        };
         let xid_window = Duration::from_millis(args.xid_count_window_size);
         let clock_window = Duration::from_millis(args.clock_events_count_window_size);
         ExpStage {
@@ -48,6 +58,7 @@ impl ExpStage {
             clock_window,
             state: State::new(xid_window.max(clock_window)),
             gpu_entities: HashMap::new(),
+            seen: [seen("xid"), seen("clock_event"), seen("health")],
         }
     }
 
@@ -87,6 +98,15 @@ impl Enricher for ExpStage {
     fn enrich(&mut self, _entities: &mut [EntityReading]) {}
 
     fn observe(&mut self, incidents: &[Incident], p2p: &[P2pLink]) {
+        for i in incidents {
+            let kind = match i.kind {
+                IncidentKind::Xid { .. } => 0,
+                IncidentKind::ClockEventStarted { .. } => 1,
+                IncidentKind::ClockEventEnded { .. } => continue,
+                IncidentKind::Health { .. } => 2,
+            };
+            self.seen[kind].inc();
+        }
         self.state.observe(incidents, SystemTime::now());
         self.state.p2p = p2p.to_vec();
     }

@@ -247,6 +247,8 @@ pub struct DcgmSource {
     incident_reads: IncidentReads,
     incident_state: IncidentState,
     incident_error_logged: bool,
+    /// `dcgm_otel_incident_read_errors_total`, when the application counts it.
+    incident_errors: Option<Arc<crate::telemetry::self_metrics::Metric>>,
 }
 
 impl DcgmSource {
@@ -302,6 +304,7 @@ impl DcgmSource {
             incident_reads: IncidentReads::of(&counters.exporter_rows),
             incident_state: IncidentState::default(),
             incident_error_logged: false,
+            incident_errors: None,
         };
         source
             .start_session(conn, &inv, &selection)
@@ -451,9 +454,21 @@ impl DcgmSource {
         SourceError::Unavailable(format!("{}: {e}", self.mode))
     }
 
-    /// Incidents cannot be read (an older libdcgm, a failing call): logged once; the DCGM fields
-    /// are still served and the `DCGM_EXP_*` families keep their last counts.
+    /// Count failed incident reads in `dcgm_otel_incident_read_errors_total`.
+    pub fn count_incident_errors(&mut self, metrics: &crate::telemetry::self_metrics::SelfMetrics) {
+        self.incident_errors = Some(metrics.counter(
+            "dcgm_otel_incident_read_errors_total",
+            "Failed DCGM incident reads (values-since, health group or check, P2P status); the DCGM fields are still served.",
+            &[],
+        ));
+    }
+
+    /// Incidents cannot be read (an older libdcgm, a failing call): logged once, counted; the DCGM
+    /// fields are still served and the `DCGM_EXP_*` families keep their last counts.
     fn incident_failure(&mut self, e: &DcgmError) {
+        if let Some(m) = &self.incident_errors {
+            m.inc();
+        }
         if !self.incident_error_logged {
             self.incident_error_logged = true;
             tracing::warn!(error = %e, "cannot read GPU incidents (XID / clock-event history, health, P2P) from DCGM; DCGM_EXP_* families are not updated");
