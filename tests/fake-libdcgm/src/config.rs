@@ -188,6 +188,8 @@ mod tests {
         assert_eq!(f.blank_fields, vec![150, 155]);
         let f = Faults::parse("unbind_gpu=1@3,bind_gpu=1@6").unwrap();
         assert_eq!((f.unbind, f.bind), (vec![(1, 3)], vec![(1, 6)]));
+        let f = Faults::parse("health_check_error=2").unwrap();
+        assert_eq!(f.health_check_error, Some(2));
     }
 
     #[test]
