@@ -293,3 +293,31 @@ fn a_mig_instance_xid_is_counted_on_that_instance() {
         );
     }
 }
+
+/// A DCGM that cannot report P2P status: asked once, logged and counted once, the family stays empty
+/// and everything else is served.
+#[test]
+fn p2p_not_supported_is_asked_once() {
+    let fake = Fake::new();
+    let e = start_fake(&fake, "p2p_unsupported=1");
+    let body = scrape_after(e.port, 10);
+    let exp = exp_lines(&body);
+    assert!(!exp.contains("DCGM_EXP_P2P_STATUS"), "{exp}");
+    assert!(
+        exp.lines()
+            .any(|l| l.starts_with("DCGM_EXP_XID_ERRORS_TOTAL{") && l.ends_with("xid=\"79\"} 3")),
+        "{exp}"
+    );
+    assert!(
+        body.lines()
+            .any(|l| l == "dcgm_otel_incident_read_errors_total 1"),
+        "not counted once"
+    );
+    drop(e);
+    let asked = fake
+        .calls()
+        .iter()
+        .filter(|l| l.starts_with("dcgmGetNvLinkP2PStatus "))
+        .count();
+    assert_eq!(asked, 1);
+}

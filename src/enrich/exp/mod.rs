@@ -108,7 +108,10 @@ impl Enricher for ExpStage {
             self.seen[kind].inc();
         }
         self.state.observe(incidents, SystemTime::now());
-        self.state.p2p = p2p.to_vec();
+        // A collection whose P2P read failed keeps the last matrix (a state, not an occurrence).
+        if !p2p.is_empty() {
+            self.state.p2p = p2p.to_vec();
+        }
     }
 
     fn derive(

@@ -65,6 +65,8 @@ pub struct IncidentWatch {
     /// DCGM calls the last read made, and the wall time it spent in them.
     pub last_calls: usize,
     pub last_time: Duration,
+    /// Parts that could not be set up (left out), for the source to log and count.
+    pub setup_errors: Vec<DcgmError>,
     conn: Connection,
 }
 
@@ -135,6 +137,9 @@ impl IncidentWatch {
         if reads.clock_events {
             fields.push(clock_events::FIELD);
         }
+        // A part that cannot be set up (an older libdcgm) is left out; the others go on. Only a lost
+        // connection fails the whole.
+        let mut setup_errors = Vec::new();
         let history = if fields.is_empty() {
             None
         } else {
@@ -146,10 +151,24 @@ impl IncidentWatch {
                         .map(|id| EntityPair::new(ffi::DCGM_FE_GPU_I, *id)),
                 );
             }
-            let group = conn.create_group(&format!("{name_prefix}-incidents"), &members)?;
-            let fg = conn.create_field_group(&format!("{name_prefix}-incident-fields"), &fields)?;
-            conn.watch(&group, &fg, interval, MAX_KEEP_AGE.max(interval * 2), 0)?;
-            Some((group, fg))
+            let made = (|| {
+                let group = conn.create_group(&format!("{name_prefix}-incidents"), &members)?;
+                let fg =
+                    conn.create_field_group(&format!("{name_prefix}-incident-fields"), &fields)?;
+                conn.watch(&group, &fg, interval, MAX_KEEP_AGE.max(interval * 2), 0)?;
+                Ok((group, fg))
+            })();
+            part(made, &mut setup_errors)?
+        };
+        let health = if reads.health {
+            let made = (|| {
+                let group = conn.create_group(&format!("{name_prefix}-health"), &gpu_pairs)?;
+                conn.health_watch_all(&group)?;
+                Ok(group)
+            })();
+            part(made, &mut setup_errors)?
+        } else {
+            None
         };
         if let (Some((group, fields)), None) = (&history, state.cursor) {
             // The first watch: what DCGM already has is history before this exporter started (not
@@ -170,13 +189,6 @@ impl IncidentWatch {
             }
             state.cursor = Some(next);
         }
-        let health = if reads.health {
-            let group = conn.create_group(&format!("{name_prefix}-health"), &gpu_pairs)?;
-            conn.health_watch_all(&group)?;
-            Some(group)
-        } else {
-            None
-        };
         Ok(Some(IncidentWatch {
             reads,
             history,
@@ -187,6 +199,7 @@ impl IncidentWatch {
             samples: Vec::new(),
             last_calls: 0,
             last_time: Duration::ZERO,
+            setup_errors,
             conn: conn.clone(),
         }))
     }
@@ -218,7 +231,15 @@ impl IncidentWatch {
             self.samples.clear();
             let since = state.cursor.unwrap_or_else(now_us);
             self.last_calls += 1;
-            let next = conn.values_since(group, fields, since, &mut self.samples)?;
+            let next = match conn.values_since(group, fields, since, &mut self.samples) {
+                Ok(next) => next,
+                Err(e) => {
+                    if lacks(&e) {
+                        self.history = None;
+                    }
+                    return Err(e);
+                }
+            };
             for s in &self.samples {
                 let Some(v) = s.value else {
                     continue;
@@ -251,7 +272,15 @@ impl IncidentWatch {
         }
         if let Some(group) = &self.health {
             self.last_calls += 1;
-            let checked = conn.health_check(group, &mut self.response)?;
+            let checked = match conn.health_check(group, &mut self.response) {
+                Ok(c) => c,
+                Err(e) => {
+                    if lacks(&e) {
+                        self.health = None;
+                    }
+                    return Err(e);
+                }
+            };
             let ts = now_us();
             for gpu in &self.gpus {
                 let active: Vec<HealthIncident> = checked
@@ -277,7 +306,15 @@ impl IncidentWatch {
         let p2p = &mut read.p2p;
         if self.reads.p2p {
             self.last_calls += 1;
-            let matrix = conn.p2p_status()?;
+            let matrix = match conn.p2p_status() {
+                Ok(m) => m,
+                Err(e) => {
+                    if lacks(&e) {
+                        self.reads.p2p = false;
+                    }
+                    return Err(e);
+                }
+            };
             for gpu in &self.gpus {
                 let Some((_, row)) = matrix.iter().find(|(id, _)| *id == gpu.entity_id) else {
                     continue;
@@ -298,6 +335,30 @@ impl IncidentWatch {
         }
         Ok(())
     }
+}
+
+/// A part of the setup: made, or left out with its error kept (a lost connection fails the whole).
+fn part<T>(
+    made: Result<T, DcgmError>,
+    errors: &mut Vec<DcgmError>,
+) -> Result<Option<T>, DcgmError> {
+    match made {
+        Ok(v) => Ok(Some(v)),
+        Err(e) if e.connection_lost() => Err(e),
+        Err(e) => {
+            errors.push(e);
+            Ok(None)
+        }
+    }
+}
+
+/// Whether an error says the library or the GPUs cannot do it at all (not worth asking again on
+/// this connection): an older libdcgm without the function, or DCGM reporting it not supported.
+fn lacks(e: &DcgmError) -> bool {
+    matches!(
+        e.code,
+        ffi::DCGM_ST_FUNCTION_NOT_FOUND | ffi::DCGM_ST_NOT_SUPPORTED
+    )
 }
 
 /// What [`IncidentWatch::read`] found.

@@ -372,7 +372,16 @@ impl DcgmSource {
             self.interval,
             &mut self.incident_state,
         ) {
-            Ok(watch) => session.incidents = watch,
+            Ok(mut watch) => {
+                for e in watch
+                    .as_mut()
+                    .map(|w| std::mem::take(&mut w.setup_errors))
+                    .unwrap_or_default()
+                {
+                    self.incident_failure(&e);
+                }
+                established.session.incidents = watch;
+            }
             Err(e) if e.connection_lost() => return Err(e),
             Err(e) => self.incident_failure(&e),
         }

@@ -1196,6 +1196,7 @@ pub unsafe extern "C" fn dcgmGetNvLinkP2PStatus(
             Ok(()) if unsafe { read_version(status) } != ffi::dcgmNvLinkP2PStatus_version1 => {
                 ffi::DCGM_ST_VER_MISMATCH
             }
+            Ok(()) if e.cfg.faults.p2p_unsupported => ffi::DCGM_ST_NOT_SUPPORTED,
             Ok(()) => {
                 let mut s = dcgmNvLinkP2PStatus_v1::boxed_zeroed();
                 s.version = ffi::dcgmNvLinkP2PStatus_version1;
