@@ -9,6 +9,7 @@ use serde::Deserialize;
 
 use crate::fields::{clock_events, health};
 use crate::snapshot::HealthResult;
+use crate::source::incidents::HealthIncident;
 
 /// One `events:` item as written: `at_collection`, `gpu` (and `gpu_i_id` for a MIG instance) and
 /// exactly one of `xid`, `clock_events` (with `collections`) or `health` (optionally `collections`).
@@ -58,23 +59,12 @@ pub enum ErrorCode {
     Name(String),
 }
 
-/// A health incident active at a collection, as `dcgmHealthCheck` reports one.
-#[derive(Debug, Clone, PartialEq)]
-pub struct ActiveHealth {
-    /// `DCGM_HEALTH_WATCH_*` bit.
-    pub watch: u32,
-    pub result: HealthResult,
-    /// `DCGM_FR_*` number.
-    pub code: u32,
-    pub message: String,
-}
-
 /// One event, checked.
 #[derive(Debug, Clone, PartialEq)]
 enum Kind {
     Xid(u32),
     Clock(u64),
-    Health(ActiveHealth),
+    Health(HealthIncident),
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -180,7 +170,7 @@ impl SimEvents {
                     Outcome::Fail => HealthResult::Fail,
                 };
                 (
-                    Kind::Health(ActiveHealth {
+                    Kind::Health(HealthIncident {
                         watch,
                         result,
                         code,
@@ -235,7 +225,7 @@ impl SimEvents {
     }
 
     /// The health incidents of a GPU at a collection.
-    pub fn health(&self, gpu: u32, collection: u64) -> Vec<ActiveHealth> {
+    pub fn health(&self, gpu: u32, collection: u64) -> Vec<HealthIncident> {
         self.active(gpu, collection)
             .filter_map(|e| match &e.kind {
                 Kind::Health(h) => Some(h.clone()),

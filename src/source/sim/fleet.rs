@@ -12,13 +12,14 @@ use std::f64::consts::TAU;
 use std::sync::Arc;
 
 use super::cpus::SimCpu;
-use super::events::{ActiveHealth, SimEvents};
+use super::events::SimEvents;
 use super::models::{mig_profile, model, GpuModel};
 use super::scenario::{Load, Scenario};
 use super::switches::{is_switch_port_field, port_entity_id, SimSwitch, PORT_ID_STRIDE};
 use crate::fields::{catalog, EntityLevel, FieldId, ValueType};
 use crate::snapshot::inventory::{CpuInfo, GpuInfo, Inventory, SwitchInfo};
 use crate::snapshot::{Absent, CpuIdentity, EntityKind, FieldValue, GpuIdentity, MigIdentity};
+use crate::source::incidents::HealthIncident;
 
 /// DCGM numbers GPU-instance entities per GPU in blocks of this size.
 pub const INSTANCE_ID_STRIDE: u32 = 8;
@@ -312,7 +313,7 @@ impl Fleet {
     }
 
     /// The health incidents of a GPU now (what `dcgmHealthCheck` reports).
-    pub fn health(&self, gpu: u32) -> Vec<ActiveHealth> {
+    pub fn health(&self, gpu: u32) -> Vec<HealthIncident> {
         self.events.health(gpu, self.step)
     }
 

@@ -9,7 +9,7 @@ use std::time::{Duration, SystemTime};
 use super::Fleet;
 use crate::counters::exporter::IncidentReads;
 use crate::snapshot::{Attribution, Entity, EntityKind, Incident, IncidentKind, P2pLink};
-use crate::source::incidents::{HealthIncident, Tracker};
+use crate::source::incidents::Tracker;
 
 /// The reader's cursors and last-seen states.
 pub struct IncidentReader {
@@ -83,17 +83,7 @@ impl IncidentReader {
                 );
             }
             if reads.health {
-                let active: Vec<HealthIncident> = fleet
-                    .health(index)
-                    .into_iter()
-                    .map(|h| HealthIncident {
-                        watch: h.watch,
-                        result: h.result,
-                        code: h.code,
-                        message: h.message,
-                    })
-                    .collect();
-                found.extend(self.tracker.health_check(index, &active));
+                found.extend(self.tracker.health_check(index, &fleet.health(index)));
             }
             for kind in found {
                 out.push(self.incident(gpu.clone(), now, kind));
