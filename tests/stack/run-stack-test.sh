@@ -10,8 +10,9 @@
 #   3. otel-config/*.yaml: every component a pipeline names is defined, every defined one is used, no type is
 #      a deprecated alias in the pinned collector (otlphttp -> otlp_http, ...), plus the settings the stack
 #      relies on, and the CloudWatch config gives every declared metric a CloudWatch unit
-#      (tests/stack/stack_check.py otel-configs); and the stack's files agree with each other: mounts exist,
-#      scrape targets are services on listening ports, the pinned collector image, datasource uid, paths
+#      (tests/stack/stack_check.py otel-configs); and the stack's files agree with each other: mounts exist
+#      (the rule files prometheus.yml lists included), scrape targets are services on listening ports, the
+#      pinned collector image, datasource uid, paths
 #   4. Grafana dashboards: the 12239-equivalent keeps the original's panels/queries; every dashboard
 #      type-checks against @grafana/schema with tsc
 #   5. live: starts `dcgm-otel --simulate --otlp -k --kubernetes-enable-pod-labels` (the scenario's simulated

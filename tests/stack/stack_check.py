@@ -7,7 +7,8 @@ Subcommands:
                                 EXPOSE 9400 and a /health HEALTHCHECK, .dockerignore keeps the build inputs
   consistency                   the compose file, prometheus.yml, collector.yaml and Grafana provisioning agree
                                 (mounted files exist, scrape targets are compose services on ports they
-                                listen on, datasource name/uid, dashboard paths); run from the repo root
+                                listen on, rule_files are mounted rule files, datasource name/uid,
+                                dashboard paths); run from the repo root
   otel-configs FILE...          every component a pipeline names is defined, every defined one is used, no
                                 component type is a deprecated alias in the pinned collector (otlphttp, ...),
                                 plus a few settings the stack depends on (listen addresses, prometheus
