@@ -870,6 +870,9 @@ impl DirectExport {
 }
 
 #[cfg(test)]
+mod golden_tests;
+
+#[cfg(test)]
 mod tests {
     //! The direct builder against the SDK path on the same hand-made snapshot: equal requests once
     //! timestamps are set aside and resources, metrics and points are put in one order.
