@@ -932,6 +932,8 @@ mod semconv_metrics;
 
 #[cfg(test)]
 mod golden_tests;
+#[cfg(test)]
+mod semconv_tests;
 
 #[cfg(test)]
 mod tests {
