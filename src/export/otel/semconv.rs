@@ -8,8 +8,8 @@
 //! `hw.temperature`, `hw.errors`, `hw.status`; stability: development).
 //!
 //! Rules the table follows:
-//! - A value is `raw × scale` (after the inputs are combined): `%` → ratio (0.01), MiB → By (1,048,576),
-//!   mJ → J (0.001).
+//! - A value is the raw one (after the inputs are combined) times or divided by the row's [`Scale`]:
+//!   `%` → ratio (÷100), MiB → By (×1,048,576), mJ → J (÷1000).
 //! - Several rows may give the same metric and attributes (fallbacks: memory limit from
 //!   `DCGM_FI_DEV_FB_TOTAL`, else used + free + reserved, else used + free): per series the first row
 //!   whose inputs are all present wins.
@@ -144,6 +144,36 @@ pub fn hw_state(result: f64) -> &'static str {
         .map_or("ok", |(s, _)| s)
 }
 
+/// A unit conversion: a factor or a divisor (a divisor keeps `mJ / 1000` exact where `× 0.001` would
+/// round differently).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Scale {
+    Times(f64),
+    Per(f64),
+}
+
+impl Scale {
+    pub fn apply(self, v: f64) -> f64 {
+        match self {
+            Scale::Times(k) => v * k,
+            Scale::Per(k) => v / k,
+        }
+    }
+
+    /// Whether integers stay integers.
+    pub fn keeps_integers(self) -> bool {
+        matches!(self, Scale::Times(k) if k.fract() == 0.0)
+    }
+
+    /// How the README table writes it.
+    pub fn describe(self) -> String {
+        match self {
+            Scale::Times(k) => format!("×{k}"),
+            Scale::Per(k) => format!("÷{k}"),
+        }
+    }
+}
+
 /// One row of the table.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Mapping {
@@ -152,8 +182,8 @@ pub struct Mapping {
     pub instrument: Instrument,
     /// UCUM unit.
     pub unit: &'static str,
-    /// Factor from DCGM's unit to `unit`.
-    pub scale: f64,
+    /// From DCGM's unit to `unit`.
+    pub scale: Scale,
     /// Data-point attributes of the row's series.
     pub attributes: &'static [(&'static str, &'static str)],
     pub description: &'static str,
@@ -181,7 +211,7 @@ pub const MAPPINGS: &[Mapping] = &[
         name: "hw.gpu.utilization",
         instrument: Instrument::Gauge,
         unit: "1",
-        scale: 0.01,
+        scale: Scale::Per(100.0),
         attributes: &[("hw.gpu.task", "general")],
         description: UTILIZATION,
     },
@@ -190,7 +220,7 @@ pub const MAPPINGS: &[Mapping] = &[
         name: "hw.gpu.utilization",
         instrument: Instrument::Gauge,
         unit: "1",
-        scale: 0.01,
+        scale: Scale::Per(100.0),
         attributes: &[("hw.gpu.task", "encoder")],
         description: UTILIZATION,
     },
@@ -199,7 +229,7 @@ pub const MAPPINGS: &[Mapping] = &[
         name: "hw.gpu.utilization",
         instrument: Instrument::Gauge,
         unit: "1",
-        scale: 0.01,
+        scale: Scale::Per(100.0),
         attributes: &[("hw.gpu.task", "decoder")],
         description: UTILIZATION,
     },
@@ -208,7 +238,7 @@ pub const MAPPINGS: &[Mapping] = &[
         name: "hw.gpu.memory.usage",
         instrument: Instrument::UpDownCounter,
         unit: "By",
-        scale: MIB,
+        scale: Scale::Times(MIB),
         attributes: &[],
         description: "GPU memory used.",
     },
@@ -217,7 +247,7 @@ pub const MAPPINGS: &[Mapping] = &[
         name: "hw.gpu.memory.limit",
         instrument: Instrument::UpDownCounter,
         unit: "By",
-        scale: MIB,
+        scale: Scale::Times(MIB),
         attributes: &[],
         description: MEMORY_LIMIT,
     },
@@ -226,7 +256,7 @@ pub const MAPPINGS: &[Mapping] = &[
         name: "hw.gpu.memory.limit",
         instrument: Instrument::UpDownCounter,
         unit: "By",
-        scale: MIB,
+        scale: Scale::Times(MIB),
         attributes: &[],
         description: MEMORY_LIMIT,
     },
@@ -235,7 +265,7 @@ pub const MAPPINGS: &[Mapping] = &[
         name: "hw.gpu.memory.limit",
         instrument: Instrument::UpDownCounter,
         unit: "By",
-        scale: MIB,
+        scale: Scale::Times(MIB),
         attributes: &[],
         description: MEMORY_LIMIT,
     },
@@ -244,7 +274,7 @@ pub const MAPPINGS: &[Mapping] = &[
         name: "hw.gpu.memory.utilization",
         instrument: Instrument::Gauge,
         unit: "1",
-        scale: 1.0,
+        scale: Scale::Times(1.0),
         attributes: &[],
         description: MEMORY_UTILIZATION,
     },
@@ -253,7 +283,7 @@ pub const MAPPINGS: &[Mapping] = &[
         name: "hw.gpu.memory.utilization",
         instrument: Instrument::Gauge,
         unit: "1",
-        scale: 1.0,
+        scale: Scale::Times(1.0),
         attributes: &[],
         description: MEMORY_UTILIZATION,
     },
@@ -262,7 +292,7 @@ pub const MAPPINGS: &[Mapping] = &[
         name: "hw.gpu.memory.utilization",
         instrument: Instrument::Gauge,
         unit: "1",
-        scale: 1.0,
+        scale: Scale::Times(1.0),
         attributes: &[],
         description: MEMORY_UTILIZATION,
     },
@@ -271,7 +301,7 @@ pub const MAPPINGS: &[Mapping] = &[
         name: "hw.power",
         instrument: Instrument::Gauge,
         unit: "W",
-        scale: 1.0,
+        scale: Scale::Times(1.0),
         attributes: &[],
         description: "Power drawn by the GPU board.",
     },
@@ -280,7 +310,7 @@ pub const MAPPINGS: &[Mapping] = &[
         name: "hw.energy",
         instrument: Instrument::Counter,
         unit: "J",
-        scale: 0.001,
+        scale: Scale::Per(1000.0),
         attributes: &[],
         description: "Energy consumed by the GPU since the driver loaded.",
     },
@@ -289,7 +319,7 @@ pub const MAPPINGS: &[Mapping] = &[
         name: "hw.temperature",
         instrument: Instrument::Gauge,
         unit: "Cel",
-        scale: 1.0,
+        scale: Scale::Times(1.0),
         attributes: &[("hw.sensor_location", "gpu")],
         description: TEMPERATURE,
     },
@@ -298,7 +328,7 @@ pub const MAPPINGS: &[Mapping] = &[
         name: "hw.temperature",
         instrument: Instrument::Gauge,
         unit: "Cel",
-        scale: 1.0,
+        scale: Scale::Times(1.0),
         attributes: &[("hw.sensor_location", "memory")],
         description: TEMPERATURE,
     },
@@ -307,7 +337,7 @@ pub const MAPPINGS: &[Mapping] = &[
         name: "hw.gpu.io",
         instrument: Instrument::Counter,
         unit: "By",
-        scale: 1.0,
+        scale: Scale::Times(1.0),
         attributes: &[
             ("network.io.direction", "transmit"),
             ("nvidia.gpu.io.interconnect", "nvlink"),
@@ -319,7 +349,7 @@ pub const MAPPINGS: &[Mapping] = &[
         name: "hw.gpu.io",
         instrument: Instrument::Counter,
         unit: "By",
-        scale: 1.0,
+        scale: Scale::Times(1.0),
         attributes: &[
             ("network.io.direction", "receive"),
             ("nvidia.gpu.io.interconnect", "nvlink"),
@@ -331,7 +361,7 @@ pub const MAPPINGS: &[Mapping] = &[
         name: "hw.errors",
         instrument: Instrument::Counter,
         unit: "{error}",
-        scale: 1.0,
+        scale: Scale::Times(1.0),
         attributes: &[("error.type", "corrected")],
         description: ERRORS,
     },
@@ -340,7 +370,7 @@ pub const MAPPINGS: &[Mapping] = &[
         name: "hw.errors",
         instrument: Instrument::Counter,
         unit: "{error}",
-        scale: 1.0,
+        scale: Scale::Times(1.0),
         attributes: &[("error.type", "corrected")],
         description: ERRORS,
     },
@@ -349,7 +379,7 @@ pub const MAPPINGS: &[Mapping] = &[
         name: "hw.errors",
         instrument: Instrument::Counter,
         unit: "{error}",
-        scale: 1.0,
+        scale: Scale::Times(1.0),
         attributes: &[("error.type", "uncorrected")],
         description: ERRORS,
     },
@@ -358,7 +388,7 @@ pub const MAPPINGS: &[Mapping] = &[
         name: "hw.errors",
         instrument: Instrument::Counter,
         unit: "{error}",
-        scale: 1.0,
+        scale: Scale::Times(1.0),
         attributes: &[("error.type", "uncorrected")],
         description: ERRORS,
     },
@@ -367,7 +397,7 @@ pub const MAPPINGS: &[Mapping] = &[
         name: "hw.errors",
         instrument: Instrument::Counter,
         unit: "{error}",
-        scale: 1.0,
+        scale: Scale::Times(1.0),
         attributes: &[("error.type", "pcie_replay")],
         description: ERRORS,
     },
@@ -376,7 +406,7 @@ pub const MAPPINGS: &[Mapping] = &[
         name: "hw.errors",
         instrument: Instrument::Counter,
         unit: "{error}",
-        scale: 1.0,
+        scale: Scale::Times(1.0),
         attributes: &[("error.type", "xid")],
         description: ERRORS,
     },
@@ -385,7 +415,7 @@ pub const MAPPINGS: &[Mapping] = &[
         name: "hw.status",
         instrument: Instrument::UpDownCounter,
         unit: "1",
-        scale: 1.0,
+        scale: Scale::Times(1.0),
         attributes: &[],
         description: "Operational status of the GPU: 1 for its current hw.state, 0 for the others.",
     },
@@ -546,12 +576,12 @@ pub fn markdown_rows() -> Vec<String> {
                 attrs.join(", ")
             };
             format!(
-                "| {} | `{}` | {} | `{}` | ×{} | {} |",
+                "| {} | `{}` | {} | `{}` | {} | {} |",
                 m.input.describe(),
                 m.name,
                 m.instrument.as_str(),
                 m.unit,
-                m.scale,
+                m.scale.describe(),
                 attrs
             )
         })

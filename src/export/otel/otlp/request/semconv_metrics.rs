@@ -149,7 +149,7 @@ fn metric_points(
             let values: Vec<(f64, bool, Option<(&str, &str)>)> = match &row.source {
                 Source::Rows(rows) => match semconv::combine(&m.input, rows, &reading.values) {
                     Some((raw, ints)) => {
-                        vec![(raw * m.scale, ints && m.scale.fract() == 0.0, None)]
+                        vec![(m.scale.apply(raw), ints && m.scale.keeps_integers(), None)]
                     }
                     None => continue,
                 },
@@ -171,7 +171,7 @@ fn metric_points(
                                 })
                                 .collect()
                         }
-                        _ => vec![(v * m.scale, false, None)],
+                        _ => vec![(m.scale.apply(*v), false, None)],
                     }
                 }
             };

@@ -288,10 +288,7 @@ fn every_row_of_the_table_gives_its_point() {
                     assert_eq!(g, w, "row {i}")
                 }
                 (Some(number_data_point::Value::AsDouble(g)), Want::Double(w)) => {
-                    assert!(
-                        (g - w).abs() < 1e-9 * w.abs().max(1.0),
-                        "row {i}: {g} != {w}"
-                    )
+                    assert_eq!(g, w, "row {i}")
                 }
                 (g, w) => panic!("row {i}: got {g:?}, want {w:?}"),
             }
