@@ -1713,3 +1713,89 @@ fn semconv_names_refused_with_the_sdk_pipeline_or_dcgm_attributes() {
     assert!(err.contains("--otel-metric-names both"), "{err}");
     assert!(err.contains("--otel-attribute-style otel"), "{err}");
 }
+
+#[test]
+fn rotel_receives_semconv_names() {
+    let Some(bin) = rotel_bin() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let gp = common::free_port();
+    let log = dir.path().join("rotel.log");
+    let out = std::fs::File::create(&log).unwrap();
+    let child = std::process::Command::new(&bin)
+        .args(["start", "--otlp-grpc-endpoint", &format!("127.0.0.1:{gp}")])
+        .args([
+            "--otlp-http-endpoint",
+            &format!("127.0.0.1:{}", common::free_port()),
+        ])
+        .args([
+            "--exporter",
+            "blackhole",
+            "--debug-log",
+            "metrics",
+            "--debug-log-verbosity",
+            "detailed",
+        ])
+        .args([
+            "--pid-file",
+            &dir.path().join("rotel.pid").display().to_string(),
+        ])
+        .stdout(out.try_clone().unwrap())
+        .stderr(out)
+        .spawn()
+        .expect("cannot start rotel");
+    let rotel = Rotel { child, log };
+    let deadline = Instant::now() + WAIT;
+    while std::net::TcpStream::connect(("127.0.0.1", gp)).is_err() {
+        assert!(Instant::now() < deadline, "rotel did not listen");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let exporter = start_exporter(
+        &otlp_args(
+            &format!("http://127.0.0.1:{gp}"),
+            &["--otel-metric-names", "semconv"],
+        ),
+        &[],
+    );
+    let deadline = Instant::now() + WAIT;
+    let text = loop {
+        let t = std::fs::read_to_string(&rotel.log).unwrap_or_default();
+        if t.contains("-> Name: hw.energy") && t.contains("ResourceMetrics #3") {
+            break t;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "rotel did not log the export:\n{}",
+            &t[..t.len().min(4000)]
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    drop(exporter);
+    for needle in [
+        "-> Name: hw.gpu.utilization",
+        "-> hw.gpu.task: Str(general)",
+        "-> Name: hw.gpu.memory.usage",
+        "-> Name: hw.gpu.memory.limit",
+        "-> Unit: By",
+        "-> IsMonotonic: false",
+        "-> Name: hw.energy",
+        "-> Unit: J",
+        "-> Name: hw.power",
+        "-> Name: hw.temperature",
+        "-> hw.sensor_location: Str(gpu)",
+        "-> Unit: Cel",
+        "-> Name: hw.errors",
+        "-> error.type: Str(pcie_replay)",
+        "-> hw.name: Str(nvidia0)",
+        "-> hw.parent: Str(GPU-",
+        "-> hw.id: Str(MIG-",
+        "-> hw.driver_version: Str(550.144.03)",
+        "-> Name: DCGM_FI_DEV_SM_CLOCK",
+    ] {
+        assert!(
+            text.contains(needle),
+            "rotel log lacks '{needle}':\n{}",
+            &text[..text.len().min(6000)]
+        );
+    }
+    assert!(!text.contains("-> Name: DCGM_FI_DEV_GPU_UTIL"));
+}
