@@ -1799,3 +1799,70 @@ fn rotel_receives_semconv_names() {
     }
     assert!(!text.contains("-> Name: DCGM_FI_DEV_GPU_UTIL"));
 }
+
+/// A fake GPU library built next to the binary (`cargo build --workspace`), linked as `soname` in `dir`.
+fn fake_library(dir: &Path, built: &str, soname: &str) -> String {
+    let lib = common::binary().parent().unwrap().join(built);
+    assert!(
+        lib.exists(),
+        "{} is missing: cargo build --workspace (tests/run-all.sh does)",
+        lib.display()
+    );
+    let link = dir.join(soname);
+    std::os::unix::fs::symlink(lib, &link).unwrap();
+    link.display().to_string()
+}
+
+/// Serial and VBIOS from discovery reach the Resource as hw.serial_number / hw.firmware_version, through
+/// libdcgm (dcgmGetDeviceAttributes) and NVML (nvmlDeviceGetSerial / GetVbiosVersion) alike: the fakes
+/// answer with the simulated fleet's values.
+#[test]
+fn semconv_resources_carry_serial_and_vbios_from_dcgm_and_nvml() {
+    let dir = tempfile::tempdir().unwrap();
+    let dcgm = fake_library(dir.path(), "libfake_libdcgm.so", "libdcgm.so.4");
+    let nvml = fake_library(dir.path(), "libfake_libnvml.so", "libnvidia-ml.so.1");
+    let fleet = dcgm_otel::source::sim::Fleet::new(&Scenario::load("default").unwrap(), 1);
+    let want: BTreeMap<String, (String, String)> = fleet
+        .gpus()
+        .iter()
+        .map(|g| {
+            let id = &g.identity;
+            (id.uuid.clone(), (id.serial.clone(), id.vbios.clone()))
+        })
+        .collect();
+    assert!(want.values().all(|(s, v)| !s.is_empty() && !v.is_empty()));
+    for source in [
+        vec!["--dcgm-library", dcgm.as_str()],
+        vec!["--source", "nvml", "--nvml-library", nvml.as_str()],
+    ] {
+        let sink = Sink::grpc(0, None);
+        let endpoint = format!("http://{}", sink.addr);
+        let mut args = vec![
+            "-c",
+            "200",
+            "--otlp-endpoint",
+            &endpoint,
+            "--otel-metric-names",
+            "semconv",
+        ];
+        args.extend(source.iter().copied());
+        let exporter = common::start(&args, &[]);
+        let got = sink.wait_for(1, WAIT);
+        drop(exporter);
+        let mut seen = 0;
+        for rm in &got[0].req.resource_metrics {
+            let r = attrs(&rm.resource.as_ref().unwrap().attributes);
+            // Whole GPUs: hw.id is the GPU UUID; MIG instances: hw.parent is.
+            let gpu = r.get("hw.parent").unwrap_or(&r["hw.id"]);
+            let (serial, vbios) = &want[gpu];
+            assert_eq!(r.get("hw.serial_number"), Some(serial), "{source:?} {r:?}");
+            assert_eq!(
+                r.get("hw.firmware_version"),
+                Some(vbios),
+                "{source:?} {r:?}"
+            );
+            seen += 1;
+        }
+        assert!(seen > 0, "{source:?}");
+    }
+}
