@@ -22,6 +22,9 @@ use opentelemetry_proto::tonic::metrics::v1::{
 /// use the indices below).
 const KEY_BASE: usize = 1 << 20;
 
+/// One point of a row: (value, whether an integer, an extra attribute such as `hw.state`).
+type RowPoint = (f64, bool, Option<(&'static str, &'static str)>);
+
 /// Per export: each derived-input row's value per entity (sum, or worst health result).
 pub(super) type DerivedInputs<'a> = HashMap<usize, HashMap<&'a Entity, f64>>;
 
@@ -145,8 +148,7 @@ fn metric_points(
             if done.contains(&m.attributes) {
                 continue;
             }
-            // (value, integer, extra attribute) of each point of the row.
-            let values: Vec<(f64, bool, Option<(&str, &str)>)> = match &row.source {
+            let values: Vec<RowPoint> = match &row.source {
                 Source::Rows(rows) => match semconv::combine(&m.input, rows, &reading.values) {
                     Some((raw, ints)) => {
                         vec![(m.scale.apply(raw), ints && m.scale.keeps_integers(), None)]

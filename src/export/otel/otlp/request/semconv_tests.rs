@@ -24,12 +24,12 @@ enum Want {
     Double(f64),
 }
 
+/// An expected point: (extra attribute, value).
+type WantPoint = (Option<(&'static str, &'static str)>, Want);
+
 /// Per row of [`MAPPINGS`], in order: the raw values of its inputs (distinct fields in order, or the derived
 /// family's samples on one GPU) and the point(s) expected: (extra attribute, value).
-fn expectations() -> Vec<(
-    Vec<FieldValue>,
-    Vec<(Option<(&'static str, &'static str)>, Want)>,
-)> {
+fn expectations() -> Vec<(Vec<FieldValue>, Vec<WantPoint>)> {
     use FieldValue::{Double as D, Int as I};
     let mib = 1_048_576i64;
     vec![
@@ -188,6 +188,9 @@ fn names(req: &ExportMetricsServiceRequest) -> Vec<String> {
     v
 }
 
+/// A received point: (attributes, value).
+type GotPoint = (Vec<(String, String)>, Option<number_data_point::Value>);
+
 #[test]
 fn every_row_of_the_table_gives_its_point() {
     let want = expectations();
@@ -269,7 +272,7 @@ fn every_row_of_the_table_gives_its_point() {
             (d, k) => panic!("row {i}: {k:?} sent as {d:?}"),
         }
         // Only this row's series (others of the metric need fields the CSV lacks).
-        let got: Vec<(Vec<(String, String)>, Option<number_data_point::Value>)> = points(metric)
+        let got: Vec<GotPoint> = points(metric)
             .iter()
             .map(|dp| (attrs(&dp.attributes), dp.value))
             .collect();
