@@ -259,9 +259,10 @@ impl DirectBuilder {
         self.names.dcgm() || !semconv::replaced_families().contains(&name)
     }
 
-    /// How many instruments (metric rows with distinct names) the requests carry.
+    /// How many instruments (metric rows with distinct names, and semantic-convention metrics) the
+    /// requests carry.
     pub fn instrument_count(&self) -> usize {
-        self.instruments.len()
+        self.instruments.len() + self.semconv.metrics.len()
     }
 
     /// Label-row attributes of every entity (an NvLink takes its GPU's, a switch port its switch's, a

@@ -21,7 +21,10 @@ fn golden_path(style: &str, mode: &str) -> std::path::PathBuf {
 /// The encoded request of two exports (energy 5000 then 7000) of the test fleet.
 fn request_bytes(style: OtelAttributeStyle, mode: OtelResourceMode) -> Vec<u8> {
     let counters = test_counters();
-    let naming = Naming::new(style, LabelStyle::default(), &counters);
+    // As start-up builds it for `--otel-metric-names dcgm` (the default).
+    let names = MetricNames::Dcgm;
+    let naming =
+        Naming::new(style, LabelStyle::default(), &counters).with_hw_attributes(names.semconv());
     let split = naming.resource_split(mode);
     let base = vec![
         KeyValue::new("service.name", "golden"),
@@ -34,7 +37,8 @@ fn request_bytes(style: OtelAttributeStyle, mode: OtelResourceMode) -> Vec<u8> {
         counters.clone(),
         Temporality::Cumulative,
         UNIX_EPOCH + Duration::from_secs(1_700_000_000),
-    );
+    )
+    .with_metric_names(names);
     // The scope version follows the crate version; the golden does not.
     b.scope.version = "golden".into();
     let mut out = Vec::new();
