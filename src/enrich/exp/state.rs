@@ -189,6 +189,8 @@ mod tests {
             uuid: format!("GPU-{index}"),
             pci_bus_id: String::new(),
             model: "m".into(),
+            serial: String::new(),
+            vbios: String::new(),
         })))
     }
 
