@@ -26,6 +26,7 @@ use crate::config::config_file::{self, ConfigFile, MetricsSource};
 use crate::counters::reload::CountersReloader;
 use crate::counters::watch_groups;
 use crate::counters::{self, CounterSet};
+use crate::enrich::exp::ExpStage;
 use crate::enrich::hpc::HpcEnricher;
 use crate::enrich::kubernetes::simulated::SimulatedCluster;
 use crate::enrich::kubernetes::{api::ApiConfig, KubernetesConfig, KubernetesEnricher, PodSource};
@@ -389,7 +390,7 @@ impl Plan {
             tracing::warn!(flag = %flag, "dcgm-exporter flag accepted for compatibility but not implemented by dcgm-otel yet; it has no effect");
         }
         for (line, name) in &counters.unsupported_exporter_fields {
-            tracing::warn!(origin = %counters.origin, line, field = %name, "DCGM_EXP_* metrics are not yet supported by dcgm-otel; row skipped");
+            tracing::warn!(origin = %counters.origin, line, field = %name, "unknown DCGM_EXP_* metric (dcgm-exporter has DCGM_EXP_XID_ERRORS_COUNT, _TOTAL, DCGM_EXP_CLOCK_EVENTS_COUNT, _TOTAL, DCGM_EXP_GPU_HEALTH_STATUS, DCGM_EXP_P2P_STATUS); row skipped");
         }
 
         // :9400 first: a port in use stops start-up before a source is read or anything is pushed.
@@ -451,8 +452,9 @@ impl Plan {
             SourcePlan::Dcgm(opts) => {
                 // Rows DCGM cannot serve (DCP without the profiling module) leave the counter set
                 // here, before any exporter is built.
-                let s = DcgmSource::connect(*opts, &mut counters)
+                let mut s = DcgmSource::connect(*opts, &mut counters)
                     .map_err(|e| StartError::classify(e.is_bad_input(), e))?;
+                s.count_incident_errors(&self_metrics);
                 Box::new(s)
             }
             SourcePlan::Nvml(opts) => {
@@ -463,7 +465,8 @@ impl Plan {
             }
             SourcePlan::Auto(dcgm_opts, nvml_opts) => {
                 match DcgmSource::connect(*dcgm_opts, &mut counters) {
-                    Ok(s) => {
+                    Ok(mut s) => {
+                        s.count_incident_errors(&self_metrics);
                         tracing::info!("--source auto: DCGM answers; reading GPUs through DCGM");
                         Box::new(s)
                     }
@@ -532,6 +535,9 @@ impl Plan {
 
         // ---- enrichers --------------------------------------------------------------------------
         let mut enrichers: Vec<Box<dyn Enricher>> = Vec::new();
+        // First, so the DCGM_EXP_* families follow the DCGM ones as in dcgm-exporter; it counts the
+        // incidents and writes the families the counters CSV lists (none: it writes nothing).
+        enrichers.push(Box::new(ExpStage::new(&cli.exp, &self_metrics)));
         if let Some(k) = kubernetes {
             let env = |k: &str| std::env::var(k).ok();
             let api = match (&k.simulated, k.config.pod_labels.is_some() || k.config.pod_uid || k.config.dra) {

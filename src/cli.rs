@@ -9,6 +9,7 @@ use std::ffi::OsString;
 use clap::{ArgAction, Parser};
 
 use crate::config::{flags, CollectionArgs};
+use crate::enrich::exp::args::ExpArgs;
 use crate::enrich::hpc::HpcArgs;
 use crate::enrich::kubernetes::KubernetesArgs;
 use crate::export::otel::otlp::OtlpArgs;
@@ -44,6 +45,8 @@ pub struct Cli {
     pub hpc: HpcArgs,
     #[command(flatten)]
     pub otlp: OtlpArgs,
+    #[command(flatten)]
+    pub exp: ExpArgs,
 }
 
 /// dcgm-exporter flags that dcgm-otel accepts so existing command lines and manifests keep starting,
@@ -57,18 +60,6 @@ pub const ACCEPTED_NOT_IMPLEMENTED: &[(&str, Option<char>, &str, bool)] = &[
         true,
     ),
     ("fake-gpus", None, "DCGM_EXPORTER_USE_FAKE_GPUS", false),
-    (
-        "xid-count-window-size",
-        Some('x'),
-        "DCGM_EXPORTER_XID_COUNT_WINDOW_SIZE",
-        true,
-    ),
-    (
-        "clock-events-count-window-size",
-        None,
-        "DCGM_EXPORTER_CLOCK_EVENTS_COUNT_WINDOW_SIZE",
-        true,
-    ),
     (
         "enable-dcgm-log",
         None,

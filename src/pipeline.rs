@@ -465,6 +465,9 @@ impl Pipeline {
                     );
                     let mut derived = Vec::new();
                     for e in &mut self.enrichers {
+                        e.observe(&incidents, &reading.p2p);
+                    }
+                    for e in &mut self.enrichers {
                         e.derive(&reading.entities, &self.counters, &mut derived);
                     }
                     self.count_absent(&reading, &mut metrics);
@@ -623,7 +626,7 @@ impl Pipeline {
             }
         };
         for (line, name) in &set.unsupported_exporter_fields {
-            tracing::warn!(origin = %set.origin, line, field = %name, "DCGM_EXP_* metrics are not yet supported by dcgm-otel; row skipped");
+            tracing::warn!(origin = %set.origin, line, field = %name, "unknown DCGM_EXP_* metric (dcgm-exporter has DCGM_EXP_XID_ERRORS_COUNT, _TOTAL, DCGM_EXP_CLOCK_EVENTS_COUNT, _TOTAL, DCGM_EXP_GPU_HEALTH_STATUS, DCGM_EXP_P2P_STATUS); row skipped");
         }
         let before = self.counters.len();
         let started = Instant::now();

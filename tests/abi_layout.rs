@@ -140,6 +140,9 @@ fn c_to_rust(c: &str, arraylen: Option<usize>) -> Vec<String> {
         | "dcgm_field_entity_group_t"
         | "dcgmOperationMode_t"
         | "dcgmNvLinkLinkState_t"
+        | "dcgmHealthSystems_t"
+        | "dcgmHealthWatchResults_t"
+        | "dcgmNvLinkGpuP2PStatus_t"
         | "dcgmGroupType_t" => one("u32"),
         "int" | "DcgmLoggingSeverity_t" | "dcgmReturn_t" => one("i32"),
         "unsigned short" => one("u16"),
@@ -493,6 +496,20 @@ fn ffi_matches_dcgm_4_6_headers() {
     check_struct!(lay, dcgmProfGetMetricGroups_v3 {
         version, unused, gpuId, numMetricGroups, metricGroups
     } arrays { metricGroups });
+    check_struct!(lay, dcgmNvLinkGpuLinkP2PStatus_v1 { entityId, linkStatus } arrays { linkStatus });
+    check_struct!(lay, dcgmNvLinkP2PStatus_v1 { version, numGpus, gpus } arrays { gpus });
+    check_struct!(lay, dcgmDiagErrorDetail_t { msg, code } arrays { msg });
+    check_struct!(
+        lay,
+        dcgmIncidentInfo_t {
+            system,
+            health,
+            error,
+            entityInfo
+        }
+    );
+    check_struct!(lay, dcgmHealthResponse_v5 { version, overallHealth, incidentCount, incidents }
+        arrays { incidents });
     check_struct!(lay, dcgmVersionInfo_v2 { version, rawBuildInfoString }
         arrays { rawBuildInfoString });
     check_struct!(
@@ -519,6 +536,10 @@ fn ffi_matches_dcgm_4_6_headers() {
         DcgmLoggingSeverity_t,
         DcgmEntityStatus_t,
         dcgmNvLinkLinkState_t,
+        dcgmHealthSystems_t,
+        dcgmHealthWatchResults_t,
+        dcgmNvLinkGpuP2PStatus_t,
+        dcgmFieldValueEntityEnumeration_f,
     );
 
     check_consts!(
@@ -642,6 +663,11 @@ fn ffi_matches_dcgm_4_6_headers() {
         DcgmNvLinkLinkStateDisabled,
         DcgmNvLinkLinkStateDown,
         DcgmNvLinkLinkStateUp,
+        DCGM_HEALTH_WATCH_ALL,
+        DCGM_HEALTH_RESULT_PASS,
+        DCGM_HEALTH_RESULT_WARN,
+        DCGM_HEALTH_RESULT_FAIL,
+        DCGM_HEALTH_WATCH_MAX_INCIDENTS_V2,
         // limits
         DCGM_MAX_NUM_DEVICES,
         DCGM_MAX_NUM_SWITCHES,
@@ -709,6 +735,8 @@ fn ffi_matches_dcgm_4_6_headers() {
         dcgmVersionInfo_version2,
         dcgmVersionInfo_version,
         dcgmHostengineHealth_version1,
+        dcgmHealthResponse_version5,
+        dcgmNvLinkP2PStatus_version1,
         dcgmHostengineHealth_version,
     );
 

@@ -1,7 +1,9 @@
 //! A measurement, not a check: one DCGM collect cycle of the `large` fleet (8 H100s, each split into
-//! seven MIG instances, 18 NvLinks each) read through the fake libdcgm, in process. Prints the DCGM
-//! functions called, the calls per cycle and the wall time per cycle; asserts only that every poll
-//! succeeds and covers every entity (no timing assertions). Its own test binary, because it sets the
+//! seven MIG instances, 18 NvLinks each) read through the fake libdcgm, in process — with the large
+//! and the default counters, and with the default counters plus the six `DCGM_EXP_*` rows (what the
+//! incident reads add per collection). Prints the DCGM functions called, the calls per cycle and the
+//! wall time per cycle; asserts only that every poll succeeds and covers every entity (no timing
+//! assertions). Its own test binary, because it sets the
 //! fake's environment in this process.
 //!
 //! `cargo nextest run --test dcgm_cycle_measure --no-capture` shows the numbers.
@@ -72,14 +74,21 @@ fn measure(label: &str, mut set: CounterSet, log: &std::path::Path, cycles: usiz
         assert_eq!(r.entities.len(), entities);
     }
     let per_cycle = src.calls_last_poll();
-    let steady = calls(log).len() - mark;
+    let steady_calls = calls(log);
+    let steady = steady_calls.len() - mark;
+    let mut per_function: BTreeMap<String, usize> = BTreeMap::new();
+    for c in &steady_calls[mark..] {
+        *per_function
+            .entry(c.split(' ').next().unwrap_or("").to_string())
+            .or_default() += 1;
+    }
     src.shutdown();
     times.sort();
     let mean = times.iter().sum::<Duration>() / times.len() as u32;
     let own = mean.saturating_sub(in_dcgm / cycles as u32);
     eprintln!(
         "[{label}] {rows} rows, {entities} entities, {values} present values per cycle; setup {setup} DCGM calls; \
-         {per_cycle} dcgmEntitiesGetLatestValues calls per cycle ({steady} over {cycles} cycles); \
+         {per_cycle} DCGM calls per cycle ({steady} over {cycles} cycles: {per_function:?}); \
          cycle wall time mean {mean:?} (of which outside libdcgm {own:?}), median {:?}, p95 {:?}, max {:?}",
         times[times.len() / 2],
         times[times.len() * 95 / 100],
@@ -99,6 +108,15 @@ fn cycle_of_eight_gpus_with_seven_mig_instances_each() {
     measure("large counters", large, &log, 40);
     let default = counters::parse(counters::DEFAULT_COUNTERS_CSV, "default counters").unwrap();
     measure("default counters", default, &log, 100);
+    let exp_rows = "DCGM_EXP_XID_ERRORS_COUNT, gauge, x\nDCGM_EXP_XID_ERRORS_TOTAL, counter, x\n\
+                    DCGM_EXP_CLOCK_EVENTS_COUNT, gauge, c\nDCGM_EXP_CLOCK_EVENTS_TOTAL, counter, c\n\
+                    DCGM_EXP_GPU_HEALTH_STATUS, gauge, h\nDCGM_EXP_P2P_STATUS, gauge, p\n";
+    let with_exp = counters::parse(
+        &format!("{}\n{exp_rows}", counters::DEFAULT_COUNTERS_CSV),
+        "default counters + DCGM_EXP_*",
+    )
+    .unwrap();
+    measure("default counters + DCGM_EXP_*", with_exp, &log, 100);
     let mut used: BTreeMap<String, usize> = BTreeMap::new();
     for c in calls(&log) {
         *used

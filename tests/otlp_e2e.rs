@@ -1495,6 +1495,86 @@ fn hpc_jobs_make_one_resource_per_gpu_and_job_case(pipeline: &str) {
         .all(|r| !r.contains_key("hpc.job.id")));
 }
 
+/// The `DCGM_EXP_*` families go out on OTLP too (the `direct` pipeline writes every derived family):
+/// one metric each, on the GPU's resource, the series' own labels as typed data-point attributes
+/// (`nvidia.xid.code` an integer, as on `DCGM_FI_DEV_XID_ERRORS`), the `_TOTAL` rows as monotonic sums.
+#[test]
+fn incident_families_are_pushed_with_their_own_attributes() {
+    let sink = Sink::grpc(0, None);
+    let scenario = format!(
+        "--simulate={}",
+        common::fixtures_path("scenarios/incidents-done.yaml")
+    );
+    let csv = common::fixtures_path("counters/exp.csv");
+    let endpoint = format!("http://{}", sink.addr);
+    let exporter = common::start(
+        &[
+            &scenario,
+            "-f",
+            &csv,
+            "-c",
+            "100",
+            "--otlp-endpoint",
+            &endpoint,
+        ],
+        &[],
+    );
+    // The XIDs of collection 6 are behind every request from the tenth on.
+    let deadline = Instant::now() + WAIT;
+    let req = loop {
+        let got = sink.received();
+        if got.len() >= 10 {
+            break got.last().unwrap().req.clone();
+        }
+        assert!(Instant::now() < deadline, "only {} requests", got.len());
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    drop(exporter);
+    let total: Vec<(String, BTreeMap<String, String>, f64)> = flatten(&req)
+        .into_iter()
+        .filter(|(_, _, m, _)| m.name == "DCGM_EXP_XID_ERRORS_TOTAL")
+        .map(|(r, p, _, v)| (r["nvidia.gpu.index"].clone(), p, v))
+        .collect();
+    let mut gpu1 = BTreeMap::new();
+    gpu1.insert("nvidia.xid.code".to_string(), "79".to_string());
+    assert!(
+        total.contains(&("1".to_string(), gpu1, 3.0)),
+        "no XID 79 × 3 on GPU 1 in {total:?}"
+    );
+    let metric = |name: &str| {
+        req.resource_metrics
+            .iter()
+            .flat_map(|rm| &rm.scope_metrics)
+            .flat_map(|sm| &sm.metrics)
+            .find(|m| m.name == name)
+            .unwrap_or_else(|| panic!("no {name}"))
+            .clone()
+    };
+    let xid_total = metric("DCGM_EXP_XID_ERRORS_TOTAL");
+    let Some(Data::Sum(sum)) = &xid_total.data else {
+        panic!("DCGM_EXP_XID_ERRORS_TOTAL is not a sum: {xid_total:?}");
+    };
+    assert!(sum.is_monotonic);
+    let code = sum.data_points[0]
+        .attributes
+        .iter()
+        .find(|kv| kv.key == "nvidia.xid.code")
+        .and_then(|kv| kv.value.as_ref()?.value.clone());
+    assert!(
+        matches!(code, Some(any_value::Value::IntValue(_))),
+        "{code:?}"
+    );
+    let mem_fail = flatten(&req).into_iter().any(|(r, a, m, v)| {
+        m.name == "DCGM_EXP_GPU_HEALTH_STATUS"
+            && r["nvidia.gpu.index"] == "1"
+            && a.get("nvidia.health.watch").map(String::as_str) == Some("MEM")
+            && a.get("nvidia.health.error_code").map(String::as_str)
+                == Some("DCGM_FR_VOLATILE_DBE_DETECTED")
+            && v == 20.0
+    });
+    assert!(mem_fail, "no MEM failure on GPU 1");
+}
+
 // ---- semantic-convention metric names (--otel-metric-names) ----------------------------------------
 
 /// The value of `name` on the resource whose `hw.id` is `id` (with point attributes `point`).

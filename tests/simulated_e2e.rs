@@ -342,10 +342,10 @@ fn unimplemented_dcgm_exporter_flags_are_accepted_with_a_warning() {
             "-fake-gpus",
             "-kubernetes-enable-pod-labels",
         ],
-        &[("DCGM_EXPORTER_XID_COUNT_WINDOW_SIZE", "60000")],
+        &[("DCGM_EXPORTER_DUMP_RETENTION", "12")],
     );
     let err = common::terminate(e);
-    for flag in ["--dump-enabled", "--fake-gpus", "--xid-count-window-size"] {
+    for flag in ["--dump-enabled", "--fake-gpus", "--dump-retention"] {
         assert!(
             err.lines()
                 .any(|l| l.contains("not implemented") && l.contains(flag)),

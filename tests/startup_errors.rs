@@ -119,7 +119,7 @@ fn bad_files() {
         &["--simulate=nope"],
         &[],
         2,
-        "unknown simulation scenario 'nope' (built-in: default, dgx-h100-mig, large, hgx-h100, grace-hopper; or a path to a .yaml file)",
+        "unknown simulation scenario 'nope' (built-in: default, dgx-h100-mig, large, hgx-h100, grace-hopper, incidents; or a path to a .yaml file)",
     );
     expect(
         &["--simulate", "--web-config-file", "/nonexistent/web.yml"],

@@ -327,6 +327,10 @@ fn inline_fields(
                     c.line = line;
                     set.rows.push(c);
                 }
+                for mut r in one.exporter_rows {
+                    r.line = line;
+                    set.exporter_rows.push(r);
+                }
                 set.unsupported_exporter_fields.extend(
                     one.unsupported_exporter_fields
                         .into_iter()

@@ -6,9 +6,10 @@
 //! `DCGM field name, type, help`. Types are `gauge`, `counter` or `label`; `histogram` and `summary`
 //! are rejected here (dcgm-exporter would render them as invalid exposition). Names resolve through the
 //! field catalog, including deprecated aliases and 1.x lowercase names; `DCGM_EXP_*` names (the Go
-//! exporter's synthesized metrics) are accepted and reported as not yet supported. Every error names the
-//! file, line and column.
+//! exporter's synthesized metrics) become [`exporter::ExpRow`]s (an unknown `DCGM_EXP_*` name is set
+//! aside with a warning, as before). Every error names the file, line and column.
 
+pub mod exporter;
 pub mod reload;
 pub mod watch_groups;
 
@@ -53,7 +54,9 @@ pub struct CounterSet {
     /// Where the rows came from (a path, or `built-in default`).
     pub origin: String,
     pub rows: Vec<Counter>,
-    /// `DCGM_EXP_*` rows: accepted, not exported yet.
+    /// `DCGM_EXP_*` rows dcgm-otel exports (the families of [`exporter::ExpFamily`]), in file order.
+    pub exporter_rows: Vec<exporter::ExpRow>,
+    /// `DCGM_EXP_*` rows naming no family dcgm-exporter has: skipped with a warning.
     pub unsupported_exporter_fields: Vec<(usize, String)>,
     /// Fields watched at their own interval (`--config-file` watch groups), resolved against the rows.
     pub watch_groups: Vec<watch_groups::WatchGroup>,
@@ -303,8 +306,32 @@ pub fn parse(text: &str, origin: &str) -> Result<CounterSet, CsvError> {
         let kind_text = rec.fields[1].0.trim_matches(' ');
         let help = rec.fields[2].0.trim_matches(' ');
         if name.starts_with("DCGM_EXP_") {
-            set.unsupported_exporter_fields
-                .push((rec.line, name.to_string()));
+            let Some(family) = exporter::ExpFamily::by_name(name) else {
+                set.unsupported_exporter_fields
+                    .push((rec.line, name.to_string()));
+                continue;
+            };
+            let kind = match kind_text {
+                "gauge" => MetricKind::Gauge,
+                "counter" => MetricKind::Counter,
+                other => {
+                    return Err(err(
+                        rec.line,
+                        col(1),
+                        format!(
+                            "type '{other}' is not supported for {name} (use gauge or counter)"
+                        ),
+                    ))
+                }
+            };
+            if !set.exporter_rows.iter().any(|r| r.family == family) {
+                set.exporter_rows.push(exporter::ExpRow {
+                    family,
+                    kind,
+                    help: help.to_string(),
+                    line: rec.line,
+                });
+            }
             continue;
         }
         let Some(field) = catalog().by_name(name) else {
@@ -437,17 +464,28 @@ mod tests {
     }
 
     #[test]
-    fn exporter_fields_are_set_aside() {
+    fn exporter_rows_are_kept_apart() {
         let set = parse(
-            "DCGM_EXP_XID_ERRORS_COUNT, gauge, x\nDCGM_FI_DEV_GPU_TEMP, gauge, t\n",
+            "DCGM_EXP_XID_ERRORS_COUNT, gauge, x\nDCGM_FI_DEV_GPU_TEMP, gauge, t\nDCGM_EXP_NOPE, gauge, n\n",
             "t",
         )
         .unwrap();
         assert_eq!(set.rows.len(), 1);
         assert_eq!(
-            set.unsupported_exporter_fields,
-            vec![(1, "DCGM_EXP_XID_ERRORS_COUNT".to_string())]
+            set.exporter_rows,
+            vec![exporter::ExpRow {
+                family: exporter::ExpFamily::XidErrorsCount,
+                kind: MetricKind::Gauge,
+                help: "x".into(),
+                line: 1
+            }]
         );
+        assert_eq!(
+            set.unsupported_exporter_fields,
+            vec![(3, "DCGM_EXP_NOPE".to_string())]
+        );
+        let e = parse("DCGM_EXP_P2P_STATUS, label, x\n", "f.csv").unwrap_err();
+        assert_eq!((e.line, e.column), (1, 22));
     }
 
     #[test]

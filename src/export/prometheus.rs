@@ -506,7 +506,7 @@ impl Renderer {
         let old = self.style.use_old_namespace;
         let mut samples = 0;
         for fam in &snap.derived {
-            let info = fam.info;
+            let info = &*fam.info;
             let mut wrote_header = false;
             for s in &fam.samples {
                 let Some(value) = fmt.format(&FieldValue::Double(s.value)) else {
@@ -516,7 +516,7 @@ impl Renderer {
                     out.push_str("# HELP ");
                     out.push_str(info.name);
                     out.push(' ');
-                    escape_help(info.help, out);
+                    escape_help(&info.help, out);
                     out.push_str("\n# TYPE ");
                     out.push_str(info.name);
                     out.push(' ');
@@ -540,6 +540,7 @@ impl Renderer {
                     .iter()
                     .filter(|a| a.key.placement == Placement::Labels)
                     .map(|a| (a.key.prometheus_name(old), &*a.value))
+                    .chain(s.labels.iter().map(|l| (&*l.prometheus, &*l.value)))
                     .filter(|(k, _)| !attributes.iter().any(|(a, _)| a == k))
                     .collect();
                 labels.sort();

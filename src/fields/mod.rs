@@ -8,6 +8,9 @@
 use std::collections::HashMap;
 use std::sync::LazyLock;
 
+pub mod clock_events;
+pub mod health;
+pub mod p2p;
 pub mod xid;
 
 const FIELDS_TSV: &str = include_str!("dcgm-fields.tsv");

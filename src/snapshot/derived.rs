@@ -1,13 +1,16 @@
 //! Derived series: metric families a collector-side stage computes from the enriched readings, which
-//! are not DCGM fields (the per-pod GPU cost counters of `enrich::kubernetes::cost`).
+//! are not DCGM fields (the per-pod GPU cost counters of `enrich::kubernetes::cost`, dcgm-exporter's
+//! `DCGM_EXP_*` families of `enrich::exp`).
 //!
 //! A [`DerivedFamily`] has its own name, help, UCUM unit and kind; each [`DerivedSample`] names the
 //! entity it describes (its identity labels / resource attributes come from the entity, as for a DCGM
-//! series) and its own attribution attributes (the pod). The entity may no longer be in the snapshot's
+//! series), its own attribution attributes (the pod) and the labels of the series itself (`xid`,
+//! `clock_event`: [`SeriesLabel`]). The entity may no longer be in the snapshot's
 //! readings (a departed pod's series are kept for a while), so a sample carries the whole entity.
 //! Exporters write derived families after the DCGM families: the Prometheus renderer as one family
 //! each, the OTLP builder as one metric each on the resource of the sample's entity and attributes.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 
 use super::attribution::Attribute;
@@ -32,12 +35,13 @@ impl DerivedKind {
     }
 }
 
-/// Name, help, unit and kind of a derived family (static: known when the stage is built).
-#[derive(Debug, PartialEq, Eq)]
+/// Name, help, unit and kind of a derived family (static when the stage knows them when it is built;
+/// owned when they come from the counters CSV, as a `DCGM_EXP_*` row's help and type do).
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DerivedInfo {
     /// The metric name, on :9400 and OTLP alike (`dcgm_otel_pod_gpu_seconds_total`).
     pub name: &'static str,
-    pub help: &'static str,
+    pub help: Cow<'static, str>,
     /// UCUM unit for OTLP (`s`, `J`).
     pub unit: &'static str,
     pub kind: DerivedKind,
@@ -50,12 +54,27 @@ pub struct DerivedSample {
     pub entity: Arc<Entity>,
     /// Attribution of the series (a pod), in the order the exporters sort anyway.
     pub attributes: Arc<[Attribute]>,
+    /// Labels of the series itself, in the order written (most families have none).
+    pub labels: Vec<SeriesLabel>,
     pub value: f64,
+}
+
+/// A label a derived series has of its own (`xid="31"`, or a `label`-type CSV field's value): its name
+/// on :9400 (sorted with the entity's label-class attributes, as dcgm-exporter sorts its collector
+/// labels) and its attribute key on OTLP data points (`None`: not written on OTLP, where the entity's
+/// resource already has it).
+#[derive(Debug, Clone, PartialEq)]
+pub struct SeriesLabel {
+    pub prometheus: Cow<'static, str>,
+    pub otel: Option<&'static str>,
+    /// Whether the OTLP attribute is an integer (`nvidia.xid.code`) rather than a string.
+    pub otel_int: bool,
+    pub value: Box<str>,
 }
 
 /// One derived family and its samples in output order.
 #[derive(Debug, Clone, PartialEq)]
 pub struct DerivedFamily {
-    pub info: &'static DerivedInfo,
+    pub info: Cow<'static, DerivedInfo>,
     pub samples: Vec<DerivedSample>,
 }

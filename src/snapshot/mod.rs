@@ -8,7 +8,8 @@
 //! [`entity`] is the entity model (GPU, MIG instance, NvLink, NvSwitch and its links, CPU and its cores), [`inventory`] what a source discovered and
 //! the monitored entities in output order, [`attribution`] who uses each entity, as open attribute sets;
 //! [`process`] the processes running on them (per-process GPU use, beside the entities);
-//! [`incident`] events between collections (XID, clock events, health transitions);
+//! [`incident`] events between collections (XID, clock events, health transitions); [`p2p`] the NvLink
+//! peer-to-peer status of GPU pairs;
 //! [`SnapshotStore`] holds the newest published snapshot.
 
 pub mod attribution;
@@ -16,6 +17,7 @@ pub mod derived;
 pub mod entity;
 pub mod incident;
 pub mod inventory;
+pub mod p2p;
 pub mod pod_split;
 pub mod process;
 
@@ -25,9 +27,10 @@ use std::time::SystemTime;
 use arc_swap::ArcSwapOption;
 
 pub use attribution::{Attribute, AttributeKey, Attribution, Placement};
-pub use derived::{DerivedFamily, DerivedInfo, DerivedKind, DerivedSample};
+pub use derived::{DerivedFamily, DerivedInfo, DerivedKind, DerivedSample, SeriesLabel};
 pub use entity::{CpuIdentity, Entity, EntityKind, GpuIdentity, MigIdentity};
 pub use incident::{HealthResult, Incident, IncidentKind};
+pub use p2p::P2pLink;
 pub use process::ProcessReading;
 
 use crate::counters::CounterSet;
@@ -109,6 +112,8 @@ pub struct Reading {
     pub driver_version: Option<String>,
     /// Incidents that happened since the previous poll, each handed over once (attribution empty).
     pub incidents: Vec<Incident>,
+    /// NvLink P2P status of every ordered GPU pair, when the counters list `DCGM_EXP_P2P_STATUS`.
+    pub p2p: Vec<P2pLink>,
 }
 
 /// Facts about the node, the same for every entity.

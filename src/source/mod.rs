@@ -9,6 +9,7 @@
 
 pub mod args;
 pub mod dcgm;
+pub mod incidents;
 pub mod nvml;
 pub mod processes;
 pub mod sim;

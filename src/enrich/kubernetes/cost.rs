@@ -39,6 +39,7 @@
 //! series not held for `--pod-series-retention` is dropped, and at most [`MAX_SERIES`] pod × device
 //! series are kept (the longest unheld go first), so cardinality and memory stay bounded under churn.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -54,7 +55,7 @@ use crate::telemetry::self_metrics::{Metric, SelfMetrics};
 /// `dcgm_otel_pod_gpu_seconds_total`.
 pub static GPU_SECONDS: DerivedInfo = DerivedInfo {
     name: "dcgm_otel_pod_gpu_seconds_total",
-    help: "GPU-seconds held by the pod: seconds held times the pod's share of the GPU (1 for a whole GPU, compute slices / GPU slices for a MIG instance, 1/N for one of N pods sharing a device).",
+    help: Cow::Borrowed("GPU-seconds held by the pod: seconds held times the pod's share of the GPU (1 for a whole GPU, compute slices / GPU slices for a MIG instance, 1/N for one of N pods sharing a device)."),
     unit: "s",
     kind: DerivedKind::Counter,
 };
@@ -62,7 +63,7 @@ pub static GPU_SECONDS: DerivedInfo = DerivedInfo {
 /// `dcgm_otel_pod_gpu_energy_joules_total`.
 pub static GPU_ENERGY: DerivedInfo = DerivedInfo {
     name: "dcgm_otel_pod_gpu_energy_joules_total",
-    help: "Energy of the GPU while the pod held it, times the pod's share, in joules (from the GPU's energy counter).",
+    help: Cow::Borrowed("Energy of the GPU while the pod held it, times the pod's share, in joules (from the GPU's energy counter)."),
     unit: "J",
     kind: DerivedKind::Counter,
 };
@@ -70,7 +71,7 @@ pub static GPU_ENERGY: DerivedInfo = DerivedInfo {
 /// `dcgm_otel_pod_gpu_idle_seconds_total`.
 pub static GPU_IDLE_SECONDS: DerivedInfo = DerivedInfo {
     name: "dcgm_otel_pod_gpu_idle_seconds_total",
-    help: "GPU-seconds held by the pod while the device's utilization stayed below the idle threshold.",
+    help: Cow::Borrowed("GPU-seconds held by the pod while the device's utilization stayed below the idle threshold."),
     unit: "s",
     kind: DerivedKind::Counter,
 };
@@ -526,6 +527,7 @@ impl CostAccumulator {
             let sample = |value: f64| DerivedSample {
                 entity: a.entity.clone(),
                 attributes: a.attributes.clone(),
+                labels: Vec::new(),
                 value,
             };
             seconds.push(sample(round(a.seconds)));
@@ -538,15 +540,15 @@ impl CostAccumulator {
         }
         vec![
             DerivedFamily {
-                info: &GPU_SECONDS,
+                info: Cow::Borrowed(&GPU_SECONDS),
                 samples: seconds,
             },
             DerivedFamily {
-                info: &GPU_ENERGY,
+                info: Cow::Borrowed(&GPU_ENERGY),
                 samples: energy,
             },
             DerivedFamily {
-                info: &GPU_IDLE_SECONDS,
+                info: Cow::Borrowed(&GPU_IDLE_SECONDS),
                 samples: idle,
             },
         ]

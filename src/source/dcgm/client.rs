@@ -878,6 +878,120 @@ impl Connection {
     }
 }
 
+/// One integer sample handed over by `dcgmGetValuesSince_v2` (XID, clock-event bitmask).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SinceSample {
+    pub entity_group: u32,
+    pub entity_id: u32,
+    pub field_id: u16,
+    /// µs since the epoch.
+    pub ts: i64,
+    /// `None` for a sample with an error status, a blank or a non-integer type.
+    pub value: Option<i64>,
+}
+
+/// One incident of a health check.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CheckedIncident {
+    pub entity_group: u32,
+    pub entity_id: u32,
+    /// `DCGM_HEALTH_WATCH_*` bit.
+    pub system: u32,
+    /// `DCGM_HEALTH_RESULT_*`.
+    pub health: u32,
+    /// `DCGM_FR_*`.
+    pub code: u32,
+    pub message: String,
+}
+
+impl Connection {
+    /// Every sample of `fields` on `group` newer than the cursor `since` (µs since the epoch),
+    /// appended to `out` in time order per (entity, field); returns the cursor for the next call.
+    pub fn values_since(
+        &self,
+        group: &Group,
+        fields: &FieldGroup,
+        since: i64,
+        out: &mut Vec<SinceSample>,
+    ) -> Result<i64, DcgmError> {
+        let mut next = since;
+        let code = self.syms().get_values_since(
+            self.handle(),
+            group.id,
+            fields.id,
+            since,
+            &mut next,
+            &mut |entity_group, entity_id, v| {
+                let int = matches!(
+                    u8::try_from(v.fieldType),
+                    Ok(ffi::DCGM_FT_INT64) | Ok(ffi::DCGM_FT_TIMESTAMP)
+                );
+                let value = (v.status == ffi::DCGM_ST_OK && int)
+                    .then(|| v.value.as_i64())
+                    .filter(|x| super::values::int_sentinel(*x).is_none());
+                out.push(SinceSample {
+                    entity_group,
+                    entity_id,
+                    field_id: v.fieldId,
+                    ts: v.ts,
+                    value,
+                });
+            },
+        );
+        self.check("dcgmGetValuesSince_v2", code)?;
+        Ok(next)
+    }
+
+    /// `dcgmHealthSet(group, DCGM_HEALTH_WATCH_ALL)`.
+    pub fn health_watch_all(&self, group: &Group) -> Result<(), DcgmError> {
+        self.check(
+            "dcgmHealthSet",
+            self.syms()
+                .health_set(self.handle(), group.id, ffi::DCGM_HEALTH_WATCH_ALL),
+        )
+    }
+
+    /// `dcgmHealthCheck(group)` into `response` (1 MiB, reused); the incidents it reports.
+    pub fn health_check(
+        &self,
+        group: &Group,
+        response: &mut ffi::dcgmHealthResponse_v5,
+    ) -> Result<Vec<CheckedIncident>, DcgmError> {
+        response.incidentCount = 0;
+        self.check(
+            "dcgmHealthCheck",
+            self.syms().health_check(self.handle(), group.id, response),
+        )?;
+        let n = (response.incidentCount as usize).min(response.incidents.len());
+        Ok(response.incidents[..n]
+            .iter()
+            .map(|i| CheckedIncident {
+                entity_group: i.entityInfo.entityGroupId,
+                entity_id: i.entityInfo.entityId,
+                system: i.system,
+                health: i.health,
+                code: i.error.code,
+                message: ffi::chars_to_string(&i.error.msg),
+            })
+            .collect())
+    }
+
+    /// `dcgmGetNvLinkP2PStatus`: per GPU id, its status towards every GPU id (32 slots).
+    pub fn p2p_status(&self) -> Result<Vec<(u32, Vec<u32>)>, DcgmError> {
+        let mut status = ffi::dcgmNvLinkP2PStatus_v1::boxed_zeroed();
+        self.check(
+            "dcgmGetNvLinkP2PStatus",
+            self.syms()
+                .get_nvlink_p2p_status(self.handle(), &mut status),
+        )?;
+        let n = (status.numGpus as usize).min(status.gpus.len());
+        Ok(status.gpus[..n]
+            .iter()
+            .map(|g| (g.entityId, g.linkStatus.to_vec()))
+            .collect())
+    }
+}
+
 impl EntityPair {
     pub fn new(group: u32, id: u32) -> Self {
         ffi::dcgmGroupEntityPair_t {

@@ -16,7 +16,7 @@
 // The one module where `unsafe` is allowed (the crate denies it everywhere else, Cargo.toml [lints]).
 #![allow(unsafe_code)]
 
-use std::ffi::{c_char, c_int, c_uint, c_ushort, CStr, OsStr};
+use std::ffi::{c_char, c_int, c_longlong, c_uint, c_ushort, c_void, CStr, OsStr};
 use std::mem::size_of;
 
 // ---------------------------------------------------------------------------------------------------
@@ -45,6 +45,23 @@ pub type DcgmLoggingSeverity_t = i32;
 pub type DcgmEntityStatus_t = u32;
 /// `dcgmNvLinkLinkState_t`.
 pub type dcgmNvLinkLinkState_t = u32;
+/// `dcgmHealthSystems_t` (a bitmask; `DCGM_HEALTH_WATCH_ALL` is 0xFFFFFFFF).
+pub type dcgmHealthSystems_t = u32;
+/// `dcgmHealthWatchResults_t` (`DCGM_HEALTH_RESULT_*`: 0, 10, 20).
+pub type dcgmHealthWatchResults_t = u32;
+/// `dcgmNvLinkGpuP2PStatus_t` (0 OK … 6 Unknown).
+pub type dcgmNvLinkGpuP2PStatus_t = u32;
+/// `dcgmFieldValueEntityEnumeration_f`: called by `dcgmGetValuesSince_v2` once per (entity, field)
+/// batch with `numValues` samples in time order; a non-zero return stops the enumeration.
+pub type dcgmFieldValueEntityEnumeration_f = Option<
+    unsafe extern "C" fn(
+        dcgm_field_entity_group_t,
+        dcgm_field_eid_t,
+        *mut dcgmFieldValue_v1,
+        c_int,
+        *mut c_void,
+    ) -> c_int,
+>;
 
 /// `MAKE_DCGM_VERSION(type, ver)`: `sizeof(type) | (ver << 24)`, as a 32-bit word.
 pub const fn make_dcgm_version(struct_size: usize, ver: u32) -> u32 {
@@ -194,6 +211,13 @@ pub const DcgmNvLinkLinkStateNotSupported: dcgmNvLinkLinkState_t = 0;
 pub const DcgmNvLinkLinkStateDisabled: dcgmNvLinkLinkState_t = 1;
 pub const DcgmNvLinkLinkStateDown: dcgmNvLinkLinkState_t = 2;
 pub const DcgmNvLinkLinkStateUp: dcgmNvLinkLinkState_t = 3;
+
+// Health watches.
+pub const DCGM_HEALTH_WATCH_ALL: dcgmHealthSystems_t = 0xFFFF_FFFF;
+pub const DCGM_HEALTH_RESULT_PASS: dcgmHealthWatchResults_t = 0;
+pub const DCGM_HEALTH_RESULT_WARN: dcgmHealthWatchResults_t = 10;
+pub const DCGM_HEALTH_RESULT_FAIL: dcgmHealthWatchResults_t = 20;
+pub const DCGM_HEALTH_WATCH_MAX_INCIDENTS_V2: usize = 1024;
 
 // Limits.
 pub const DCGM_MAX_NUM_DEVICES: usize = 32;
@@ -513,6 +537,53 @@ pub struct dcgmNvLinkStatus_v5 {
     pub nvSwitches: [dcgmNvLinkNvSwitchLinkStatus_t; DCGM_MAX_NUM_SWITCHES],
 }
 
+/// `dcgmNvLinkGpuLinkP2PStatus_v1`: one GPU's P2P status towards every GPU id (inside
+/// `dcgmNvLinkP2PStatus_v1`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct dcgmNvLinkGpuLinkP2PStatus_v1 {
+    pub entityId: dcgm_field_eid_t,
+    pub linkStatus: [dcgmNvLinkGpuP2PStatus_t; DCGM_MAX_NUM_DEVICES],
+}
+
+/// `dcgmNvLinkP2PStatus_v1` (`dcgmGetNvLinkP2PStatus`, DCGM ≥ 4.3; `numGpus` 0 in = all GPUs).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct dcgmNvLinkP2PStatus_v1 {
+    pub version: c_uint,
+    pub numGpus: c_uint,
+    pub gpus: [dcgmNvLinkGpuLinkP2PStatus_v1; DCGM_MAX_NUM_DEVICES],
+}
+
+/// `dcgmDiagErrorDetail_t`: a health incident's message and `DCGM_FR_*` code.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct dcgmDiagErrorDetail_t {
+    /// `char msg[1024]` (the header spells the length as a literal).
+    pub msg: [c_char; 1024],
+    pub code: c_uint,
+}
+
+/// `dcgmIncidentInfo_t`: one health incident.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct dcgmIncidentInfo_t {
+    pub system: dcgmHealthSystems_t,
+    pub health: dcgmHealthWatchResults_t,
+    pub error: dcgmDiagErrorDetail_t,
+    pub entityInfo: dcgmGroupEntityPair_t,
+}
+
+/// `dcgmHealthResponse_v5` (1,069,068 bytes: always on the heap).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct dcgmHealthResponse_v5 {
+    pub version: c_uint,
+    pub overallHealth: dcgmHealthWatchResults_t,
+    pub incidentCount: c_uint,
+    pub incidents: [dcgmIncidentInfo_t; DCGM_HEALTH_WATCH_MAX_INCIDENTS_V2],
+}
+
 /// `dcgmCpuHierarchyOwnedCores_v1`: bit n of the mask = CPU core n owned.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
@@ -694,6 +765,10 @@ pub const dcgmVersionInfo_version: u32 = dcgmVersionInfo_version2;
 pub const dcgmHostengineHealth_version1: u32 =
     make_dcgm_version(size_of::<dcgmHostengineHealth_v1>(), 1);
 pub const dcgmHostengineHealth_version: u32 = dcgmHostengineHealth_version1;
+pub const dcgmHealthResponse_version5: u32 =
+    make_dcgm_version(size_of::<dcgmHealthResponse_v5>(), 5);
+pub const dcgmNvLinkP2PStatus_version1: u32 =
+    make_dcgm_version(size_of::<dcgmNvLinkP2PStatus_v1>(), 1);
 
 // ---------------------------------------------------------------------------------------------------
 // Plain-old-data helpers: zeroed (heap) allocation, union access, C char arrays
@@ -781,6 +856,11 @@ impl_pod!(
     dcgmProfGetMetricGroups_v3,
     dcgmVersionInfo_v2,
     dcgmHostengineHealth_v1,
+    dcgmNvLinkGpuLinkP2PStatus_v1,
+    dcgmNvLinkP2PStatus_v1,
+    dcgmDiagErrorDetail_t,
+    dcgmIncidentInfo_t,
+    dcgmHealthResponse_v5,
 );
 
 /// The text of a NUL-terminated C char array (up to the first NUL, or the whole array), lossy UTF-8.
@@ -877,6 +957,24 @@ pub mod fn_types {
         *mut dcgmHandle_t,
     ) -> dcgmReturn_t;
     pub type dcgmDisconnect = unsafe extern "C" fn(dcgmHandle_t) -> dcgmReturn_t;
+    pub type dcgmGetValuesSince_v2 = unsafe extern "C" fn(
+        dcgmHandle_t,
+        dcgmGpuGrp_t,
+        dcgmFieldGrp_t,
+        c_longlong,
+        *mut c_longlong,
+        dcgmFieldValueEntityEnumeration_f,
+        *mut c_void,
+    ) -> dcgmReturn_t;
+    pub type dcgmHealthSet =
+        unsafe extern "C" fn(dcgmHandle_t, dcgmGpuGrp_t, dcgmHealthSystems_t) -> dcgmReturn_t;
+    pub type dcgmHealthCheck = unsafe extern "C" fn(
+        dcgmHandle_t,
+        dcgmGpuGrp_t,
+        *mut dcgmHealthResponse_v5,
+    ) -> dcgmReturn_t;
+    pub type dcgmGetNvLinkP2PStatus =
+        unsafe extern "C" fn(dcgmHandle_t, *mut dcgmNvLinkP2PStatus_v1) -> dcgmReturn_t;
     pub type dcgmGetAllDevices =
         unsafe extern "C" fn(dcgmHandle_t, *mut c_uint, *mut c_int) -> dcgmReturn_t;
     pub type dcgmGetAllSupportedDevices =
@@ -1073,6 +1171,10 @@ symbols!(
         DcgmFieldGetById,
     ]
     optional: [
+        dcgmGetValuesSince_v2,
+        dcgmHealthSet,
+        dcgmHealthCheck,
+        dcgmGetNvLinkP2PStatus,
         dcgmGetCpuHierarchy,
         dcgmGetCpuHierarchy_v2,
         dcgmConnect_v3,
@@ -1309,6 +1411,92 @@ impl Symbols {
         // (the version word was just set from S's own size).
         unsafe {
             (self.dcgmGetNvLinkLinkStatus)(handle, (status as *mut S).cast::<dcgmNvLinkStatus_v5>())
+        }
+    }
+
+    /// `dcgmGetValuesSince_v2(h, group, fieldGroup, since, &next, cb, ud)`: every cached sample newer
+    /// than `since` (µs since the epoch; 0 = all), handed to `each` as (entity group, entity id, value)
+    /// in time order per (entity, field); `next` receives the cursor for the next call.
+    /// [`DCGM_ST_FUNCTION_NOT_FOUND`] when the library lacks it.
+    pub fn get_values_since(
+        &self,
+        handle: dcgmHandle_t,
+        group: dcgmGpuGrp_t,
+        field_group: dcgmFieldGrp_t,
+        since: i64,
+        next: &mut i64,
+        each: &mut dyn FnMut(dcgm_field_entity_group_t, dcgm_field_eid_t, &dcgmFieldValue_v1),
+    ) -> dcgmReturn_t {
+        let Some(f) = self.dcgmGetValuesSince_v2 else {
+            return DCGM_ST_FUNCTION_NOT_FOUND;
+        };
+        let mut each = each;
+        let user = (&mut each
+            as *mut &mut dyn FnMut(
+                dcgm_field_entity_group_t,
+                dcgm_field_eid_t,
+                &dcgmFieldValue_v1,
+            ))
+            .cast::<c_void>();
+        // SAFETY: `next` is writable; the callback is `values_since_trampoline`, whose user data is the
+        // `&mut dyn FnMut` above, alive for the whole (synchronous) call; the library calls back on
+        // this thread only, before returning.
+        unsafe {
+            f(
+                handle,
+                group,
+                field_group,
+                since,
+                next,
+                Some(values_since_trampoline),
+                user,
+            )
+        }
+    }
+
+    /// `dcgmHealthSet(h, group, systems)`. [`DCGM_ST_FUNCTION_NOT_FOUND`] when the library lacks it.
+    pub fn health_set(
+        &self,
+        handle: dcgmHandle_t,
+        group: dcgmGpuGrp_t,
+        systems: dcgmHealthSystems_t,
+    ) -> dcgmReturn_t {
+        match self.dcgmHealthSet {
+            // SAFETY: plain value arguments.
+            Some(f) => unsafe { f(handle, group, systems) },
+            None => DCGM_ST_FUNCTION_NOT_FOUND,
+        }
+    }
+
+    /// `dcgmHealthCheck(h, group, &resp)` with `resp.version = dcgmHealthResponse_version5` (set here).
+    /// [`DCGM_ST_FUNCTION_NOT_FOUND`] when the library lacks it.
+    pub fn health_check(
+        &self,
+        handle: dcgmHandle_t,
+        group: dcgmGpuGrp_t,
+        response: &mut dcgmHealthResponse_v5,
+    ) -> dcgmReturn_t {
+        response.version = dcgmHealthResponse_version5;
+        match self.dcgmHealthCheck {
+            // SAFETY: a writable struct of the version the word announces (1 MiB, on the caller's heap).
+            Some(f) => unsafe { f(handle, group, response) },
+            None => DCGM_ST_FUNCTION_NOT_FOUND,
+        }
+    }
+
+    /// `dcgmGetNvLinkP2PStatus(h, &status)` with `version = dcgmNvLinkP2PStatus_version1` and
+    /// `numGpus = 0` (all GPUs), set here. [`DCGM_ST_FUNCTION_NOT_FOUND`] before DCGM 4.3.
+    pub fn get_nvlink_p2p_status(
+        &self,
+        handle: dcgmHandle_t,
+        status: &mut dcgmNvLinkP2PStatus_v1,
+    ) -> dcgmReturn_t {
+        status.version = dcgmNvLinkP2PStatus_version1;
+        status.numGpus = 0;
+        match self.dcgmGetNvLinkP2PStatus {
+            // SAFETY: a writable struct of the announced version.
+            Some(f) => unsafe { f(handle, status) },
+            None => DCGM_ST_FUNCTION_NOT_FOUND,
         }
     }
 
@@ -1567,4 +1755,39 @@ impl std::fmt::Debug for Symbols {
             .field("path", &self.path)
             .finish_non_exhaustive()
     }
+}
+
+/// The `dcgmGetValuesSince_v2` callback: hands each of the `n` values to the `&mut dyn FnMut` that
+/// `user` points to. Returns 0 (go on); 1 stops the enumeration if the closure panicked.
+unsafe extern "C" fn values_since_trampoline(
+    group: dcgm_field_entity_group_t,
+    id: dcgm_field_eid_t,
+    values: *mut dcgmFieldValue_v1,
+    n: c_int,
+    user: *mut c_void,
+) -> c_int {
+    let Ok(n) = usize::try_from(n) else {
+        return 0;
+    };
+    if user.is_null() || values.is_null() || n == 0 {
+        return 0;
+    }
+    // SAFETY: `user` is the `&mut &mut dyn FnMut` of `get_values_since`, alive during the call; the
+    // library passes `n` initialised values at `values`, valid until this callback returns.
+    let (each, values) = unsafe {
+        (
+            &mut *user.cast::<&mut dyn FnMut(
+                dcgm_field_entity_group_t,
+                dcgm_field_eid_t,
+                &dcgmFieldValue_v1,
+            )>(),
+            std::slice::from_raw_parts(values, n),
+        )
+    };
+    let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        for v in values {
+            each(group, id, v);
+        }
+    }));
+    c_int::from(run.is_err())
 }

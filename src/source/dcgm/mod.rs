@@ -27,6 +27,7 @@ mod bind;
 pub mod client;
 mod discover;
 pub mod ffi;
+pub mod incidents;
 pub mod remote;
 mod session;
 mod values;
@@ -39,9 +40,11 @@ use std::time::{Duration, Instant};
 pub use remote::{remote_hostname, RemoteAddressError, RemoteTarget};
 
 use self::client::{Connection, DcgmError, Library};
+use self::incidents::{IncidentState, IncidentWatch};
 use self::session::{RowPlan, Session, Unsupported, WatchConfig};
 use super::{Source, SourceError, Waker};
 use crate::config::devices::{DeviceError, DeviceSelection, Selectors};
+use crate::counters::exporter::IncidentReads;
 use crate::counters::{Counter, CounterSet};
 use crate::snapshot::inventory::{Inventory, Selection, Wanted};
 use crate::snapshot::Reading;
@@ -239,6 +242,13 @@ pub struct DcgmSource {
     bind_every: Option<Duration>,
     waker: Option<Waker>,
     bind: Option<bind::BindWatch>,
+    /// What the listed `DCGM_EXP_*` families need read, and the cursor and states that outlive a
+    /// connection.
+    incident_reads: IncidentReads,
+    incident_state: IncidentState,
+    incident_error_logged: bool,
+    /// `dcgm_otel_incident_read_errors_total`, when the application counts it.
+    incident_errors: Option<Arc<crate::telemetry::self_metrics::Metric>>,
 }
 
 impl DcgmSource {
@@ -291,6 +301,10 @@ impl DcgmSource {
             bind_every: opts.bind_watch,
             waker: None,
             bind: None,
+            incident_reads: IncidentReads::of(&counters.exporter_rows),
+            incident_state: IncidentState::default(),
+            incident_error_logged: false,
+            incident_errors: None,
         };
         source
             .start_session(conn, &inv, &selection)
@@ -324,14 +338,16 @@ impl DcgmSource {
 
     /// `dcgmEntitiesGetLatestValues` calls made by the last successful poll.
     pub fn calls_last_poll(&self) -> usize {
-        self.session.as_ref().map_or(0, |s| s.last_calls)
+        self.session.as_ref().map_or(0, |s| {
+            s.last_calls + s.incidents.as_ref().map_or(0, |w| w.last_calls)
+        })
     }
 
     /// Wall time the last successful poll spent inside libdcgm (the rest is this exporter's work).
     pub fn dcgm_time_last_poll(&self) -> Duration {
-        self.session
-            .as_ref()
-            .map_or(Duration::ZERO, |s| s.last_dcgm_time)
+        self.session.as_ref().map_or(Duration::ZERO, |s| {
+            s.last_dcgm_time + s.incidents.as_ref().map_or(Duration::ZERO, |w| w.last_time)
+        })
     }
 
     fn start_session(
@@ -346,7 +362,29 @@ impl DcgmSource {
             interval: self.interval,
             group_max_entities: self.lib.group_max_entities(),
         };
-        let established = Session::establish(conn, inv, selection, &self.rows, &cfg)?;
+        let mut established = Session::establish(conn, inv, selection, &self.rows, &cfg)?;
+        let session = &mut established.session;
+        match IncidentWatch::establish(
+            session.connection(),
+            session.entities(),
+            self.incident_reads,
+            &cfg.name_prefix,
+            self.interval,
+            &mut self.incident_state,
+        ) {
+            Ok(mut watch) => {
+                for e in watch
+                    .as_mut()
+                    .map(|w| std::mem::take(&mut w.setup_errors))
+                    .unwrap_or_default()
+                {
+                    self.incident_failure(&e);
+                }
+                established.session.incidents = watch;
+            }
+            Err(e) if e.connection_lost() => return Err(e),
+            Err(e) => self.incident_failure(&e),
+        }
         if let Some(e) = established.profiling_watch_error {
             if !self.profiling_watch_logged {
                 self.profiling_watch_logged = true;
@@ -425,6 +463,27 @@ impl DcgmSource {
         SourceError::Unavailable(format!("{}: {e}", self.mode))
     }
 
+    /// Count failed incident reads in `dcgm_otel_incident_read_errors_total`.
+    pub fn count_incident_errors(&mut self, metrics: &crate::telemetry::self_metrics::SelfMetrics) {
+        self.incident_errors = Some(metrics.counter(
+            "dcgm_otel_incident_read_errors_total",
+            "Failed DCGM incident reads (values-since, health group or check, P2P status); the DCGM fields are still served.",
+            &[],
+        ));
+    }
+
+    /// Incidents cannot be read (an older libdcgm, a failing call): logged once, counted; the DCGM
+    /// fields are still served and the `DCGM_EXP_*` families keep their last counts.
+    fn incident_failure(&mut self, e: &DcgmError) {
+        if let Some(m) = &self.incident_errors {
+            m.inc();
+        }
+        if !self.incident_error_logged {
+            self.incident_error_logged = true;
+            tracing::warn!(error = %e, "cannot read GPU incidents (XID / clock-event history, health, P2P) from DCGM; DCGM_EXP_* families are not updated");
+        }
+    }
+
     /// One log line per field (listing the entities), each (entity, field) pair only once per process.
     fn log_unsupported(&mut self, list: Vec<Unsupported>) {
         let mut by_field: BTreeMap<u16, Vec<String>> = BTreeMap::new();
@@ -490,12 +549,28 @@ impl Source for DcgmSource {
         match session.read(&self.rows, &mut newly) {
             Ok(read) => {
                 let driver_version = session.driver_version().map(str::to_string);
+                let found = session
+                    .incidents
+                    .as_mut()
+                    .map(|w| w.read(&mut self.incident_state))
+                    .unwrap_or_default();
+                match &found.error {
+                    // The readings and incidents of this collection are kept; the next poll
+                    // reconnects.
+                    Some(e) if e.connection_lost() => {
+                        let _ = self.lose(e);
+                    }
+                    Some(e) => self.incident_failure(e),
+                    None => {}
+                }
+                let (incidents, p2p) = (found.incidents, found.p2p);
                 self.rediscover = read.topology_changed;
                 self.log_unsupported(newly);
                 Ok(Reading {
                     entities: read.entities,
                     driver_version,
-                    incidents: Vec::new(),
+                    incidents,
+                    p2p,
                 })
             }
             Err(e) if e.connection_lost() => Err(self.lose(&e)),
@@ -519,6 +594,7 @@ impl Source for DcgmSource {
             self.profiling = probe_profiling(session.connection(), gpu, &set);
         }
         let dropped = filter_profiling(&self.profiling, &mut set);
+        self.incident_reads = IncidentReads::of(&set.exporter_rows);
         let rows = RowPlan::new(&set);
         let wanted = Wanted::from_counters(&set);
         let previous = (

@@ -148,6 +148,9 @@ pub struct Unsupported {
 
 /// State of one connection.
 pub struct Session {
+    /// The incident history, health group and P2P reads of this connection (when the counters list
+    /// `DCGM_EXP_*` families); dropped first.
+    pub incidents: Option<super::incidents::IncidentWatch>,
     /// (group index, field-group index) pairs with an active watch.
     watches: Vec<(usize, usize)>,
     // Field order = drop order: watches' groups go before the connection handle they belong to.
@@ -297,6 +300,7 @@ impl Session {
         let n = entities.len();
         Ok(Established {
             session: Session {
+                incidents: None,
                 watches,
                 field_groups,
                 groups,

@@ -41,7 +41,8 @@ pub fn absent_for_status(status: i32) -> Absent {
     }
 }
 
-fn int_sentinel(v: i64) -> Option<Absent> {
+/// Why an integer value is a blank sentinel (`None`: a real value).
+pub fn int_sentinel(v: i64) -> Option<Absent> {
     let i32_blank = ffi::DCGM_INT32_BLANK;
     let reason = |offset: i64| match offset {
         0 => Absent::Blank,

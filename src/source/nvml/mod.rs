@@ -844,6 +844,7 @@ impl Source for NvmlSource {
             entities: out,
             driver_version: driver,
             incidents: Vec::new(),
+            p2p: Vec::new(),
         })
     }
 

@@ -12,12 +12,14 @@ use std::f64::consts::TAU;
 use std::sync::Arc;
 
 use super::cpus::SimCpu;
+use super::events::SimEvents;
 use super::models::{mig_profile, model, GpuModel};
 use super::scenario::{Load, Scenario};
 use super::switches::{is_switch_port_field, port_entity_id, SimSwitch, PORT_ID_STRIDE};
 use crate::fields::{catalog, EntityLevel, FieldId, ValueType};
 use crate::snapshot::inventory::{CpuInfo, GpuInfo, Inventory, SwitchInfo};
 use crate::snapshot::{Absent, CpuIdentity, EntityKind, FieldValue, GpuIdentity, MigIdentity};
+use crate::source::incidents::HealthIncident;
 
 /// DCGM numbers GPU-instance entities per GPU in blocks of this size.
 pub const INSTANCE_ID_STRIDE: u32 = 8;
@@ -68,6 +70,21 @@ pub struct Fleet {
     blank: HashSet<FieldId>,
     unsupported: HashSet<FieldId>,
     by_instance: HashMap<u32, (usize, usize)>,
+    events: SimEvents,
+    /// Every XID so far, in time order.
+    xid_log: Vec<SimXid>,
+}
+
+/// One XID occurrence of the simulated fleet.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SimXid {
+    /// Simulated time in seconds (the collection's time; several in one collection 1 ms apart, the
+    /// last at the collection's time).
+    pub time_s: f64,
+    pub gpu: u32,
+    /// NVML GPU-instance id when it hit a MIG instance.
+    pub gpu_i_id: Option<u32>,
+    pub code: u32,
 }
 
 /// splitmix64: a tiny, good-enough deterministic mixer.
@@ -222,6 +239,9 @@ impl Fleet {
             blank: ids(&scenario.blank_fields),
             unsupported: ids(&scenario.unsupported_fields),
             by_instance,
+            // Checked when the scenario was parsed; a scenario built in code may have none.
+            events: scenario.sim_events().unwrap_or_default(),
+            xid_log: Vec::new(),
         };
         fleet.advance(0.0);
         fleet
@@ -284,6 +304,51 @@ impl Fleet {
         self.time_s
     }
 
+    /// The collection the fleet is at (1 for the first poll).
+    pub fn collection(&self) -> u64 {
+        self.step
+    }
+
+    /// Every XID so far, in time order.
+    pub fn xid_log(&self) -> &[SimXid] {
+        &self.xid_log
+    }
+
+    /// The clock-event bitmask (`DCGM_FI_DEV_CLOCKS_EVENT_REASONS`) of a GPU now.
+    pub fn clock_mask(&self, gpu: u32) -> u64 {
+        self.events.clock_mask(gpu, self.step)
+    }
+
+    /// The health incidents of a GPU now (what `dcgmHealthCheck` reports).
+    pub fn health(&self, gpu: u32) -> Vec<HealthIncident> {
+        self.events.health(gpu, self.step)
+    }
+
+    /// NvLink P2P status from `gpu` to `peer`: OK between two GPUs with NvLinks, NotSupported else.
+    pub fn p2p_status(&self, gpu: u32, peer: u32) -> u32 {
+        match (self.gpu(gpu), self.gpu(peer)) {
+            (Some(a), Some(b)) if a.nvlinks > 0 && b.nvlinks > 0 => crate::fields::p2p::OK,
+            _ => crate::fields::p2p::NOT_SUPPORTED,
+        }
+    }
+
+    /// Append the XIDs of the collection just reached to the log; the GPU's last XID follows.
+    fn record_xids(&mut self) {
+        let xids = self.events.xids(self.step);
+        let n = xids.len();
+        for (k, (gpu, gpu_i_id, code)) in xids.into_iter().enumerate() {
+            if let Some(g) = self.gpus.iter_mut().find(|g| g.identity.index == gpu) {
+                g.xid = i64::from(code);
+            }
+            self.xid_log.push(SimXid {
+                time_s: self.time_s - (n - 1 - k) as f64 * 1e-3,
+                gpu,
+                gpu_i_id,
+                code,
+            });
+        }
+    }
+
     /// Remove a GPU (a fault the fake libdcgm can inject).
     pub fn remove_gpu(&mut self, index: u32) {
         self.gpus.retain(|g| g.identity.index != index);
@@ -300,6 +365,7 @@ impl Fleet {
         let dt = dt.max(0.0);
         self.time_s += dt;
         self.step += 1;
+        self.record_xids();
         let t = self.time_s;
         let seed = self.seed;
         let step = self.step;
@@ -510,6 +576,7 @@ impl Fleet {
             203 => not_on_mig(FieldValue::Int(util.round() as i64)),
             204 => not_on_mig(FieldValue::Int((util * 0.6).round() as i64)),
             206 | 207 => not_on_mig(FieldValue::Int(0)),
+            112 => FieldValue::Int(self.clock_mask(g.identity.index) as i64),
             230 => FieldValue::Int(g.xid),
             250 => FieldValue::Int(fb_total),
             251 => FieldValue::Int(fb_total - fb_used),

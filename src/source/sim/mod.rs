@@ -7,7 +7,9 @@
 
 pub mod args;
 pub mod cpus;
+pub mod events;
 pub mod fleet;
+pub mod incidents;
 pub mod models;
 pub mod pods;
 pub mod processes;
@@ -22,6 +24,7 @@ pub use scenario::{Scenario, ScenarioError};
 
 use super::{Source, SourceError};
 use crate::config::devices::{DeviceError, Selectors};
+use crate::counters::exporter::IncidentReads;
 use crate::counters::CounterSet;
 use crate::snapshot::inventory::Wanted;
 use crate::snapshot::{Absent, Attribution, Entity, EntityReading, FieldValue, Reading};
@@ -39,6 +42,7 @@ pub struct SimSource {
     step_s: f64,
     polls: u64,
     no_attribution: Arc<Attribution>,
+    incidents: incidents::IncidentReader,
 }
 
 impl SimSource {
@@ -51,6 +55,7 @@ impl SimSource {
         interval: Duration,
     ) -> Result<SimSource, DeviceError> {
         let fleet = Fleet::new(scenario, seed);
+        let fleet_xids = fleet.xid_log().len();
         let entities = fleet.inventory().entities(
             &fleet
                 .inventory()
@@ -66,6 +71,7 @@ impl SimSource {
             step_s: interval.as_secs_f64(),
             polls: 0,
             no_attribution: Arc::new(Attribution::default()),
+            incidents: incidents::IncidentReader::new(std::time::SystemTime::now(), fleet_xids),
         };
         source.plan_rows();
         Ok(source)
@@ -137,10 +143,18 @@ impl Source for SimSource {
                 attribution: self.no_attribution.clone(),
             });
         }
+        // XIDs, clock events and health are always read (the simulator has them for free); the P2P
+        // matrix only when DCGM_EXP_P2P_STATUS is listed.
+        let reads = IncidentReads {
+            p2p: IncidentReads::of(&self.counters.exporter_rows).p2p,
+            ..IncidentReads::all()
+        };
+        let (incidents, p2p) = self.incidents.poll(&self.fleet, &self.entities, reads);
         Ok(Reading {
             entities,
             driver_version: Some(self.fleet.driver_version().to_string()),
-            incidents: Vec::new(),
+            incidents,
+            p2p,
         })
     }
 

@@ -226,3 +226,22 @@ pub fn model_keys() -> Vec<&'static str> {
 pub fn mig_profile(model: &'static GpuModel, name: &str) -> Option<&'static MigProfile> {
     model.profiles.iter().find(|p| p.name == name)
 }
+
+/// The NVML GPU-instance ids (`GPU_I_ID`) a MIG layout gets, in layout order: each instance takes the
+/// first id of its profile not yet taken (an unknown profile gets none).
+pub fn gi_ids(model: &'static GpuModel, profiles: &[String]) -> Vec<u32> {
+    let mut used: Vec<u32> = Vec::new();
+    for (n, name) in profiles.iter().enumerate() {
+        let Some(p) = mig_profile(model, name) else {
+            continue;
+        };
+        let id = p
+            .gi_ids
+            .iter()
+            .copied()
+            .find(|g| !used.contains(g))
+            .unwrap_or(100 + n as u32);
+        used.push(id);
+    }
+    used
+}

@@ -38,6 +38,9 @@ pub struct Scenario {
     /// The simulated cluster: pods holding GPUs and MIG instances (served with `-k`).
     #[serde(default)]
     pub pods: Vec<super::pods::ScenarioPod>,
+    /// Incidents: XID errors, clock events, health failures at given collections.
+    #[serde(default)]
+    pub events: Vec<super::events::ScenarioEvent>,
 }
 
 /// One simulated process: `{pid, name, gpu, gpu_i_id?, memory_mib, sm_utilization, pod?}`.
@@ -142,7 +145,7 @@ pub enum Load {
 /// A scenario that cannot be loaded.
 #[derive(Debug, thiserror::Error)]
 pub enum ScenarioError {
-    #[error("unknown simulation scenario '{0}' (built-in: default, dgx-h100-mig, large, hgx-h100, grace-hopper; or a path to a .yaml file)")]
+    #[error("unknown simulation scenario '{0}' (built-in: default, dgx-h100-mig, large, hgx-h100, grace-hopper, incidents; or a path to a .yaml file)")]
     Unknown(String),
     #[error("cannot read scenario file {path}: {error}")]
     Read { path: String, error: std::io::Error },
@@ -156,6 +159,7 @@ const BUILTIN: &[(&str, &str)] = &[
     ("large", include_str!("scenarios/large.yaml")),
     ("hgx-h100", include_str!("scenarios/hgx-h100.yaml")),
     ("grace-hopper", include_str!("scenarios/grace-hopper.yaml")),
+    ("incidents", include_str!("scenarios/incidents.yaml")),
 ];
 
 /// Counters CSV of built-in counter sets named by scenarios.
@@ -164,6 +168,7 @@ pub fn builtin_counters(name: &str) -> Option<&'static str> {
         "large" => Some(include_str!("scenarios/large-counters.csv")),
         "hgx-h100" => Some(include_str!("scenarios/hgx-h100-counters.csv")),
         "grace-hopper" => Some(include_str!("scenarios/grace-hopper-counters.csv")),
+        "incidents" => Some(include_str!("scenarios/incidents-counters.csv")),
         _ => None,
     }
 }
@@ -319,7 +324,25 @@ impl Scenario {
                 )));
             }
         }
+        scenario.sim_events().map_err(invalid)?;
         Ok(scenario)
+    }
+
+    /// The checked `events:` (GPUs are numbered in file order, as the fleet numbers them).
+    pub fn sim_events(&self) -> Result<super::events::SimEvents, String> {
+        let mut layouts = Vec::new();
+        for g in &self.gpus {
+            for _ in 0..g.count {
+                layouts.push(
+                    super::models::model(&g.model)
+                        .map(|m| super::models::gi_ids(m, &g.mig))
+                        .unwrap_or_default(),
+                );
+            }
+        }
+        super::events::SimEvents::check(&self.events, layouts.len() as u32, |gpu| {
+            layouts.get(gpu as usize).cloned().unwrap_or_default()
+        })
     }
 }
 

@@ -40,6 +40,10 @@ pub struct Faults {
     pub unbind: Vec<(u32, u64)>,
     /// `bind_gpu=IDX@N` (repeatable): GPU IDX is bound again after the N-th poll.
     pub bind: Vec<(u32, u64)>,
+    /// `health_check_error=N`: the N-th `dcgmHealthCheck` fails (DCGM_ST_GENERIC_ERROR), once.
+    pub health_check_error: Option<u64>,
+    /// `p2p_unsupported=1`: `dcgmGetNvLinkP2PStatus` answers DCGM_ST_NOT_SUPPORTED.
+    pub p2p_unsupported: bool,
 }
 
 /// A bad environment value: one line naming the variable, the item and why.
@@ -130,6 +134,8 @@ impl Faults {
                     let idx = u32::try_from(num(idx)?).map_err(|_| bad("GPU index too large"))?;
                     f.vanish.push((idx, num(after)?));
                 }
+                "health_check_error" => f.health_check_error = Some(num(value)?),
+                "p2p_unsupported" => f.p2p_unsupported = num(value)? != 0,
                 "blank_field" => {
                     let id = u16::try_from(num(value)?).map_err(|_| bad("field id too large"))?;
                     f.blank_fields.push(id);
@@ -148,7 +154,7 @@ impl Faults {
                 _ => {
                     return Err(bad(
                         "unknown fault (known: disconnect_after_polls, down_ms, refuse_connect, \
-                         slow_ms, hang_ms, vanish_gpu, blank_field, unbind_gpu, bind_gpu)",
+                         slow_ms, hang_ms, vanish_gpu, blank_field, unbind_gpu, bind_gpu, health_check_error, p2p_unsupported)",
                     ))
                 }
             }
@@ -185,6 +191,8 @@ mod tests {
         assert_eq!(f.blank_fields, vec![150, 155]);
         let f = Faults::parse("unbind_gpu=1@3,bind_gpu=1@6").unwrap();
         assert_eq!((f.unbind, f.bind), (vec![(1, 3)], vec![(1, 6)]));
+        let f = Faults::parse("health_check_error=2,p2p_unsupported=1").unwrap();
+        assert_eq!((f.health_check_error, f.p2p_unsupported), (Some(2), true));
     }
 
     #[test]

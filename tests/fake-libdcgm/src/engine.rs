@@ -110,6 +110,27 @@ pub struct Engine {
     vanished: HashSet<u32>,
     /// `DCGM_FI_BIND_UNBIND_EVENT`: the last event (state, µs timestamp); state 0 at start.
     bind_event: (i64, i64),
+    /// Groups with health watches (`dcgmHealthSet`): group → systems.
+    health_watches: HashMap<usize, u32>,
+    /// Health checks answered so far (the `health_check_error` fault counts these).
+    health_checks: u64,
+}
+
+/// One sample of `dcgmGetValuesSince_v2`.
+pub struct SinceValue {
+    pub key: EntityKey,
+    pub field: u16,
+    pub ts_us: i64,
+    pub value: i64,
+}
+
+/// One incident of `dcgmHealthCheck`.
+pub struct HealthIncident {
+    pub gpu: u32,
+    pub system: u32,
+    pub result: u32,
+    pub code: u32,
+    pub message: String,
 }
 
 /// A `DCGM_FE_LINK` entity, unpacked.
@@ -123,6 +144,10 @@ enum LinkRef {
 
 /// `DCGM_FI_BIND_UNBIND_EVENT`.
 const BIND_UNBIND_EVENT: u16 = 6;
+/// `DCGM_FI_DEV_XID_ERRORS`.
+const XID_ERRORS: u16 = 230;
+/// `DCGM_FI_DEV_CLOCKS_EVENT_REASONS`.
+const CLOCK_EVENT_REASONS: u16 = 112;
 
 /// Whether every field of a read is global (`DCGM_FE_NONE`): such reads (the bind/unbind watcher's)
 /// are not polls — they neither advance the simulated fleet nor count for the poll-numbered faults.
@@ -339,6 +364,7 @@ impl Engine {
         self.groups.clear();
         self.field_groups.clear();
         self.watches.clear();
+        self.health_watches.clear();
         self.read_since_advance.clear();
     }
 
@@ -738,6 +764,7 @@ impl Engine {
     }
 
     pub fn group_destroy(&mut self, group: usize) -> Result<(), i32> {
+        self.health_watches.remove(&group);
         self.groups
             .remove(&group)
             .map(|_| ())
@@ -955,6 +982,160 @@ impl Engine {
         if !self.disconnected_once && self.cfg.faults.disconnect_after_polls == Some(polls) {
             self.lose_host_engine();
         }
+    }
+
+    // ---------------------------------------------------------------- incidents
+
+    fn ts_of(&self, time_s: f64) -> i64 {
+        self.epoch_us + (time_s * 1e6) as i64
+    }
+
+    /// `dcgmGetValuesSince_v2`: the XID samples (one per occurrence, on the GPU or on the MIG instance
+    /// it hit) and the clock-event bitmask sample of the current collection (GPUs only) of the
+    /// group's entities, for the watched fields of the field group, newer than or at `since`; and the
+    /// cursor for the next call (past the newest sample returned).
+    pub fn values_since(
+        &self,
+        group: usize,
+        field_group: usize,
+        since: i64,
+    ) -> Result<(Vec<SinceValue>, i64), i32> {
+        let members = self.group_members(group)?;
+        let fg = self
+            .field_groups
+            .get(&field_group)
+            .ok_or(ffi::DCGM_ST_BADPARAM)?;
+        if !self
+            .watches
+            .iter()
+            .any(|w| w.group == group && w.field_group == field_group)
+        {
+            return Err(ffi::DCGM_ST_NOT_WATCHED);
+        }
+        let Some(fleet) = self.fleet() else {
+            return Ok((Vec::new(), since));
+        };
+        let mut out = Vec::new();
+        for key in &members {
+            if !self.entity_exists(*key) {
+                continue;
+            }
+            for field in &fg.fields {
+                match (*field, key.0) {
+                    (XID_ERRORS, ffi::DCGM_FE_GPU) => {
+                        for x in fleet
+                            .xid_log()
+                            .iter()
+                            .filter(|x| x.gpu == key.1 && x.gpu_i_id.is_none())
+                        {
+                            out.push(SinceValue {
+                                key: *key,
+                                field: *field,
+                                ts_us: self.ts_of(x.time_s),
+                                value: i64::from(x.code),
+                            });
+                        }
+                    }
+                    (XID_ERRORS, ffi::DCGM_FE_GPU_I) => {
+                        let Some(m) = self.mig(key.1) else {
+                            continue;
+                        };
+                        for x in fleet
+                            .xid_log()
+                            .iter()
+                            .filter(|x| x.gpu == m.gpu.index && x.gpu_i_id == Some(m.mig.gi_id))
+                        {
+                            out.push(SinceValue {
+                                key: *key,
+                                field: *field,
+                                ts_us: self.ts_of(x.time_s),
+                                value: i64::from(x.code),
+                            });
+                        }
+                    }
+                    (CLOCK_EVENT_REASONS, ffi::DCGM_FE_GPU) => out.push(SinceValue {
+                        key: *key,
+                        field: *field,
+                        ts_us: self.ts_of(fleet.time()),
+                        value: fleet.clock_mask(key.1) as i64,
+                    }),
+                    _ => {}
+                }
+            }
+        }
+        out.retain(|v| v.ts_us >= since);
+        out.sort_by_key(|v| (v.key, v.field, v.ts_us));
+        let next = out
+            .iter()
+            .map(|v| v.ts_us + 1)
+            .max()
+            .unwrap_or(since)
+            .max(since);
+        Ok((out, next))
+    }
+
+    /// `dcgmHealthSet`.
+    pub fn health_set(&mut self, group: usize, systems: u32) -> Result<(), i32> {
+        self.group_members(group)?;
+        self.health_watches.insert(group, systems);
+        Ok(())
+    }
+
+    /// `dcgmHealthCheck`: the scenario's active health incidents of the group's GPUs (only the watched
+    /// systems); `DCGM_ST_NOT_CONFIGURED` without `dcgmHealthSet`; the `health_check_error=N` fault.
+    pub fn health_check(&mut self, group: usize) -> Result<Vec<HealthIncident>, i32> {
+        let members = self.group_members(group)?;
+        let systems = *self
+            .health_watches
+            .get(&group)
+            .ok_or(ffi::DCGM_ST_NOT_CONFIGURED)?;
+        self.health_checks += 1;
+        if self.cfg.faults.health_check_error == Some(self.health_checks) {
+            return Err(ffi::DCGM_ST_GENERIC_ERROR);
+        }
+        let Some(fleet) = self.fleet() else {
+            return Ok(Vec::new());
+        };
+        let mut out = Vec::new();
+        for (g, id) in members {
+            if g != ffi::DCGM_FE_GPU || self.gpu(id).is_none() {
+                continue;
+            }
+            for h in fleet.health(id) {
+                if h.watch & systems != 0 {
+                    out.push(HealthIncident {
+                        gpu: id,
+                        system: h.watch,
+                        result: h.result.value(),
+                        code: h.code,
+                        message: h.message,
+                    });
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// `dcgmGetNvLinkP2PStatus`: per visible GPU, its status towards every GPU id.
+    pub fn p2p_status(&self) -> Vec<(u32, Vec<u32>)> {
+        let Some(fleet) = self.fleet() else {
+            return Vec::new();
+        };
+        let gpus = self.gpus();
+        gpus.iter()
+            .map(|a| {
+                let row = (0..ffi::DCGM_MAX_NUM_DEVICES as u32)
+                    .map(|b| {
+                        if gpus.iter().any(|g| g.index == b) && b != a.index {
+                            fleet.p2p_status(a.index, b)
+                        } else {
+                            dcgm_otel::fields::p2p::NOT_SUPPORTED
+                        }
+                    })
+                    .collect();
+                (a.index, row)
+            })
+            .collect()
     }
 
     /// The wire value of one field on one entity (`live` = DCGM_FV_FLAG_LIVE_DATA: no watch needed).

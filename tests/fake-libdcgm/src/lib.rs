@@ -1046,6 +1046,179 @@ pub unsafe extern "C" fn dcgmEntitiesGetLatestValues(
     })
 }
 
+// ------------------------------------------------------------------------------------- incidents
+
+#[no_mangle]
+pub unsafe extern "C" fn dcgmGetValuesSince_v2(
+    handle: dcgmHandle_t,
+    group: dcgmGpuGrp_t,
+    field_group: dcgmFieldGrp_t,
+    since: std::ffi::c_longlong,
+    next: *mut std::ffi::c_longlong,
+    callback: dcgmFieldValueEntityEnumeration_f,
+    user: *mut std::ffi::c_void,
+) -> dcgmReturn_t {
+    guard("dcgmGetValuesSince_v2", || {
+        let e = engine();
+        let found = match e.check(handle) {
+            Err(rc) => Err(rc),
+            Ok(()) if next.is_null() || callback.is_none() => Err(ffi::DCGM_ST_BADPARAM),
+            Ok(()) => e.values_since(group, field_group, since),
+        };
+        // The callback runs without the engine lock (it may be slow; it must not call back in).
+        drop(e);
+        let (rc, n) = match found {
+            Err(rc) => (rc, 0),
+            Ok((samples, cursor)) => {
+                let n = samples.len();
+                let mut i = 0;
+                while i < n {
+                    let (key, field) = (samples[i].key, samples[i].field);
+                    let mut batch = Vec::new();
+                    while i < n && samples[i].key == key && samples[i].field == field {
+                        let s = &samples[i];
+                        batch.push(value_v1(
+                            field,
+                            &Sample {
+                                status: ffi::DCGM_ST_OK,
+                                field_type: ffi::DCGM_FT_INT64,
+                                ts_us: s.ts_us,
+                                value: Payload::Int(s.value),
+                            },
+                        ));
+                        i += 1;
+                    }
+                    if let Some(cb) = callback {
+                        // SAFETY: the caller's callback and user data, per the C contract; `batch`
+                        // lives until it returns.
+                        let stop = unsafe {
+                            cb(key.0, key.1, batch.as_mut_ptr(), batch.len() as c_int, user)
+                        };
+                        if stop != 0 {
+                            break;
+                        }
+                    }
+                }
+                // SAFETY: non-NULL (checked) writable cursor.
+                unsafe { next.write(cursor) };
+                (ffi::DCGM_ST_OK, n)
+            }
+        };
+        log(format!(
+            "dcgmGetValuesSince_v2 group={group} fieldGroup={field_group} samples={n} handle={handle} rc={rc}"
+        ));
+        rc
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn dcgmHealthSet(
+    handle: dcgmHandle_t,
+    group: dcgmGpuGrp_t,
+    systems: dcgmHealthSystems_t,
+) -> dcgmReturn_t {
+    guard("dcgmHealthSet", || {
+        let mut e = engine();
+        let rc = match e.check(handle) {
+            Err(rc) => rc,
+            Ok(()) => match e.health_set(group, systems) {
+                Ok(()) => ffi::DCGM_ST_OK,
+                Err(rc) => rc,
+            },
+        };
+        drop(e);
+        log(format!(
+            "dcgmHealthSet group={group} systems={systems:#x} handle={handle} rc={rc}"
+        ));
+        rc
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn dcgmHealthCheck(
+    handle: dcgmHandle_t,
+    group: dcgmGpuGrp_t,
+    response: *mut dcgmHealthResponse_v5,
+) -> dcgmReturn_t {
+    guard("dcgmHealthCheck", || {
+        let mut e = engine();
+        let (rc, n) = match e.check(handle) {
+            Err(rc) => (rc, 0),
+            Ok(()) if response.is_null() => (ffi::DCGM_ST_BADPARAM, 0),
+            // SAFETY: non-NULL pointer to the caller's struct; version word first.
+            Ok(()) if unsafe { read_version(response) } != ffi::dcgmHealthResponse_version5 => {
+                (ffi::DCGM_ST_VER_MISMATCH, 0)
+            }
+            Ok(()) => match e.health_check(group) {
+                Err(rc) => (rc, 0),
+                Ok(incidents) => {
+                    let mut r = dcgmHealthResponse_v5::boxed_zeroed();
+                    r.version = ffi::dcgmHealthResponse_version5;
+                    let n = incidents.len().min(r.incidents.len());
+                    r.incidentCount = n as u32;
+                    for (slot, i) in r.incidents.iter_mut().zip(&incidents) {
+                        slot.system = i.system;
+                        slot.health = i.result;
+                        slot.error.code = i.code;
+                        let room = slot.error.msg.len() - 1;
+                        for (d, b) in slot.error.msg.iter_mut().zip(i.message.bytes().take(room)) {
+                            *d = b as c_char;
+                        }
+                        slot.entityInfo.entityGroupId = ffi::DCGM_FE_GPU;
+                        slot.entityInfo.entityId = i.gpu;
+                        r.overallHealth = r.overallHealth.max(i.result);
+                    }
+                    // SAFETY: the version word says the caller's buffer is a v5 response.
+                    unsafe { write_out(response, &r) };
+                    (ffi::DCGM_ST_OK, n)
+                }
+            },
+        };
+        drop(e);
+        log(format!(
+            "dcgmHealthCheck group={group} incidents={n} handle={handle} rc={rc}"
+        ));
+        rc
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn dcgmGetNvLinkP2PStatus(
+    handle: dcgmHandle_t,
+    status: *mut dcgmNvLinkP2PStatus_v1,
+) -> dcgmReturn_t {
+    guard("dcgmGetNvLinkP2PStatus", || {
+        let e = engine();
+        let rc = match e.check(handle) {
+            Err(rc) => rc,
+            Ok(()) if status.is_null() => ffi::DCGM_ST_BADPARAM,
+            // SAFETY: non-NULL pointer to the caller's struct; version word first.
+            Ok(()) if unsafe { read_version(status) } != ffi::dcgmNvLinkP2PStatus_version1 => {
+                ffi::DCGM_ST_VER_MISMATCH
+            }
+            Ok(()) if e.cfg.faults.p2p_unsupported => ffi::DCGM_ST_NOT_SUPPORTED,
+            Ok(()) => {
+                let mut s = dcgmNvLinkP2PStatus_v1::boxed_zeroed();
+                s.version = ffi::dcgmNvLinkP2PStatus_version1;
+                let rows = e.p2p_status();
+                s.numGpus = rows.len().min(s.gpus.len()) as u32;
+                for (slot, (gpu, row)) in s.gpus.iter_mut().zip(&rows) {
+                    slot.entityId = *gpu;
+                    for (d, v) in slot.linkStatus.iter_mut().zip(row) {
+                        *d = *v;
+                    }
+                }
+                // SAFETY: the version word says the caller's buffer is a v1 struct.
+                unsafe { write_out(status, &s) };
+                ffi::DCGM_ST_OK
+            }
+        };
+        drop(e);
+        log(format!("dcgmGetNvLinkP2PStatus handle={handle} rc={rc}"));
+        rc
+    })
+}
+
 // ------------------------------------------------------------------------------------------ misc
 
 #[no_mangle]

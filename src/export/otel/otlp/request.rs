@@ -732,6 +732,37 @@ type DerivedPoint = (usize, usize, Placed);
 /// Resources made for derived series the readings no longer have, with their points.
 type ExtraResources = Vec<(Resource, Vec<DerivedPoint>)>;
 
+/// A set with the sample's own labels (`nvidia.xid.code`) added to its point attributes and series
+/// key; `None` when the sample has none to write on OTLP.
+fn with_series_labels(
+    set: &SetLayout,
+    labels: &[crate::snapshot::SeriesLabel],
+) -> Option<SetLayout> {
+    let own: Vec<(&str, &crate::snapshot::SeriesLabel)> = labels
+        .iter()
+        .filter_map(|l| l.otel.map(|k| (k, l)))
+        .collect();
+    if own.is_empty() {
+        return None;
+    }
+    let mut point_attributes = set.point_attributes.clone();
+    let mut series = set.series.to_string();
+    for (k, l) in own {
+        let v = &*l.value;
+        let kv = match v.parse::<i64>() {
+            Ok(i) if l.otel_int => KeyValue::new(k, i),
+            _ => KeyValue::new(k, v.to_string()),
+        };
+        point_attributes.push(pkv(&kv));
+        series.push_str(&format!("{k}={v}\u{1}"));
+    }
+    Some(SetLayout {
+        resource: set.resource,
+        point_attributes,
+        series: Arc::from(series),
+    })
+}
+
 /// The derived families' metrics of one resource (one metric per family with points), appended to
 /// `metrics`. Counters are monotonic sums of doubles (delta per series with delta temporality, keyed
 /// as instrument `first + family`); gauges are gauges. Returns the data points written.
@@ -772,7 +803,8 @@ fn derived_metrics(
             let Some(v) = observe(kind, &v) else {
                 continue;
             };
-            data_points.push(ctx.point(first + f, kind, set, v, next));
+            let own = with_series_labels(set, &sample.labels);
+            data_points.push(ctx.point(first + f, kind, own.as_ref().unwrap_or(set), v, next));
         }
         if data_points.is_empty() {
             continue;

@@ -93,13 +93,13 @@ fn gpu_identity() -> Arc<GpuIdentity> {
 
 static XID_TOTALS: DerivedInfo = DerivedInfo {
     name: "DCGM_EXP_XID_ERRORS_TOTAL",
-    help: "XID errors.",
+    help: std::borrow::Cow::Borrowed("XID errors."),
     unit: "{error}",
     kind: DerivedKind::Counter,
 };
 static HEALTH: DerivedInfo = DerivedInfo {
     name: "DCGM_EXP_GPU_HEALTH_STATUS",
-    help: "Health result per watch.",
+    help: std::borrow::Cow::Borrowed("Health result per watch."),
     unit: "",
     kind: DerivedKind::Gauge,
 };
@@ -230,12 +230,13 @@ fn every_row_of_the_table_gives_its_point() {
                 &HEALTH
             };
             snap.derived.push(DerivedFamily {
-                info,
+                info: std::borrow::Cow::Borrowed(info),
                 samples: inputs
                     .iter()
                     .map(|v| DerivedSample {
                         entity: gpu.clone(),
                         attributes: Arc::from(Vec::new()),
+                        labels: Vec::new(),
                         value: v.as_f64().unwrap(),
                     })
                     .collect(),
@@ -498,12 +499,13 @@ fn health_is_the_worst_watch_per_gpu_and_mig_instances_have_none() {
     let mut snap = fleet(&counters, 5000);
     let gpu = snap.entities[0].entity.clone();
     snap.derived.push(DerivedFamily {
-        info: &HEALTH,
+        info: std::borrow::Cow::Borrowed(&HEALTH),
         samples: [0.0, 20.0, 10.0]
             .into_iter()
             .map(|value| DerivedSample {
                 entity: gpu.clone(),
                 attributes: Arc::from(Vec::new()),
+                labels: Vec::new(),
                 value,
             })
             .collect(),

@@ -1,0 +1,230 @@
+//! The counting state of the `DCGM_EXP_*` families: totals since start, the recent occurrences the
+//! windows count, the health of every watch system per GPU and the last P2P matrix. Fed once per
+//! collection with that collection's incidents; nothing here ever decreases a total.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use crate::fields::{clock_events, health};
+use crate::snapshot::{Entity, EntityKind, HealthResult, Incident, IncidentKind, P2pLink};
+
+/// Most recent occurrences kept for the windows; beyond it the oldest are forgotten (an XID storm
+/// cannot grow memory without bound; the totals still count every one).
+pub const MAX_RECENT: usize = 100_000;
+
+/// An entity by kind and DCGM id (what stays the same across a reconnect's new `Arc`s).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct EntityKey(EntityKind, u32);
+
+impl EntityKey {
+    pub fn of(e: &Entity) -> EntityKey {
+        EntityKey(e.kind, e.entity_id)
+    }
+}
+
+/// Per watch system (in [`health::WATCHES`] order): the result and its `DCGM_FR_*` name.
+pub type Watches = Vec<(HealthResult, Box<str>)>;
+
+pub struct State {
+    keep: Duration,
+    entities: HashMap<EntityKey, Arc<Entity>>,
+    xid_totals: BTreeMap<(EntityKey, u32), u64>,
+    clock_totals: BTreeMap<(EntityKey, usize), u64>,
+    /// (when, entity, XID) in arrival order.
+    recent_xids: VecDeque<(SystemTime, EntityKey, u32)>,
+    /// (when, GPU, reason index) of clock events that began.
+    recent_clocks: VecDeque<(SystemTime, EntityKey, usize)>,
+    /// Per GPU index.
+    health: HashMap<u32, Watches>,
+    pub p2p: Vec<P2pLink>,
+}
+
+impl State {
+    /// A state keeping occurrences for `keep` (the longer window).
+    pub fn new(keep: Duration) -> State {
+        State {
+            keep,
+            entities: HashMap::new(),
+            xid_totals: BTreeMap::new(),
+            clock_totals: BTreeMap::new(),
+            recent_xids: VecDeque::new(),
+            recent_clocks: VecDeque::new(),
+            health: HashMap::new(),
+            p2p: Vec::new(),
+        }
+    }
+
+    /// Count one collection's incidents; forget occurrences older than the longer window.
+    pub fn observe(&mut self, incidents: &[Incident], now: SystemTime) {
+        for i in incidents {
+            let key = EntityKey::of(&i.entity);
+            self.entities.insert(key, i.entity.clone());
+            match &i.kind {
+                IncidentKind::Xid { code } => {
+                    *self.xid_totals.entry((key, *code)).or_insert(0) += 1;
+                    self.recent_xids.push_back((i.at, key, *code));
+                }
+                IncidentKind::ClockEventStarted { reason } => {
+                    if let Some(r) = clock_events::REASONS.iter().position(|(_, n)| n == reason) {
+                        *self.clock_totals.entry((key, r)).or_insert(0) += 1;
+                        self.recent_clocks.push_back((i.at, key, r));
+                    }
+                }
+                IncidentKind::ClockEventEnded { .. } => {}
+                IncidentKind::Health {
+                    watch,
+                    result,
+                    error_code,
+                    ..
+                } => {
+                    let Some(w) = health::WATCHES.iter().position(|(_, n)| n == watch) else {
+                        continue;
+                    };
+                    let Some(gpu) = i.entity.gpu_index() else {
+                        continue;
+                    };
+                    let watches = self.health.entry(gpu).or_insert_with(|| {
+                        vec![(HealthResult::Pass, health::OK_CODE.into()); health::WATCHES.len()]
+                    });
+                    if let Some(slot) = watches.get_mut(w) {
+                        *slot = (*result, error_code.clone());
+                    }
+                }
+            }
+        }
+        let horizon = now.checked_sub(self.keep).unwrap_or(SystemTime::UNIX_EPOCH);
+        while self
+            .recent_xids
+            .front()
+            .is_some_and(|(t, _, _)| *t <= horizon)
+            || self.recent_xids.len() > MAX_RECENT
+        {
+            self.recent_xids.pop_front();
+        }
+        while self
+            .recent_clocks
+            .front()
+            .is_some_and(|(t, _, _)| *t <= horizon)
+            || self.recent_clocks.len() > MAX_RECENT
+        {
+            self.recent_clocks.pop_front();
+        }
+    }
+
+    pub fn entity(&self, key: &EntityKey) -> Option<&Arc<Entity>> {
+        self.entities.get(key)
+    }
+
+    /// XIDs within `(now - window, now]` per (entity, XID), ordered by entity then XID.
+    pub fn xids_within(&self, window: Duration, now: SystemTime) -> Vec<(EntityKey, u32, u64)> {
+        let from = now.checked_sub(window).unwrap_or(SystemTime::UNIX_EPOCH);
+        let mut counts: BTreeMap<(EntityKey, u32), u64> = BTreeMap::new();
+        for (t, k, code) in &self.recent_xids {
+            if *t > from {
+                *counts.entry((*k, *code)).or_insert(0) += 1;
+            }
+        }
+        counts.into_iter().map(|((k, c), n)| (k, c, n)).collect()
+    }
+
+    /// Clock events that began within `(now - window, now]` per (GPU, reason), in bit order.
+    pub fn clock_events_within(
+        &self,
+        window: Duration,
+        now: SystemTime,
+    ) -> Vec<(EntityKey, &'static str, u64)> {
+        let from = now.checked_sub(window).unwrap_or(SystemTime::UNIX_EPOCH);
+        let mut counts: BTreeMap<(EntityKey, usize), u64> = BTreeMap::new();
+        for (t, k, r) in &self.recent_clocks {
+            if *t > from {
+                *counts.entry((*k, *r)).or_insert(0) += 1;
+            }
+        }
+        counts
+            .into_iter()
+            .filter_map(|((k, r), n)| Some((k, clock_events::REASONS.get(r)?.1, n)))
+            .collect()
+    }
+
+    /// Every XID total: (entity key, entity, XID, count); entities with a reading first, in reading
+    /// order (`position`), then the others by key.
+    pub fn xid_totals(
+        &self,
+        position: impl Fn(&EntityKey) -> Option<usize>,
+    ) -> Vec<(EntityKey, &Arc<Entity>, u32, u64)> {
+        type Row<'a> = (Option<usize>, EntityKey, &'a Arc<Entity>, u32, u64);
+        let mut out: Vec<Row<'_>> = self
+            .xid_totals
+            .iter()
+            .filter_map(|((k, code), n)| Some((position(k), *k, self.entities.get(k)?, *code, *n)))
+            .collect();
+        out.sort_by_key(|(p, k, _, code, _)| (p.is_none(), *p, *k, *code));
+        out.into_iter()
+            .map(|(_, k, e, code, n)| (k, e, code, n))
+            .collect()
+    }
+
+    /// Clock-event totals of one GPU, in bit order (only reasons seen).
+    pub fn clock_totals(&self, gpu: &EntityKey) -> Vec<(&'static str, u64)> {
+        self.clock_totals
+            .range((*gpu, 0)..=(*gpu, usize::MAX))
+            .filter_map(|((_, r), n)| Some((clock_events::REASONS.get(*r)?.1, *n)))
+            .collect()
+    }
+
+    pub fn health_of(&self, gpu: u32) -> Option<&Watches> {
+        self.health.get(&gpu)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::snapshot::{Attribution, GpuIdentity};
+
+    fn gpu(index: u32) -> Arc<Entity> {
+        Arc::new(Entity::gpu(Arc::new(GpuIdentity {
+            index,
+            uuid: format!("GPU-{index}"),
+            pci_bus_id: String::new(),
+            model: "m".into(),
+            serial: String::new(),
+            vbios: String::new(),
+        })))
+    }
+
+    fn xid(e: &Arc<Entity>, at: SystemTime, code: u32) -> Incident {
+        Incident {
+            entity: e.clone(),
+            attribution: Arc::new(Attribution::default()),
+            at,
+            kind: IncidentKind::Xid { code },
+        }
+    }
+
+    #[test]
+    fn windows_forget_and_totals_do_not() {
+        let t0 = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000);
+        let g = gpu(0);
+        let mut s = State::new(Duration::from_secs(60));
+        s.observe(&[xid(&g, t0, 31), xid(&g, t0, 31), xid(&g, t0, 48)], t0);
+        let key = EntityKey::of(&g);
+        assert_eq!(
+            s.xids_within(Duration::from_secs(60), t0),
+            vec![(key, 31, 2), (key, 48, 1)]
+        );
+        let later = t0 + Duration::from_secs(61);
+        s.observe(&[xid(&g, later, 31)], later);
+        assert_eq!(
+            s.xids_within(Duration::from_secs(60), later),
+            vec![(key, 31, 1)]
+        );
+        let totals: Vec<(u32, u64)> = s
+            .xid_totals(|_| Some(0))
+            .into_iter()
+            .map(|(_, _, c, n)| (c, n))
+            .collect();
+        assert_eq!(totals, vec![(31, 3), (48, 1)]);
+    }
+}
