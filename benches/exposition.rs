@@ -465,7 +465,7 @@ fn otlp_sink() -> std::io::Result<(u16, std::sync::mpsc::Receiver<usize>)> {
 /// the sender's HTTP/protobuf transport to a loopback receiver.
 fn bench_otlp(large: &Case) {
     use dcgm_otel::export::otel::naming::{self, OtelAttributeStyle, OtelResourceMode};
-    use dcgm_otel::export::otel::otlp::settings::{OtlpConfig, Protocol, TlsFiles};
+    use dcgm_otel::export::otel::otlp::settings::{OtlpConfig, Protocol, Signal, TlsFiles};
     use dcgm_otel::export::otel::otlp::{queue as otlp, transport};
     use dcgm_otel::export::otel::sdk::{instruments, QueueExporter};
     use dcgm_otel::snapshot::SnapshotStore;
@@ -478,6 +478,7 @@ fn bench_otlp(large: &Case) {
             return;
         };
         let cfg = OtlpConfig {
+            signal: Signal::Metrics,
             protocol: Protocol::HttpProtobuf,
             endpoint: format!("http://127.0.0.1:{port}/v1/metrics"),
             headers: Vec::new(),
