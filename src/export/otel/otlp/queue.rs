@@ -232,6 +232,11 @@ impl Queue {
         self.notify.notify_one();
     }
 
+    /// Whether a push would not drop anything.
+    pub fn has_room(&self) -> bool {
+        self.lock().items.len() < self.max
+    }
+
     pub fn close(&self) {
         self.lock().closed = true;
         self.notify.notify_one();
