@@ -121,11 +121,15 @@ impl Sink {
     }
 
     fn http(logs_path: &'static str, metrics_path: &'static str) -> Sink {
+        Self::http_on(0, logs_path, metrics_path)
+    }
+
+    fn http_on(port: u16, logs_path: &'static str, metrics_path: &'static str) -> Sink {
         let runtime = Self::runtime();
         let store: Store = Arc::default();
         let (tx, mut rx) = tokio::sync::oneshot::channel::<()>();
         let listener = runtime
-            .block_on(tokio::net::TcpListener::bind(("127.0.0.1", 0)))
+            .block_on(tokio::net::TcpListener::bind(("127.0.0.1", port)))
             .unwrap();
         let addr = listener.local_addr().unwrap();
         let st = store.clone();
@@ -625,6 +629,53 @@ fn metrics_and_logs_go_to_their_own_endpoints() {
     );
     let logs_got = logs_sink.store.lock().unwrap();
     assert!(logs_got.logs.iter().all(|(via, _)| via == "grpc"));
+}
+
+#[test]
+fn records_wait_while_the_collector_is_down() {
+    let port = common::free_port();
+    let (counters, base) = fleet();
+    let env = env_of(vec![
+        (
+            "OTEL_EXPORTER_OTLP_ENDPOINT",
+            format!("http://127.0.0.1:{port}"),
+        ),
+        ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf".into()),
+    ]);
+    let cfg = settings::resolve_signal(
+        &args(&["--otlp"]),
+        Signal::Logs,
+        Duration::from_secs(1),
+        &env,
+    )
+    .unwrap()
+    .unwrap();
+    let registry = SelfMetrics::new();
+    let export = logs::start(&cfg, builder(&counters), &registry).unwrap();
+    let consumer = export.consumer();
+    for s in snapshots(&base) {
+        consumer.on_snapshot(&s);
+    }
+    // Nothing listens yet: the sender retries while the records wait.
+    let deadline = Instant::now() + WAIT;
+    while !rendered(&registry)
+        .lines()
+        .any(|l| l.starts_with("dcgm_otel_otlp_log_retries_total{") && !l.ends_with(" 0"))
+    {
+        assert!(
+            Instant::now() < deadline,
+            "no retry:\n{}",
+            rendered(&registry)
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let sink = Sink::http_on(port, "/v1/logs", "/v1/metrics");
+    let records = sink.wait_for_records(5);
+    export.shutdown();
+    assert_eq!(records.len(), 5);
+    assert_the_five_records(&records);
+    assert!(rendered(&registry)
+        .contains("dcgm_otel_otlp_log_records_dropped_total{protocol=\"http/protobuf\"} 0"));
 }
 
 #[test]

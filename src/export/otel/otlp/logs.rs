@@ -216,3 +216,66 @@ impl LogsExport {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use opentelemetry_proto::tonic::logs::v1::LogRecord;
+    use opentelemetry_proto::tonic::resource::v1::Resource;
+
+    fn record(t: u64) -> PendingRecord {
+        PendingRecord {
+            resource_key: Arc::from(Vec::new()),
+            resource: Resource::default(),
+            record: LogRecord {
+                time_unix_nano: t,
+                ..LogRecord::default()
+            },
+        }
+    }
+
+    #[test]
+    fn a_full_buffer_drops_the_oldest_records_and_counts_them() {
+        let registry = SelfMetrics::default();
+        let metrics = Arc::new(ExportMetrics::for_logs(&registry, "grpc"));
+        let pending = Pending {
+            buffer: Mutex::new(Buffer {
+                records: VecDeque::new(),
+                closed: false,
+            }),
+            wake: Condvar::new(),
+            max: 3,
+            metrics: metrics.clone(),
+        };
+        pending.push((1..=2).map(record).collect());
+        pending.push((3..=5).map(record).collect());
+        let kept: Vec<u64> = pending
+            .buffer
+            .lock_unpoisoned()
+            .records
+            .iter()
+            .map(|r| r.record.time_unix_nano)
+            .collect();
+        assert_eq!(kept, vec![3, 4, 5]);
+        let mut text = String::new();
+        registry.render(&mut text);
+        assert!(
+            text.contains("dcgm_otel_otlp_log_records_dropped_total{protocol=\"grpc\"} 2"),
+            "{text}"
+        );
+        // A request the full queue drops counts its records too.
+        let queue = Queue::new(1, metrics.clone());
+        queue.push_items(Bytes::from_static(b"a"), 4);
+        queue.push_items(Bytes::from_static(b"b"), 1);
+        let mut text = String::new();
+        registry.render(&mut text);
+        assert!(
+            text.contains("dcgm_otel_otlp_log_records_dropped_total{protocol=\"grpc\"} 6"),
+            "{text}"
+        );
+        assert!(
+            text.contains("dcgm_otel_otlp_log_dropped_exports_total{protocol=\"grpc\"} 1"),
+            "{text}"
+        );
+    }
+}
