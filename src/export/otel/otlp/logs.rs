@@ -151,7 +151,13 @@ pub fn start_with_capacity(
         queue.close();
         OtelError::Thread(e.to_string())
     })?;
-    tracing::info!(endpoint = %cfg.endpoint, protocol, "OTLP incident log records enabled");
+    tracing::info!(
+        endpoint = %cfg.endpoint,
+        protocol,
+        tls = cfg.is_tls(),
+        gzip = cfg.gzip,
+        "OTLP incident log records enabled"
+    );
     Ok(LogsExport {
         consumer: Arc::new(IncidentLogs { builder, pending }),
         thread,
