@@ -5,6 +5,7 @@ use std::path::PathBuf;
 
 use clap::{Args, ValueEnum};
 
+use crate::config::flags::parse_go_bool;
 use crate::export::otel::naming::{OtelAttributeStyle, OtelResourceMode};
 
 /// How OTLP requests are built.
@@ -62,8 +63,9 @@ pub struct OtlpArgs {
 
     /// Send GPU incidents (XIDs, clock events, health transitions) as OTLP log records whenever OTLP is on;
     /// --otlp-logs=false turns them off.
-    #[arg(long = "otlp-logs", env = "DCGM_OTEL_OTLP_LOGS", value_name = "BOOL", default_value_t = true,
-          action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    #[arg(long = "otlp-logs", env = "DCGM_OTEL_OTLP_LOGS", value_name = "BOOL",
+          default_value = "true", num_args = 0..=1, default_missing_value = "true", require_equals = true,
+          value_parser = parse_go_bool)]
     pub otlp_logs: bool,
 
     /// Export interval in milliseconds [default: the collect interval] [env: OTEL_METRIC_EXPORT_INTERVAL].

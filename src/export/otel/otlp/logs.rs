@@ -181,10 +181,18 @@ fn run(pending: &Pending, queue: &Queue, metrics: &ExportMetrics) {
                 } else if closing || queue.has_room() {
                     break;
                 }
-                // Nothing to send, or the sender is behind (collector down): wait.
-                b = match pending.wake.wait_timeout(b, FULL_QUEUE_RECHECK) {
-                    Ok((b, _)) => b,
-                    Err(poisoned) => poisoned.into_inner().0,
+                b = if b.records.is_empty() {
+                    // Nothing to send: sleep until a snapshot brings records or shutdown.
+                    match pending.wake.wait(b) {
+                        Ok(b) => b,
+                        Err(poisoned) => poisoned.into_inner(),
+                    }
+                } else {
+                    // The sender is behind (collector down): look again shortly.
+                    match pending.wake.wait_timeout(b, FULL_QUEUE_RECHECK) {
+                        Ok((b, _)) => b,
+                        Err(poisoned) => poisoned.into_inner().0,
+                    }
                 };
             }
             let n = b.records.len().min(MAX_RECORDS_PER_REQUEST);

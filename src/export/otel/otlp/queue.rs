@@ -116,7 +116,10 @@ impl ExportMetrics {
             ),
             retries: r.counter(
                 &format!("{prefix}retries_total"),
-                &format!("{what}: attempts that failed and were retried."),
+                &format!(
+                    "{} attempts that failed and were retried.",
+                    what.trim_end_matches(" requests")
+                ),
                 &p,
             ),
             dropped: r.counter(

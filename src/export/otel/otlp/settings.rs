@@ -769,6 +769,15 @@ mod tests {
     }
 
     #[test]
+    fn otlp_logs_is_on_unless_turned_off_like_a_go_boolean() {
+        assert!(cli(&[]).otlp_logs);
+        assert!(cli(&["--otlp-logs"]).otlp_logs);
+        assert!(!cli(&["--otlp-logs=false"]).otlp_logs);
+        assert!(!cli(&["--otlp-logs=0"]).otlp_logs);
+        assert!(Only::try_parse_from(["dcgm-otel", "--otlp-logs=no"]).is_err());
+    }
+
+    #[test]
     fn insecure_picks_the_scheme_of_a_grpc_endpoint_without_one() {
         let grpc = |pairs: &'static [(&'static str, &'static str)]| {
             resolve(&cli(&[]), C, &env_of(pairs))
