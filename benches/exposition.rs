@@ -807,11 +807,30 @@ fn bench_otlp_pipeline(large: &Case) {
         opentelemetry::KeyValue::new("service.name", "dcgm-otel"),
         opentelemetry::KeyValue::new("host.name", "bench-node-01"),
     ];
-    for (mode, style, per_entity) in [
-        ("per-entity", OtelAttributeStyle::Otel, true),
-        ("host", OtelAttributeStyle::Dcgm, false),
+    use dcgm_otel::export::otel::semconv::MetricNames;
+    for (mode, style, per_entity, names) in [
+        (
+            "per-entity",
+            OtelAttributeStyle::Otel,
+            true,
+            MetricNames::Dcgm,
+        ),
+        ("host", OtelAttributeStyle::Dcgm, false, MetricNames::Dcgm),
+        (
+            "per-entity, --otel-metric-names semconv",
+            OtelAttributeStyle::Otel,
+            true,
+            MetricNames::Semconv,
+        ),
+        (
+            "per-entity, --otel-metric-names both",
+            OtelAttributeStyle::Otel,
+            true,
+            MetricNames::Both,
+        ),
     ] {
-        let naming = Naming::new(style, common::default_style(), &counters);
+        let naming = Naming::new(style, common::default_style(), &counters)
+            .with_hw_attributes(names.semconv());
         let split = naming.resource_split(if per_entity {
             OtelResourceMode::PerEntity
         } else {
@@ -824,7 +843,8 @@ fn bench_otlp_pipeline(large: &Case) {
             counters.clone(),
             Temporality::Cumulative,
             std::time::SystemTime::now(),
-        );
+        )
+        .with_metric_names(names);
         let t = Instant::now();
         let first = b.build(&large.snap);
         let cold = t.elapsed();

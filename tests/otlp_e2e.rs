@@ -1498,3 +1498,375 @@ fn hpc_jobs_make_one_resource_per_gpu_and_job_case(pipeline: &str) {
         .filter(|r| r["nvidia.gpu.index"] == "1")
         .all(|r| !r.contains_key("hpc.job.id")));
 }
+
+// ---- semantic-convention metric names (--otel-metric-names) ----------------------------------------
+
+/// The value of `name` on the resource whose `hw.id` is `id` (with point attributes `point`).
+fn point_value(flat: &[Point<'_>], id: &str, name: &str, point: &[(&str, &str)]) -> Option<f64> {
+    flat.iter()
+        .find(|(r, p, m, _)| {
+            m.name == name
+                && r.get("hw.id").map(String::as_str) == Some(id)
+                && point
+                    .iter()
+                    .all(|(k, v)| p.get(*k).map(String::as_str) == Some(*v))
+        })
+        .map(|(_, _, _, v)| *v)
+}
+
+#[test]
+fn semconv_names_with_both_sets_in_one_request() {
+    let sink = Sink::grpc(0, None);
+    let args = otlp_args(
+        &format!("http://{}", sink.addr),
+        &["--otel-metric-names", "both"],
+    );
+    let exporter = start_exporter(&args, &[]);
+    let got = sink.wait_for(2, WAIT);
+    drop(exporter);
+    let flat = flatten(&got[1].req);
+    let mut ids: Vec<&str> = flat
+        .iter()
+        .map(|(r, _, _, _)| r["hw.id"].as_str())
+        .collect();
+    ids.sort();
+    ids.dedup();
+    // GPU 0 and the three MIG instances of GPU 1.
+    assert_eq!(ids.len(), 4, "{ids:?}");
+    const MIB: f64 = 1_048_576.0;
+    for id in ids {
+        let dcgm = |name: &str| point_value(&flat, id, name, &[]);
+        let used = dcgm("DCGM_FI_DEV_FB_USED").unwrap();
+        let free = dcgm("DCGM_FI_DEV_FB_FREE").unwrap();
+        let reserved = dcgm("DCGM_FI_DEV_FB_RESERVED").unwrap();
+        assert_eq!(dcgm("hw.gpu.memory.usage"), Some(used * MIB), "{id}");
+        assert_eq!(
+            dcgm("hw.gpu.memory.limit"),
+            Some((used + free + reserved) * MIB),
+            "{id}"
+        );
+        let ratio = dcgm("hw.gpu.memory.utilization").unwrap();
+        assert!(
+            (ratio - used / (used + free + reserved)).abs() < 1e-12,
+            "{id}"
+        );
+        let util = point_value(
+            &flat,
+            id,
+            "hw.gpu.utilization",
+            &[("hw.gpu.task", "general")],
+        );
+        match dcgm("DCGM_FI_DEV_GPU_UTIL") {
+            Some(pct) => assert_eq!(util, Some(pct / 100.0), "{id}"),
+            // MIG instances have no GPU utilization field.
+            None => assert_eq!(util, None, "{id}"),
+        }
+        if id.starts_with("GPU-") {
+            let mj = dcgm("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION").unwrap();
+            assert_eq!(dcgm("hw.energy"), Some(mj / 1000.0), "{id}");
+            assert_eq!(dcgm("hw.power"), dcgm("DCGM_FI_DEV_POWER_USAGE"), "{id}");
+            let temp = |loc: &str| {
+                point_value(&flat, id, "hw.temperature", &[("hw.sensor_location", loc)])
+            };
+            assert_eq!(temp("gpu"), dcgm("DCGM_FI_DEV_GPU_TEMP"), "{id}");
+            assert_eq!(temp("memory"), dcgm("DCGM_FI_DEV_MEMORY_TEMP"), "{id}");
+            assert_eq!(
+                point_value(&flat, id, "hw.errors", &[("error.type", "pcie_replay")]),
+                dcgm("DCGM_FI_DEV_PCIE_REPLAY_COUNTER"),
+                "{id}"
+            );
+        }
+    }
+}
+
+#[test]
+fn semconv_names_reach_the_receiver() {
+    let sink = Sink::http(0, None);
+    let args = otlp_args(
+        &format!("http://{}", sink.addr),
+        &[
+            "--otlp-protocol",
+            "http/protobuf",
+            "--otel-metric-names",
+            "semconv",
+        ],
+    );
+    let exporter = start_exporter(&args, &[]);
+    let got = sink.wait_for(3, WAIT);
+    drop(exporter);
+    let expected = expected_polls(1);
+    let mut energy_before: HashMap<String, f64> = HashMap::new();
+    for r in &got {
+        let flat = flatten(&r.req);
+        let names: std::collections::BTreeSet<&str> =
+            flat.iter().map(|(_, _, m, _)| m.name.as_str()).collect();
+        // Fields with a convention are sent under it only; the others keep their DCGM name.
+        for gone in [
+            "DCGM_FI_DEV_GPU_UTIL",
+            "DCGM_FI_DEV_FB_USED",
+            "DCGM_FI_DEV_POWER_USAGE",
+            "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
+            "DCGM_FI_DEV_GPU_TEMP",
+            "DCGM_FI_DEV_PCIE_REPLAY_COUNTER",
+        ] {
+            assert!(!names.contains(gone), "{gone} sent in semconv mode");
+        }
+        for kept in ["DCGM_FI_DEV_SM_CLOCK", "DCGM_FI_DEV_FB_FREE"] {
+            assert!(names.contains(kept), "{kept} missing: {names:?}");
+        }
+        for (res, point, m, v) in &flat {
+            assert!(res["hw.id"].starts_with("GPU-") || res["hw.id"].starts_with("MIG-"));
+            assert!(res.contains_key("hw.name"), "{res:?}");
+            match m.name.as_str() {
+                "hw.gpu.utilization" => {
+                    assert_eq!(m.unit, "1");
+                    assert!((0.0..=1.0).contains(v), "{v}");
+                    assert!(
+                        ["general", "encoder", "decoder"].contains(&point["hw.gpu.task"].as_str())
+                    );
+                }
+                "hw.gpu.memory.usage" | "hw.gpu.memory.limit" => {
+                    assert_eq!(m.unit, "By");
+                    let Some(Data::Sum(s)) = &m.data else {
+                        panic!("{} is not a Sum", m.name)
+                    };
+                    assert!(!s.is_monotonic);
+                }
+                "hw.energy" => {
+                    assert_eq!(m.unit, "J");
+                    let Some(Data::Sum(s)) = &m.data else {
+                        panic!("hw.energy is not a Sum")
+                    };
+                    assert!(s.is_monotonic);
+                    assert_eq!(s.aggregation_temporality, 2, "cumulative");
+                    let before = energy_before.insert(res["hw.id"].clone(), *v);
+                    assert!(before.is_none_or(|b| b <= *v), "{before:?} then {v}");
+                }
+                "hw.power" => assert_eq!(m.unit, "W"),
+                "hw.temperature" => {
+                    assert_eq!(m.unit, "Cel");
+                    assert!(point.contains_key("hw.sensor_location"));
+                }
+                "hw.errors" => {
+                    assert_eq!(m.unit, "{error}");
+                    assert!(point.contains_key("error.type"));
+                }
+                _ => {}
+            }
+        }
+        // MIG instances: their own hw.id, hw.parent = their GPU's UUID, hw.name nvidia1/gi<id>.
+        let gpu1: Vec<String> = expected[0]
+            .keys()
+            .filter(|(_, gi)| gi.is_some())
+            .map(|(uuid, _)| uuid.clone())
+            .collect();
+        let migs: Vec<&BTreeMap<String, String>> = flat
+            .iter()
+            .map(|(r, _, _, _)| r)
+            .filter(|r| r.contains_key("nvidia.mig.profile"))
+            .collect();
+        assert!(!migs.is_empty());
+        for mig in migs {
+            assert_eq!(mig["hw.id"], mig["nvidia.mig.uuid"]);
+            assert!(mig["hw.parent"].starts_with("GPU-"), "{mig:?}");
+            assert!(gpu1.contains(&mig["hw.parent"]), "{mig:?} {gpu1:?}");
+            assert_eq!(
+                mig["hw.name"],
+                format!("nvidia1/gi{}", mig["nvidia.mig.instance_id"])
+            );
+        }
+        let gpu0 = flat
+            .iter()
+            .map(|(r, _, _, _)| r)
+            .find(|r| r["nvidia.gpu.index"] == "0")
+            .unwrap();
+        assert_eq!(gpu0["hw.name"], "nvidia0");
+        assert_eq!(gpu0["hw.driver_version"], "550.144.03");
+        assert!(gpu0["hw.serial_number"].len() == 13, "{gpu0:?}");
+        assert!(!gpu0["hw.firmware_version"].is_empty());
+        assert!(!gpu0.contains_key("hw.parent"));
+    }
+}
+
+#[test]
+fn semconv_names_refused_with_the_sdk_pipeline_or_dcgm_attributes() {
+    let (code, err) = common::run_to_exit(
+        &[
+            "--simulate",
+            "-a",
+            "127.0.0.1:0",
+            "--otlp",
+            "--otel-metric-names",
+            "semconv",
+            "--otlp-pipeline",
+            "sdk",
+        ],
+        &[],
+    );
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("--otel-metric-names semconv"), "{err}");
+    assert!(err.contains("--otlp-pipeline direct"), "{err}");
+    let (code, err) = common::run_to_exit(
+        &["--simulate", "-a", "127.0.0.1:0", "--otlp"],
+        &[
+            ("DCGM_OTEL_METRIC_NAMES", "both"),
+            ("DCGM_OTEL_ATTRIBUTE_STYLE", "dcgm"),
+        ],
+    );
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("--otel-metric-names both"), "{err}");
+    assert!(err.contains("--otel-attribute-style otel"), "{err}");
+}
+
+#[test]
+fn rotel_receives_semconv_names() {
+    let Some(bin) = rotel_bin() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let gp = common::free_port();
+    let log = dir.path().join("rotel.log");
+    let out = std::fs::File::create(&log).unwrap();
+    let child = std::process::Command::new(&bin)
+        .args(["start", "--otlp-grpc-endpoint", &format!("127.0.0.1:{gp}")])
+        .args([
+            "--otlp-http-endpoint",
+            &format!("127.0.0.1:{}", common::free_port()),
+        ])
+        .args([
+            "--exporter",
+            "blackhole",
+            "--debug-log",
+            "metrics",
+            "--debug-log-verbosity",
+            "detailed",
+        ])
+        .args([
+            "--pid-file",
+            &dir.path().join("rotel.pid").display().to_string(),
+        ])
+        .stdout(out.try_clone().unwrap())
+        .stderr(out)
+        .spawn()
+        .expect("cannot start rotel");
+    let rotel = Rotel { child, log };
+    let deadline = Instant::now() + WAIT;
+    while std::net::TcpStream::connect(("127.0.0.1", gp)).is_err() {
+        assert!(Instant::now() < deadline, "rotel did not listen");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let exporter = start_exporter(
+        &otlp_args(
+            &format!("http://127.0.0.1:{gp}"),
+            &["--otel-metric-names", "semconv"],
+        ),
+        &[],
+    );
+    let deadline = Instant::now() + WAIT;
+    let text = loop {
+        let t = std::fs::read_to_string(&rotel.log).unwrap_or_default();
+        if t.contains("-> Name: hw.energy") && t.contains("ResourceMetrics #3") {
+            break t;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "rotel did not log the export:\n{}",
+            &t[..t.len().min(4000)]
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    drop(exporter);
+    for needle in [
+        "-> Name: hw.gpu.utilization",
+        "-> hw.gpu.task: Str(general)",
+        "-> Name: hw.gpu.memory.usage",
+        "-> Name: hw.gpu.memory.limit",
+        "-> Unit: By",
+        "-> IsMonotonic: false",
+        "-> Name: hw.energy",
+        "-> Unit: J",
+        "-> Name: hw.power",
+        "-> Name: hw.temperature",
+        "-> hw.sensor_location: Str(gpu)",
+        "-> Unit: Cel",
+        "-> Name: hw.errors",
+        "-> error.type: Str(pcie_replay)",
+        "-> hw.name: Str(nvidia0)",
+        "-> hw.parent: Str(GPU-",
+        "-> hw.id: Str(MIG-",
+        "-> hw.driver_version: Str(550.144.03)",
+        "-> Name: DCGM_FI_DEV_SM_CLOCK",
+    ] {
+        assert!(
+            text.contains(needle),
+            "rotel log lacks '{needle}':\n{}",
+            &text[..text.len().min(6000)]
+        );
+    }
+    assert!(!text.contains("-> Name: DCGM_FI_DEV_GPU_UTIL"));
+}
+
+/// A fake GPU library built next to the binary (`cargo build --workspace`), linked as `soname` in `dir`.
+fn fake_library(dir: &Path, built: &str, soname: &str) -> String {
+    let lib = common::binary().parent().unwrap().join(built);
+    assert!(
+        lib.exists(),
+        "{} is missing: cargo build --workspace (tests/run-all.sh does)",
+        lib.display()
+    );
+    let link = dir.join(soname);
+    std::os::unix::fs::symlink(lib, &link).unwrap();
+    link.display().to_string()
+}
+
+/// Serial and VBIOS from discovery reach the Resource as hw.serial_number / hw.firmware_version, through
+/// libdcgm (dcgmGetDeviceAttributes) and NVML (nvmlDeviceGetSerial / GetVbiosVersion) alike: the fakes
+/// answer with the simulated fleet's values.
+#[test]
+fn semconv_resources_carry_serial_and_vbios_from_dcgm_and_nvml() {
+    let dir = tempfile::tempdir().unwrap();
+    let dcgm = fake_library(dir.path(), "libfake_libdcgm.so", "libdcgm.so.4");
+    let nvml = fake_library(dir.path(), "libfake_libnvml.so", "libnvidia-ml.so.1");
+    let fleet = dcgm_otel::source::sim::Fleet::new(&Scenario::load("default").unwrap(), 1);
+    let want: BTreeMap<String, (String, String)> = fleet
+        .gpus()
+        .iter()
+        .map(|g| {
+            let id = &g.identity;
+            (id.uuid.clone(), (id.serial.clone(), id.vbios.clone()))
+        })
+        .collect();
+    assert!(want.values().all(|(s, v)| !s.is_empty() && !v.is_empty()));
+    for source in [
+        vec!["--dcgm-library", dcgm.as_str()],
+        vec!["--source", "nvml", "--nvml-library", nvml.as_str()],
+    ] {
+        let sink = Sink::grpc(0, None);
+        let endpoint = format!("http://{}", sink.addr);
+        let mut args = vec![
+            "-c",
+            "200",
+            "--otlp-endpoint",
+            &endpoint,
+            "--otel-metric-names",
+            "semconv",
+        ];
+        args.extend(source.iter().copied());
+        let exporter = common::start(&args, &[]);
+        let got = sink.wait_for(1, WAIT);
+        drop(exporter);
+        let mut seen = 0;
+        for rm in &got[0].req.resource_metrics {
+            let r = attrs(&rm.resource.as_ref().unwrap().attributes);
+            // Whole GPUs: hw.id is the GPU UUID; MIG instances: hw.parent is.
+            let gpu = r.get("hw.parent").unwrap_or(&r["hw.id"]);
+            let (serial, vbios) = &want[gpu];
+            assert_eq!(r.get("hw.serial_number"), Some(serial), "{source:?} {r:?}");
+            assert_eq!(
+                r.get("hw.firmware_version"),
+                Some(vbios),
+                "{source:?} {r:?}"
+            );
+            seen += 1;
+        }
+        assert!(seen > 0, "{source:?}");
+    }
+}

@@ -111,6 +111,8 @@ fn gpu(index: u32) -> Arc<GpuIdentity> {
         uuid: format!("GPU-{index}"),
         pci_bus_id: format!("00000000:0{index}:00.0"),
         model: "NVIDIA H100 80GB HBM3".into(),
+        serial: String::new(),
+        vbios: String::new(),
     })
 }
 

@@ -67,6 +67,10 @@ log "self-contained: nothing outside docs/ reads a folder beside the checkout (t
 log "module structure: no import cycle between source files, config/ below the features (tests/structure)"
 python3 tests/structure/import_cycles.py
 
+log "alerting rules: promtool check rules, promtool test rules (prometheus/rules, tests/rules)"
+promtool check rules prometheus/rules/*.yml
+promtool test rules tests/rules/*.test.yml
+
 # --- Rust: format, lint, build, tests ------------------------------------------------------------
 log "cargo fmt --check"
 cargo fmt --all -- --check

@@ -237,6 +237,8 @@ mod tests {
                 uuid: format!("GPU-{index}"),
                 pci_bus_id: String::new(),
                 model: "m".into(),
+                serial: String::new(),
+                vbios: String::new(),
             })
         };
         let mig = |gi: u32| {

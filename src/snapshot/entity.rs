@@ -66,6 +66,10 @@ pub struct GpuIdentity {
     pub pci_bus_id: String,
     /// Marketing name, e.g. `NVIDIA H100 80GB HBM3`.
     pub model: String,
+    /// Board serial number (`DCGM_FI_DEV_SERIAL`); empty when the source does not know it.
+    pub serial: String,
+    /// VBIOS version (`DCGM_FI_DEV_VBIOS_VERSION`); empty when the source does not know it.
+    pub vbios: String,
 }
 
 impl GpuIdentity {

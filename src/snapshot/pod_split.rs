@@ -156,6 +156,8 @@ mod tests {
             uuid: "GPU-0".into(),
             pci_bus_id: String::new(),
             model: "m".into(),
+            serial: String::new(),
+            vbios: String::new(),
         })));
         let list = vec![
             proc(&gpu, 1, Some("a"), 30.0, 1000),

@@ -142,6 +142,8 @@ mod tests {
             uuid: format!("GPU-{i}"),
             pci_bus_id: String::new(),
             model: "m".into(),
+            serial: String::new(),
+            vbios: String::new(),
         })))
     }
 

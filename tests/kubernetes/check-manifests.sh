@@ -8,7 +8,8 @@
 #     `kubernetes-validate --strict` (bundled schemas);
 #  3. the DaemonSet with each patches/*.yaml applied validates too (a patch alone is not a resource);
 #  4. optional/servicemonitor.yaml (CRD monitoring.coreos.com/v1: kubernetes-validate has no schema for
-#     it) is checked structurally against the Service it selects;
+#     it) is checked structurally against the Service it selects; optional/prometheusrule.yaml (CRD too)
+#     carries exactly the groups of prometheus/rules/*.rules.yml (tests/rules/prometheusrule.py --check);
 #  5. the counters ConfigMap holds exactly src/counters/default-counters.csv;
 #  6. every flag variable the DaemonSet and its patches set (or show commented out) is one the binary
 #     knows; the DaemonSet's scheduling, hostPath, capabilities and probes are what README.md there says.

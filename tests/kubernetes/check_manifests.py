@@ -276,6 +276,20 @@ else:
         if p["targetPort"] not in port_names:
             fail.append(f"Service targetPort {p['targetPort']!r} is not a container port {port_names}")
 
+# 4b. PrometheusRule: exactly the groups of prometheus/rules/*.rules.yml, in the exporter's namespace
+pr_rel, pr = next(((r, d) for r, d in optional.items() if d.get("kind") == "PrometheusRule"), (None, None))
+if pr is None:
+    fail.append(f"expected a PrometheusRule in {src}/optional/ (tests/rules/prometheusrule.py generates it)")
+else:
+    if pr.get("apiVersion") != "monitoring.coreos.com/v1":
+        fail.append(f"{pr_rel}: not a monitoring.coreos.com/v1 PrometheusRule")
+    if svc is not None and pr["metadata"].get("namespace") != svc["metadata"]["namespace"]:
+        fail.append(f"{pr_rel}: namespace {pr['metadata'].get('namespace')!r} is not the exporter's")
+    r = subprocess.run([sys.executable, "tests/rules/prometheusrule.py", "--check", os.path.join(src, pr_rel)],
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        fail.append((r.stderr or r.stdout).strip().removeprefix("FAIL: "))
+
 # 5. counters ConfigMap == the built-in default CSV
 cm = next((d for _, d in base_objects if d.get("kind") == "ConfigMap"), {})
 with open("src/counters/default-counters.csv") as f:
@@ -310,6 +324,7 @@ if fail:
     print("\n".join("FAIL: " + m for m in fail))
     sys.exit(1)
 print(f"kubernetes manifests: {len(base_files)} files in {src}/ are complete objects of built-in APIs in apply "
-      f"order; {len(patched)} DaemonSet patches built; ServiceMonitor/Service/DaemonSet wired; ConfigMap == "
+      f"order; {len(patched)} DaemonSet patches built; ServiceMonitor/Service/DaemonSet wired; PrometheusRule == "
+      f"prometheus/rules; ConfigMap == "
       f"default CSV; node affinity, hostPath, capabilities and probes as documented; {len(names)} "
       f"environment variables known to the binary")

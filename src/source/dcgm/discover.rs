@@ -47,6 +47,8 @@ pub fn discover(conn: &Connection, wanted: Wanted) -> Result<Inventory, DcgmErro
                     uuid: attrs.uuid,
                     pci_bus_id: attrs.pci_bus_id,
                     model: attrs.model,
+                    serial: attrs.serial,
+                    vbios: attrs.vbios,
                 }),
                 instances: Vec::new(),
                 links: Vec::new(),

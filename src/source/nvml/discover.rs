@@ -105,6 +105,9 @@ fn gpu(nvml: &Nvml, index: u32, want_links: bool) -> Result<GpuHandles, NvmlErro
         uuid,
         pci_bus_id,
         model,
+        // Optional identity: absent (not supported, no permission) reads as unknown.
+        serial: sym.serial(handle).unwrap_or_default(),
+        vbios: sym.vbios_version(handle).unwrap_or_default(),
     });
     let mut instances = Vec::new();
     if matches!(sym.mig_mode(handle), Ok((ffi::NVML_DEVICE_MIG_ENABLE, _))) {

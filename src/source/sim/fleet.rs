@@ -78,6 +78,11 @@ fn mix(mut x: u64) -> u64 {
     x ^ (x >> 31)
 }
 
+/// The simulated board serial of GPU `salt` (13 digits, as NVIDIA boards have).
+fn gpu_serial(seed: u64, salt: u64) -> String {
+    format!("{:013}", mix(seed ^ (300 + salt)) % 10_000_000_000_000)
+}
+
 fn unit(x: u64) -> f64 {
     (mix(x) >> 11) as f64 / (1u64 << 53) as f64
 }
@@ -117,6 +122,8 @@ impl Fleet {
                     uuid: uuid("GPU", seed, salt),
                     pci_bus_id: format!("00000000:{bus}:00.0"),
                     model: model.name.to_string(),
+                    serial: gpu_serial(seed, salt),
+                    vbios: model.vbios.to_string(),
                 });
                 let mut mig = Vec::new();
                 let mut used_gi = HashSet::new();
@@ -156,7 +163,7 @@ impl Fleet {
                     xid: group.xid,
                     phase: unit(seed ^ (100 + salt)) * TAU,
                     period_s: 600.0 + 1200.0 * unit(seed ^ (200 + salt)),
-                    serial: format!("{:013}", mix(seed ^ (300 + salt)) % 10_000_000_000_000),
+                    serial: gpu_serial(seed, salt),
                     mig,
                     util: 0.0,
                     temp_c: 30.0,

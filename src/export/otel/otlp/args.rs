@@ -7,6 +7,7 @@ use clap::{Args, ValueEnum};
 
 use crate::config::flags::parse_go_bool;
 use crate::export::otel::naming::{OtelAttributeStyle, OtelResourceMode};
+use crate::export::otel::semconv::MetricNames;
 
 /// How OTLP requests are built.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -111,6 +112,18 @@ pub struct OtlpArgs {
         default_value = "otel"
     )]
     pub otel_attribute_style: OtelAttributeStyle,
+
+    /// dcgm: one metric per counters row, named after the DCGM field; semconv: OpenTelemetry
+    /// semantic-convention names (hw.gpu.utilization, hw.energy, ...) where one exists, DCGM names for
+    /// the other fields; both: the two sets in one request. semconv and both need the direct pipeline
+    /// and --otel-attribute-style otel.
+    #[arg(
+        long = "otel-metric-names",
+        env = "DCGM_OTEL_METRIC_NAMES",
+        value_enum,
+        default_value = "dcgm"
+    )]
+    pub otel_metric_names: MetricNames,
 
     /// service.name of the pushed resources [default: dcgm-otel] [env: OTEL_SERVICE_NAME].
     #[arg(long = "otel-service-name", value_name = "NAME")]

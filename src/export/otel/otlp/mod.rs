@@ -44,6 +44,7 @@ pub use args::{OtlpArgs, OtlpPipeline};
 pub use settings::{OtlpConfig, Protocol, Signal};
 
 use super::naming::{self, Naming, ResourceSplit};
+use super::semconv::MetricNames;
 use super::{sdk, OtelContext};
 use crate::counters::CounterSet;
 use crate::export::SnapshotConsumer;
@@ -59,6 +60,11 @@ pub enum OtelError {
     Resource(#[from] naming::ResourceAttributesError),
     #[error(transparent)]
     Transport(#[from] transport::TransportError),
+    #[error("--otel-metric-names {names}: {reason}")]
+    MetricNames {
+        names: &'static str,
+        reason: &'static str,
+    },
     #[error("cannot start the OTLP sender thread: {0}")]
     Thread(String),
 }
@@ -78,9 +84,27 @@ pub struct OtlpPlan {
     naming: Naming,
     split: ResourceSplit,
     counters: Arc<CounterSet>,
+    names: MetricNames,
     describe: String,
     /// The incident log records' settings and builder (`None` with `--otlp-logs=false`).
     logs: Option<(OtlpConfig, log_records::RecordBuilder)>,
+}
+
+/// Why `--otel-metric-names` cannot be used with the other settings (`None`: it can).
+fn metric_names_conflict(args: &OtlpArgs) -> Option<OtelError> {
+    let names = match args.otel_metric_names {
+        MetricNames::Dcgm => return None,
+        MetricNames::Semconv => "semconv",
+        MetricNames::Both => "both",
+    };
+    let reason = if args.otlp_pipeline == OtlpPipeline::Sdk {
+        "semantic-convention names are built by the direct pipeline only; use --otlp-pipeline direct (the default)"
+    } else if args.otel_attribute_style != naming::OtelAttributeStyle::Otel {
+        "semantic-convention names need semantic-convention attributes (hw.id); use --otel-attribute-style otel (the default)"
+    } else {
+        return None;
+    };
+    Some(OtelError::MetricNames { names, reason })
 }
 
 impl OtlpPlan {
@@ -94,20 +118,26 @@ impl OtlpPlan {
         let Some(settings) = settings::resolve(args, collect_interval, env)? else {
             return Ok(None);
         };
+        if let Some(e) = metric_names_conflict(args) {
+            return Err(e);
+        }
         let (base, naming) = naming::base_and_naming(
             args.otel_attribute_style,
             args.otel_service_name.as_deref(),
             ctx,
             env,
         )?;
+        let naming = naming.with_hw_attributes(args.otel_metric_names.semconv());
         let split = naming.resource_split(args.otel_resource_mode);
         let logs = if args.otlp_logs {
             settings::resolve_signal(args, Signal::Logs, collect_interval, env)?.map(|cfg| {
+                // The records' Resources are the metrics' ones (hw.* identity included).
                 let naming = naming::Naming::new(
                     args.otel_attribute_style,
                     ctx.labels.clone(),
                     ctx.counters,
-                );
+                )
+                .with_hw_attributes(args.otel_metric_names.semconv());
                 (
                     cfg,
                     log_records::RecordBuilder::new(naming, split.clone(), &base),
@@ -117,8 +147,11 @@ impl OtlpPlan {
             None
         };
         let describe = format!(
-            "pipeline={:?} resource_mode={:?} attribute_style={:?}",
-            args.otlp_pipeline, args.otel_resource_mode, args.otel_attribute_style
+            "pipeline={:?} resource_mode={:?} attribute_style={:?} metric_names={:?}",
+            args.otlp_pipeline,
+            args.otel_resource_mode,
+            args.otel_attribute_style,
+            args.otel_metric_names
         );
         Ok(Some(OtlpPlan {
             settings,
@@ -127,6 +160,7 @@ impl OtlpPlan {
             naming,
             split,
             counters: Arc::new(ctx.counters.clone()),
+            names: args.otel_metric_names,
             describe,
             logs,
         }))
@@ -159,7 +193,8 @@ impl OtlpPlan {
                     self.counters,
                     cfg.temporality,
                     std::time::SystemTime::now(),
-                );
+                )
+                .with_metric_names(self.names);
                 let n = builder.instrument_count();
                 match request::spawn(builder, store, queue.clone(), metrics, cfg.interval) {
                     Ok(e) => (Producer::Direct(e), n),

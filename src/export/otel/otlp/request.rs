@@ -52,8 +52,9 @@ use super::proto::pkv;
 use super::queue::{ExportMetrics, Queue};
 use crate::counters::{CounterSet, MetricKind};
 use crate::export::otel::naming::{Naming, ResourceSplit};
+use crate::export::otel::semconv::{self, MetricNames};
 use crate::export::otel::units::unit_for;
-use crate::fields::ValueType;
+use crate::fields::{FieldId, ValueType};
 use crate::snapshot::SnapshotStore;
 use crate::snapshot::{Attribution, DerivedKind, Entity, FieldValue, Snapshot};
 
@@ -79,11 +80,15 @@ struct Instrument {
     unit: String,
 }
 
-fn instruments(counters: &CounterSet) -> Vec<Instrument> {
+/// The instruments of a counter set, but for rows of the fields in `replaced` (`semconv` names only).
+fn instruments(counters: &CounterSet, replaced: &[FieldId]) -> Vec<Instrument> {
     let mut seen: HashSet<&str> = HashSet::new();
     let mut out = Vec::new();
     for (row, c) in counters.rows.iter().enumerate() {
-        if c.kind == MetricKind::Label || !seen.insert(c.name.as_str()) {
+        if c.kind == MetricKind::Label
+            || replaced.contains(&c.field.id)
+            || !seen.insert(c.name.as_str())
+        {
             continue;
         }
         let kind = match c.kind {
@@ -177,6 +182,10 @@ pub struct DirectBuilder {
     previous: HashMap<(usize, Arc<str>), (number_data_point::Value, u64)>,
     /// Size of the last encoded request (the next one's buffer is sized from it).
     last_len: usize,
+    /// Which metric names the requests carry.
+    names: MetricNames,
+    /// The semantic-convention table resolved against `counters` (empty in `dcgm` mode).
+    semconv: semconv::Plan,
 }
 
 /// One built request and what the self-metrics report about it.
@@ -207,19 +216,53 @@ impl DirectBuilder {
                 attributes: Vec::new(),
                 dropped_attributes_count: 0,
             },
-            instruments: instruments(&counters),
+            instruments: instruments(&counters, &[]),
             counters,
             start_nanos: nanos(start),
             delta: temporality == Temporality::Delta,
             layout: Layout::default(),
             previous: HashMap::new(),
             last_len: 0,
+            names: MetricNames::Dcgm,
+            semconv: semconv::Plan::default(),
         }
     }
 
-    /// How many instruments (metric rows with distinct names) the requests carry.
+    /// Send semantic-convention names (`semconv`: instead of the DCGM names of the fields that have
+    /// one; `both`: besides them). `dcgm` (the default) changes nothing.
+    pub fn with_metric_names(mut self, names: MetricNames) -> DirectBuilder {
+        self.names = names;
+        self.instruments = instruments(&self.counters, &self.replaced_fields());
+        self.semconv = self.plan_for(&self.counters);
+        self
+    }
+
+    /// Fields whose DCGM-named instruments are not sent.
+    fn replaced_fields(&self) -> Vec<FieldId> {
+        if self.names.dcgm() {
+            Vec::new()
+        } else {
+            semconv::replaced_fields()
+        }
+    }
+
+    fn plan_for(&self, counters: &CounterSet) -> semconv::Plan {
+        if self.names.semconv() {
+            semconv::Plan::new(counters)
+        } else {
+            semconv::Plan::default()
+        }
+    }
+
+    /// Whether a derived family is sent under its own name.
+    fn sends_family(&self, name: &str) -> bool {
+        self.names.dcgm() || !semconv::replaced_families().contains(&name)
+    }
+
+    /// How many instruments (metric rows with distinct names, and semantic-convention metrics) the
+    /// requests carry.
     pub fn instrument_count(&self) -> usize {
-        self.instruments.len()
+        self.instruments.len() + self.semconv.metrics.len()
     }
 
     /// Label-row attributes of every entity (an NvLink takes its GPU's, a switch port its switch's, a
@@ -318,7 +361,8 @@ impl DirectBuilder {
     fn prepare(&mut self, snap: &Snapshot) {
         if !Arc::ptr_eq(&self.counters, &snap.counters) {
             if *self.counters != *snap.counters {
-                self.instruments = instruments(&snap.counters);
+                self.instruments = instruments(&snap.counters, &self.replaced_fields());
+                self.semconv = self.plan_for(&snap.counters);
                 self.layout = Layout::default();
                 // Delta state is keyed by instrument index, which a reloaded set renumbers: the next
                 // export of each counter series starts over (sends its value since the start).
@@ -355,6 +399,7 @@ impl DirectBuilder {
         let mut data_points = 0usize;
         let (mut placed, extras) = self.place_derived(snap);
         let first_derived = self.instruments.len();
+        let semconv_derived = semconv_metrics::derived_inputs(&self.semconv, snap);
         for (r, (resource, members)) in self
             .layout
             .resources
@@ -422,6 +467,18 @@ impl DirectBuilder {
                     &self.layout,
                     &ctx,
                     first_derived,
+                    &mut next_previous,
+                    &mut metrics,
+                );
+            }
+            if !self.semconv.metrics.is_empty() {
+                data_points += semconv_metrics::write(
+                    &self.semconv,
+                    snap,
+                    &self.layout,
+                    members,
+                    &semconv_derived,
+                    &ctx,
                     &mut next_previous,
                     &mut metrics,
                 );
@@ -499,6 +556,9 @@ impl DirectBuilder {
             .map(|(i, e)| (&*e.entity, i))
             .collect();
         for (f, fam) in snap.derived.iter().enumerate() {
+            if !self.sends_family(fam.info.name) {
+                continue;
+            }
             for (k, sample) in fam.samples.iter().enumerate() {
                 let found = by_entity.get(&*sample.entity).copied();
                 let in_layout = found.and_then(|e| {
@@ -868,6 +928,13 @@ impl DirectExport {
         }
     }
 }
+
+mod semconv_metrics;
+
+#[cfg(test)]
+mod golden_tests;
+#[cfg(test)]
+mod semconv_tests;
 
 #[cfg(test)]
 mod tests {
