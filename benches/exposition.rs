@@ -465,7 +465,7 @@ fn otlp_sink() -> std::io::Result<(u16, std::sync::mpsc::Receiver<usize>)> {
 /// the sender's HTTP/protobuf transport to a loopback receiver.
 fn bench_otlp(large: &Case) {
     use dcgm_otel::export::otel::naming::{self, OtelAttributeStyle, OtelResourceMode};
-    use dcgm_otel::export::otel::otlp::settings::{OtlpConfig, Protocol, TlsFiles};
+    use dcgm_otel::export::otel::otlp::settings::{OtlpConfig, Protocol, Signal, TlsFiles};
     use dcgm_otel::export::otel::otlp::{queue as otlp, transport};
     use dcgm_otel::export::otel::sdk::{instruments, QueueExporter};
     use dcgm_otel::snapshot::SnapshotStore;
@@ -478,6 +478,7 @@ fn bench_otlp(large: &Case) {
             return;
         };
         let cfg = OtlpConfig {
+            signal: Signal::Metrics,
             protocol: Protocol::HttpProtobuf,
             endpoint: format!("http://127.0.0.1:{port}/v1/metrics"),
             headers: Vec::new(),
@@ -725,6 +726,69 @@ fn bench_otlp_direct(large: &Case) {
         &st,
         points,
         gz,
+    );
+}
+
+/// Incident log records (`src/export/otel/otlp/log_records.rs`) on the large snapshot with one XID on
+/// every GPU and MIG instance: `RecordBuilder::records` (what the collector thread runs in the log
+/// consumer for a snapshot with incidents), then grouping and encoding the request (the export thread).
+fn bench_otlp_logs(large: &Case) {
+    use dcgm_otel::export::otel::naming::{Naming, OtelAttributeStyle, OtelResourceMode};
+    use dcgm_otel::export::otel::otlp::log_records::{request, RecordBuilder};
+    use dcgm_otel::snapshot::{Incident, IncidentKind};
+    use prost::Message;
+
+    let mut snap = (*large.snap).clone();
+    snap.incidents = snap
+        .entities
+        .iter()
+        .filter(|e| matches!(e.entity.kind, EntityKind::Gpu | EntityKind::GpuInstance))
+        .map(|e| Incident {
+            entity: e.entity.clone(),
+            attribution: e.attribution.clone(),
+            at: snap.taken_at,
+            kind: IncidentKind::Xid { code: 48 },
+        })
+        .collect();
+    let naming = Naming::new(
+        OtelAttributeStyle::Otel,
+        common::default_style(),
+        &snap.counters,
+    );
+    let split = naming.resource_split(OtelResourceMode::PerEntity);
+    let builder = RecordBuilder::new(
+        naming,
+        split,
+        &[
+            opentelemetry::KeyValue::new("service.name", "dcgm-otel"),
+            opentelemetry::KeyValue::new("host.name", "bench-node-01"),
+        ],
+    );
+    let (w, r) = runs(200);
+    let mut n = 0;
+    let st = measure(w, r, || {
+        let records = builder.records(&snap);
+        n = records.len();
+        std::hint::black_box(records);
+    });
+    report("otlp logs: records of a snapshot (collector)", &st, n, 0);
+    let none = (*large.snap).clone();
+    let st = measure(w, r, || {
+        std::hint::black_box(builder.records(&none));
+    });
+    report("otlp logs: a snapshot without incidents", &st, 0, 0);
+    let records = builder.records(&snap);
+    let mut bytes = 0;
+    let st = measure(w, r, || {
+        let body = request(records.clone()).request.encode_to_vec();
+        bytes = body.len();
+        std::hint::black_box(body);
+    });
+    report(
+        "otlp logs: group + encode the request",
+        &st,
+        records.len(),
+        bytes,
     );
 }
 
@@ -1101,6 +1165,9 @@ fn main() {
         }
         if selected("otlp-pipeline-direct") {
             bench_otlp_pipeline(large);
+        }
+        if selected("otlp-logs") {
+            bench_otlp_logs(large);
         }
     }
     println!("kubernetes mapping join: see `cargo bench --bench kubernetes_mapping` (issue 5's own bench)");

@@ -571,7 +571,7 @@ impl Plan {
             cli.collection.label_style(),
             shown_self_metrics.clone(),
         ));
-        let consumers: Vec<Arc<dyn SnapshotConsumer>> = match cli.server.prometheus_format {
+        let mut consumers: Vec<Arc<dyn SnapshotConsumer>> = match cli.server.prometheus_format {
             PrometheusFormat::Dcgm => vec![renderer.clone()],
             PrometheusFormat::Otel => {
                 let env = |k: &str| std::env::var(k).ok();
@@ -595,6 +595,8 @@ impl Plan {
             ),
             None => None,
         };
+        // Incident log records: every snapshot's incidents, handed over on the collector thread.
+        consumers.extend(otel.as_ref().and_then(OtelExport::incident_consumer));
 
         // ---- collector thread and HTTP server ---------------------------------------------------
         let status = CollectorStatus::new(interval);

@@ -1174,7 +1174,11 @@ fn bad_otlp_settings_exit_2_naming_the_input() {
     assert!(err.contains("--otlp-protocol"), "{err}");
     let (code, err) = common::run_to_exit(
         &["--simulate", "-a", "127.0.0.1:0"],
-        &[("OTEL_EXPORTER_OTLP_ENDPOINT", "collector:4317")],
+        // No scheme: gRPC would take it as https:// (OTEL_EXPORTER_OTLP_INSECURE), HTTP needs one.
+        &[
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", "collector:4318"),
+            ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf"),
+        ],
     );
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("OTEL_EXPORTER_OTLP_ENDPOINT"), "{err}");

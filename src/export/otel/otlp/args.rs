@@ -5,6 +5,7 @@ use std::path::PathBuf;
 
 use clap::{Args, ValueEnum};
 
+use crate::config::flags::parse_go_bool;
 use crate::export::otel::naming::{OtelAttributeStyle, OtelResourceMode};
 use crate::export::otel::semconv::MetricNames;
 
@@ -27,39 +28,46 @@ pub struct OtlpArgs {
     pub otlp: bool,
 
     /// OTLP endpoint base URL (http:// or https://), like OTEL_EXPORTER_OTLP_ENDPOINT: for http/protobuf,
-    /// /v1/metrics is appended [env: OTEL_EXPORTER_OTLP_METRICS_ENDPOINT (a full URL, used as is),
-    /// OTEL_EXPORTER_OTLP_ENDPOINT].
+    /// /v1/metrics and /v1/logs are appended [env: OTEL_EXPORTER_OTLP_METRICS_ENDPOINT and
+    /// OTEL_EXPORTER_OTLP_LOGS_ENDPOINT (full URLs, used as they are), OTEL_EXPORTER_OTLP_ENDPOINT].
     #[arg(long = "otlp-endpoint", value_name = "URL")]
     pub otlp_endpoint: Option<String>,
 
-    /// grpc or http/protobuf [default: grpc] [env: OTEL_EXPORTER_OTLP_(METRICS_)PROTOCOL].
+    /// grpc or http/protobuf [default: grpc] [env: OTEL_EXPORTER_OTLP_(METRICS_|LOGS_)PROTOCOL].
     #[arg(long = "otlp-protocol", value_name = "PROTOCOL")]
     pub otlp_protocol: Option<String>,
 
     /// Extra request headers / gRPC metadata: k=v,k2=v2 (URL-encoded)
-    /// [env: OTEL_EXPORTER_OTLP_(METRICS_)HEADERS].
+    /// [env: OTEL_EXPORTER_OTLP_(METRICS_|LOGS_)HEADERS].
     #[arg(long = "otlp-headers", value_name = "LIST")]
     pub otlp_headers: Option<String>,
 
-    /// Timeout of one export request in milliseconds [default: 10000] [env: OTEL_EXPORTER_OTLP_(METRICS_)TIMEOUT].
+    /// Timeout of one export request in milliseconds [default: 10000] [env: OTEL_EXPORTER_OTLP_(METRICS_|LOGS_)TIMEOUT].
     #[arg(long = "otlp-timeout", value_name = "MS")]
     pub otlp_timeout: Option<u64>,
 
-    /// gzip or none [default: none] [env: OTEL_EXPORTER_OTLP_(METRICS_)COMPRESSION].
+    /// gzip or none [default: none] [env: OTEL_EXPORTER_OTLP_(METRICS_|LOGS_)COMPRESSION].
     #[arg(long = "otlp-compression", value_name = "ALGO")]
     pub otlp_compression: Option<String>,
 
-    /// PEM CA bundle trusted in addition to the system roots [env: OTEL_EXPORTER_OTLP_(METRICS_)CERTIFICATE].
+    /// PEM CA bundle trusted in addition to the system roots [env: OTEL_EXPORTER_OTLP_(METRICS_|LOGS_)CERTIFICATE].
     #[arg(long = "otlp-certificate", value_name = "PATH")]
     pub otlp_certificate: Option<PathBuf>,
 
-    /// PEM client certificate for mTLS [env: OTEL_EXPORTER_OTLP_(METRICS_)CLIENT_CERTIFICATE].
+    /// PEM client certificate for mTLS [env: OTEL_EXPORTER_OTLP_(METRICS_|LOGS_)CLIENT_CERTIFICATE].
     #[arg(long = "otlp-client-certificate", value_name = "PATH")]
     pub otlp_client_certificate: Option<PathBuf>,
 
-    /// PEM private key of the client certificate [env: OTEL_EXPORTER_OTLP_(METRICS_)CLIENT_KEY].
+    /// PEM private key of the client certificate [env: OTEL_EXPORTER_OTLP_(METRICS_|LOGS_)CLIENT_KEY].
     #[arg(long = "otlp-client-key", value_name = "PATH")]
     pub otlp_client_key: Option<PathBuf>,
+
+    /// Send GPU incidents (XIDs, clock events, health transitions) as OTLP log records whenever OTLP is on;
+    /// --otlp-logs=false turns them off.
+    #[arg(long = "otlp-logs", env = "DCGM_OTEL_OTLP_LOGS", value_name = "BOOL",
+          default_value = "true", num_args = 0..=1, default_missing_value = "true", require_equals = true,
+          value_parser = parse_go_bool)]
+    pub otlp_logs: bool,
 
     /// Export interval in milliseconds [default: the collect interval] [env: OTEL_METRIC_EXPORT_INTERVAL].
     #[arg(long = "otlp-export-interval", value_name = "MS")]

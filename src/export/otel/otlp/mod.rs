@@ -8,13 +8,21 @@
 //! - [`queue`]: the bounded queue of encoded requests (oldest dropped, counted) and the sender loop
 //!   with retries, backoff and `Retry-After`; the export self-metrics.
 //! - [`transport`]: gRPC (tonic) and HTTP/protobuf (hyper + rustls), TLS and mTLS, gzip.
-//! - [`args`] and [`settings`]: the `--otlp-*` flags and the `OTEL_EXPORTER_OTLP_*` variables.
+//! - [`args`] and [`settings`]: the `--otlp-*` flags and the `OTEL_EXPORTER_OTLP_*` variables, per
+//!   signal.
+//! - [`logs`]: the second signal, GPU incidents as log records ([`log_records`], [`severity`]), fed
+//!   every snapshot by the collector thread (whatever `--otlp-pipeline` says) and sent through its own
+//!   queue and sender.
 //!
 //! Start-up is two steps: [`OtlpPlan::resolve`] checks every setting without side effects (a bad one is
 //! exit code 2 before anything starts), [`OtlpPlan::start`] starts the sender and the producer. The
 //! export and sender threads never touch the collector thread or the :9400 server.
 
 pub mod args;
+pub mod log_records;
+#[cfg(test)]
+mod log_records_tests;
+pub mod logs;
 #[cfg(test)]
 mod process_points_tests;
 pub mod processes;
@@ -22,6 +30,7 @@ pub mod proto;
 pub mod queue;
 pub mod request;
 pub mod settings;
+pub mod severity;
 pub mod transport;
 
 use std::sync::mpsc;
@@ -32,12 +41,13 @@ use opentelemetry::KeyValue;
 use opentelemetry_sdk::metrics::SdkMeterProvider;
 
 pub use args::{OtlpArgs, OtlpPipeline};
-pub use settings::{OtlpConfig, Protocol};
+pub use settings::{OtlpConfig, Protocol, Signal};
 
 use super::naming::{self, Naming, ResourceSplit};
 use super::semconv::MetricNames;
 use super::{sdk, OtelContext};
 use crate::counters::CounterSet;
+use crate::export::SnapshotConsumer;
 use crate::snapshot::SnapshotStore;
 use crate::telemetry::self_metrics::SelfMetrics;
 
@@ -76,6 +86,8 @@ pub struct OtlpPlan {
     counters: Arc<CounterSet>,
     names: MetricNames,
     describe: String,
+    /// The incident log records' settings and builder (`None` with `--otlp-logs=false`).
+    logs: Option<(OtlpConfig, log_records::RecordBuilder)>,
 }
 
 /// Why `--otel-metric-names` cannot be used with the other settings (`None`: it can).
@@ -117,6 +129,23 @@ impl OtlpPlan {
         )?;
         let naming = naming.with_hw_attributes(args.otel_metric_names.semconv());
         let split = naming.resource_split(args.otel_resource_mode);
+        let logs = if args.otlp_logs {
+            settings::resolve_signal(args, Signal::Logs, collect_interval, env)?.map(|cfg| {
+                // The records' Resources are the metrics' ones (hw.* identity included).
+                let naming = naming::Naming::new(
+                    args.otel_attribute_style,
+                    ctx.labels.clone(),
+                    ctx.counters,
+                )
+                .with_hw_attributes(args.otel_metric_names.semconv());
+                (
+                    cfg,
+                    log_records::RecordBuilder::new(naming, split.clone(), &base),
+                )
+            })
+        } else {
+            None
+        };
         let describe = format!(
             "pipeline={:?} resource_mode={:?} attribute_style={:?} metric_names={:?}",
             args.otlp_pipeline,
@@ -133,6 +162,7 @@ impl OtlpPlan {
             counters: Arc::new(ctx.counters.clone()),
             names: args.otel_metric_names,
             describe,
+            logs,
         }))
     }
 
@@ -143,6 +173,10 @@ impl OtlpPlan {
         self_metrics: &SelfMetrics,
     ) -> Result<OtelExport, OtelError> {
         let cfg = self.settings;
+        let logs = match self.logs {
+            Some((logs_cfg, builder)) => Some(logs::start(&logs_cfg, builder, self_metrics)?),
+            None => None,
+        };
         let protocol = match cfg.protocol {
             Protocol::Grpc => "grpc",
             Protocol::HttpProtobuf => "http/protobuf",
@@ -197,6 +231,7 @@ impl OtlpPlan {
         );
         Ok(OtelExport {
             producer,
+            logs,
             queue,
             done,
             drain_timeout: cfg.timeout.min(Duration::from_secs(5)),
@@ -262,12 +297,19 @@ enum Producer {
 /// A running OTLP export; [`OtelExport::shutdown`] sends the last collection and stops.
 pub struct OtelExport {
     producer: Producer,
+    logs: Option<logs::LogsExport>,
     queue: Arc<queue::Queue>,
     done: mpsc::Receiver<()>,
     drain_timeout: Duration,
 }
 
 impl OtelExport {
+    /// The incident log exporter, for the collector thread's consumers (`None` with
+    /// `--otlp-logs=false`).
+    pub fn incident_consumer(&self) -> Option<Arc<dyn SnapshotConsumer>> {
+        self.logs.as_ref().map(logs::LogsExport::consumer)
+    }
+
     /// Export the last collection, then give the sender up to the request timeout (at most 5 s) to
     /// deliver what is pending. Blocks; call it outside any async runtime.
     pub fn shutdown(self) {
@@ -282,6 +324,9 @@ impl OtelExport {
         self.queue.close();
         if self.done.recv_timeout(self.drain_timeout).is_err() {
             tracing::warn!("OTLP sender did not finish within the shutdown timeout; pending exports are dropped");
+        }
+        if let Some(logs) = self.logs {
+            logs.shutdown();
         }
     }
 }

@@ -44,74 +44,145 @@ pub struct ExportMetrics {
     pub collect_seconds: Arc<Metric>,
     pub send_seconds: Arc<Metric>,
     pub pending: Arc<Metric>,
+    /// Log records in requests the queue dropped and records the incident buffer dropped (the log
+    /// exporter only: metrics requests supersede each other, so their points are not counted).
+    pub dropped_items: Option<Arc<Metric>>,
+}
+
+/// What one exporter's self-metrics are called: the metrics exporter's `dcgm_otel_otlp_*` or the log
+/// exporter's `dcgm_otel_otlp_log_*`.
+struct Naming {
+    prefix: &'static str,
+    /// What a request carries, in metric names (`data_points`, `records`) and in help text.
+    items: &'static str,
+    items_text: &'static str,
+    what: &'static str,
+    /// Whether dropped items are counted (`<prefix><items>_dropped_total`).
+    count_drops: bool,
 }
 
 impl ExportMetrics {
+    /// The metrics exporter's self-metrics (`dcgm_otel_otlp_*`).
     pub fn new(r: &SelfMetrics, protocol: &str) -> ExportMetrics {
+        Self::named(
+            r,
+            protocol,
+            Naming {
+                prefix: "dcgm_otel_otlp_",
+                items: "data_points",
+                items_text: "Data points",
+                what: "OTLP export requests",
+                count_drops: false,
+            },
+        )
+    }
+
+    /// The incident log exporter's self-metrics (`dcgm_otel_otlp_log_*`).
+    pub fn for_logs(r: &SelfMetrics, protocol: &str) -> ExportMetrics {
+        Self::named(
+            r,
+            protocol,
+            Naming {
+                prefix: "dcgm_otel_otlp_log_",
+                items: "records",
+                items_text: "Log records",
+                what: "OTLP log export requests",
+                count_drops: true,
+            },
+        )
+    }
+
+    fn named(r: &SelfMetrics, protocol: &str, n: Naming) -> ExportMetrics {
         let p = [("protocol", protocol)];
-        let failures = "OTLP export requests given up, by reason (permanent: rejected by the receiver; retries_exhausted: still failing after the retries).";
+        let Naming {
+            prefix,
+            items,
+            items_text,
+            what,
+            count_drops,
+        } = n;
+        let failures = format!("{what} given up, by reason (permanent: rejected by the receiver; retries_exhausted: still failing after the retries).");
         ExportMetrics {
-            exports: r.counter("dcgm_otel_otlp_exports_total", "OTLP export requests delivered.", &p),
+            exports: r.counter(&format!("{prefix}exports_total"), &format!("{what} delivered."), &p),
             failed_permanent: r.counter(
-                "dcgm_otel_otlp_export_failures_total",
-                failures,
+                &format!("{prefix}export_failures_total"),
+                &failures,
                 &[("protocol", protocol), ("reason", "permanent")],
             ),
             failed_exhausted: r.counter(
-                "dcgm_otel_otlp_export_failures_total",
-                failures,
+                &format!("{prefix}export_failures_total"),
+                &failures,
                 &[("protocol", protocol), ("reason", "retries_exhausted")],
             ),
-            retries: r.counter("dcgm_otel_otlp_retries_total", "OTLP export attempts that failed and were retried.", &p),
+            retries: r.counter(
+                &format!("{prefix}retries_total"),
+                &format!(
+                    "{} attempts that failed and were retried.",
+                    what.trim_end_matches(" requests")
+                ),
+                &p,
+            ),
             dropped: r.counter(
-                "dcgm_otel_otlp_dropped_exports_total",
-                "OTLP export requests dropped unsent because the pending queue was full (oldest first).",
+                &format!("{prefix}dropped_exports_total"),
+                &format!("{what} dropped unsent because the pending queue was full (oldest first)."),
                 &p,
             ),
             rejected_points: r.counter(
-                "dcgm_otel_otlp_rejected_data_points_total",
-                "Data points the OTLP receiver rejected in partial-success answers.",
+                &format!("{prefix}rejected_{items}_total"),
+                &format!("{items_text} the OTLP receiver rejected in partial-success answers."),
                 &p,
             ),
             partial: r.counter(
-                "dcgm_otel_otlp_partial_successes_total",
-                "OTLP export requests answered with a partial success.",
+                &format!("{prefix}partial_successes_total"),
+                &format!("{what} answered with a partial success."),
                 &p,
             ),
             sent_bytes: r.counter(
-                "dcgm_otel_otlp_sent_bytes_total",
+                &format!("{prefix}sent_bytes_total"),
                 "Bytes of delivered OTLP request bodies (after gzip for http/protobuf; protobuf size for gRPC).",
                 &p,
             ),
             request_bytes: r.gauge(
-                "dcgm_otel_otlp_request_bytes",
+                &format!("{prefix}request_bytes"),
                 "Size of the last encoded OTLP request (protobuf, before compression).",
                 &p,
             ),
-            data_points: r.gauge("dcgm_otel_otlp_data_points", "Data points in the last OTLP request.", &p),
-            resources: r.gauge("dcgm_otel_otlp_resources", "Resources in the last OTLP request.", &p),
+            data_points: r.gauge(
+                &format!("{prefix}{items}"),
+                &format!("{items_text} in the last OTLP request."),
+                &p,
+            ),
+            resources: r.gauge(&format!("{prefix}resources"), "Resources in the last OTLP request.", &p),
             encode_seconds: r.gauge(
-                "dcgm_otel_otlp_encode_duration_seconds",
+                &format!("{prefix}encode_duration_seconds"),
                 "Time to encode the last OTLP request after its collection (sdk pipeline: conversion and encoding).",
                 &p,
             ),
             collect_seconds: r.gauge(
-                "dcgm_otel_otlp_collect_duration_seconds",
+                &format!("{prefix}collect_duration_seconds"),
                 "Time of the last collection: building the request from the snapshot (direct pipeline) or the OTel SDK collection (sdk pipeline: callbacks and aggregation).",
                 &p,
             ),
             send_seconds: r.gauge(
-                "dcgm_otel_otlp_export_duration_seconds",
+                &format!("{prefix}export_duration_seconds"),
                 "Time of the last delivered OTLP request, send to answer.",
                 &p,
             ),
-            pending: r.gauge("dcgm_otel_otlp_pending_exports", "OTLP export requests waiting to be sent.", &p),
+            pending: r.gauge(&format!("{prefix}pending_exports"), &format!("{what} waiting to be sent."), &p),
+            dropped_items: count_drops.then(|| {
+                r.counter(
+                    &format!("{prefix}{items}_dropped_total"),
+                    &format!("{items_text} dropped unsent because a bounded buffer was full (oldest first)."),
+                    &p,
+                )
+            }),
         }
     }
 }
 
 struct QueueInner {
-    items: VecDeque<Bytes>,
+    /// Encoded requests and how many items (log records) each carries.
+    items: VecDeque<(Bytes, usize)>,
     closed: bool,
 }
 
@@ -141,19 +212,32 @@ impl Queue {
     }
 
     pub fn push(&self, body: Bytes) {
+        self.push_items(body, 0);
+    }
+
+    /// Push a request carrying `items` log records: dropping it counts them too.
+    pub fn push_items(&self, body: Bytes, items: usize) {
         {
             let mut q = self.lock();
             if q.closed {
                 return;
             }
             while q.items.len() >= self.max {
-                q.items.pop_front();
+                if let (Some((_, n)), Some(m)) = (q.items.pop_front(), &self.metrics.dropped_items)
+                {
+                    m.add(n as f64);
+                }
                 self.metrics.dropped.inc();
             }
-            q.items.push_back(body);
+            q.items.push_back((body, items));
             self.metrics.pending.set(q.items.len() as f64);
         }
         self.notify.notify_one();
+    }
+
+    /// Whether a push would not drop anything.
+    pub fn has_room(&self) -> bool {
+        self.lock().items.len() < self.max
     }
 
     pub fn close(&self) {
@@ -170,7 +254,7 @@ impl Queue {
         loop {
             {
                 let mut q = self.lock();
-                if let Some(b) = q.items.pop_front() {
+                if let Some((b, _)) = q.items.pop_front() {
                     self.metrics.pending.set(q.items.len() as f64);
                     return Some(b);
                 }

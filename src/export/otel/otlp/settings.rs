@@ -1,9 +1,14 @@
 //! OTLP settings: the `--otlp-*` flags and the standard `OTEL_EXPORTER_OTLP_*` variables, resolved once
-//! at start-up. Precedence per setting, highest first: the flag, `OTEL_EXPORTER_OTLP_METRICS_<X>`,
-//! `OTEL_EXPORTER_OTLP_<X>`, the default. OTLP is off unless `--otlp` is given or an endpoint is
-//! configured. Every bad value is a [`OtlpConfigError`] naming the flag or variable (exit code 2 at
-//! start-up). Certificate files are read and parsed here, so a wrong path fails at start, not at the
-//! first export.
+//! at start-up, per signal ([`Signal`]: metrics, and the incident log records). Precedence per setting,
+//! highest first: the flag, the signal's variable (`OTEL_EXPORTER_OTLP_METRICS_<X>` or
+//! `OTEL_EXPORTER_OTLP_LOGS_<X>`), the generic `OTEL_EXPORTER_OTLP_<X>`, the default. Endpoints follow
+//! the specification's path rule: a signal endpoint is a full URL used as it is; the flag and the
+//! generic variable are base URLs to which HTTP appends `/v1/metrics` or `/v1/logs`. A gRPC endpoint
+//! without a scheme is `https://` unless `OTEL_EXPORTER_OTLP_(<SIGNAL>_)INSECURE=true` makes it
+//! `http://`. OTLP is off unless `--otlp` is given or a metrics endpoint (flag, generic or metrics
+//! variable) is configured. Every bad value is a [`OtlpConfigError`] naming the flag or variable (exit
+//! code 2 at start-up). Certificate files are read and parsed here, so a wrong path fails at start, not
+//! at the first export.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -18,6 +23,37 @@ use crate::export::otel::naming::percent_decode;
 pub enum Protocol {
     Grpc,
     HttpProtobuf,
+}
+
+/// What an exporter sends: its own variables, HTTP path and gRPC service.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Signal {
+    Metrics,
+    Logs,
+}
+
+impl Signal {
+    /// The signal's part of its variables' names: `OTEL_EXPORTER_OTLP_<this>_ENDPOINT`.
+    pub fn env_part(self) -> &'static str {
+        match self {
+            Signal::Metrics => "METRICS",
+            Signal::Logs => "LOGS",
+        }
+    }
+    /// The path HTTP appends to a base URL.
+    pub fn http_path(self) -> &'static str {
+        match self {
+            Signal::Metrics => "/v1/metrics",
+            Signal::Logs => "/v1/logs",
+        }
+    }
+    /// The gRPC method of the signal's collector service.
+    pub fn grpc_path(self) -> &'static str {
+        match self {
+            Signal::Metrics => "/opentelemetry.proto.collector.metrics.v1.MetricsService/Export",
+            Signal::Logs => "/opentelemetry.proto.collector.logs.v1.LogsService/Export",
+        }
+    }
 }
 
 /// A setting that cannot be used.
@@ -50,6 +86,7 @@ impl std::fmt::Debug for TlsFiles {
 /// Resolved OTLP settings.
 #[derive(Debug, Clone)]
 pub struct OtlpConfig {
+    pub signal: Signal,
     pub protocol: Protocol,
     /// For gRPC the channel URL (scheme, host, port); for HTTP the full request URL.
     pub endpoint: String,
@@ -113,6 +150,7 @@ struct Found {
 fn lookup(
     flag: Option<String>,
     flag_name: &str,
+    signal: Signal,
     suffix: &str,
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Option<Found> {
@@ -123,7 +161,7 @@ fn lookup(
         });
     }
     for name in [
-        format!("OTEL_EXPORTER_OTLP_METRICS_{suffix}"),
+        format!("OTEL_EXPORTER_OTLP_{}_{suffix}", signal.env_part()),
         format!("OTEL_EXPORTER_OTLP_{suffix}"),
     ] {
         if let Some(v) = env(&name).filter(|v| !v.trim().is_empty()) {
@@ -163,15 +201,56 @@ fn parse_ms(found: &Found) -> Result<Duration, OtlpConfigError> {
         })
 }
 
-/// Resolve the OTLP settings; `Ok(None)` when OTLP is off.
+/// Resolve the metrics settings; `Ok(None)` when OTLP is off.
 pub fn resolve(
     cli: &OtlpArgs,
     collect_interval: Duration,
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<Option<OtlpConfig>, OtlpConfigError> {
+    resolve_signal(cli, Signal::Metrics, collect_interval, env)
+}
+
+/// Whether a variable is set to something.
+fn set(env: &dyn Fn(&str) -> Option<String>, name: &str) -> Option<String> {
+    env(name)
+        .map(|v| v.trim().to_string())
+        .filter(|v| !v.is_empty())
+}
+
+/// `OTEL_EXPORTER_OTLP_(<SIGNAL>_)INSECURE`: `true` or `false` (any case); unset is `false`.
+fn insecure(signal: Signal, env: &dyn Fn(&str) -> Option<String>) -> Result<bool, OtlpConfigError> {
+    let Some(f) = lookup(None, "", signal, "INSECURE", env) else {
+        return Ok(false);
+    };
+    match f.value.to_ascii_lowercase().as_str() {
+        "true" => Ok(true),
+        "false" => Ok(false),
+        other => Err(OtlpConfigError {
+            source_name: f.source_name,
+            message: format!("'{other}' is not true or false"),
+        }),
+    }
+}
+
+/// Resolve one signal's settings; `Ok(None)` when OTLP is off. OTLP is on or off for both signals
+/// together: a logs endpoint alone routes the log records but does not turn OTLP on.
+pub fn resolve_signal(
+    cli: &OtlpArgs,
+    signal: Signal,
+    collect_interval: Duration,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Option<OtlpConfig>, OtlpConfigError> {
+    let on = cli.otlp
+        || cli.otlp_endpoint.is_some()
+        || set(env, "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT").is_some()
+        || set(env, "OTEL_EXPORTER_OTLP_ENDPOINT").is_some();
+    if !on {
+        return Ok(None);
+    }
     let protocol = match lookup(
         cli.otlp_protocol.clone(),
         "--otlp-protocol",
+        signal,
         "PROTOCOL",
         env,
     ) {
@@ -188,33 +267,32 @@ pub fn resolve(
         },
     };
     // Endpoint: the signal-specific variable is used verbatim; the flag and the generic variable are
-    // base URLs to which HTTP appends /v1/metrics.
+    // base URLs to which HTTP appends the signal's path.
+    let signal_var = format!("OTEL_EXPORTER_OTLP_{}_ENDPOINT", signal.env_part());
     let (endpoint, verbatim, endpoint_source) = if let Some(e) = cli.otlp_endpoint.clone() {
-        (Some(e), false, "--otlp-endpoint".to_string())
-    } else if let Some(e) =
-        env("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT").filter(|v| !v.trim().is_empty())
-    {
-        (
-            Some(e.trim().to_string()),
-            true,
-            "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT".to_string(),
-        )
-    } else if let Some(e) = env("OTEL_EXPORTER_OTLP_ENDPOINT").filter(|v| !v.trim().is_empty()) {
-        (
-            Some(e.trim().to_string()),
-            false,
-            "OTEL_EXPORTER_OTLP_ENDPOINT".to_string(),
-        )
+        (e, false, "--otlp-endpoint".to_string())
+    } else if let Some(e) = set(env, &signal_var) {
+        (e, true, signal_var.clone())
+    } else if let Some(e) = set(env, "OTEL_EXPORTER_OTLP_ENDPOINT") {
+        (e, false, "OTEL_EXPORTER_OTLP_ENDPOINT".to_string())
     } else {
-        (None, false, "--otlp".to_string())
+        let default = match protocol {
+            Protocol::Grpc => "http://localhost:4317",
+            Protocol::HttpProtobuf => "http://localhost:4318",
+        };
+        (default.to_string(), false, "--otlp".to_string())
     };
-    if endpoint.is_none() && !cli.otlp {
-        return Ok(None);
-    }
-    let endpoint = endpoint.unwrap_or_else(|| match protocol {
-        Protocol::Grpc => "http://localhost:4317".to_string(),
-        Protocol::HttpProtobuf => "http://localhost:4318".to_string(),
-    });
+    // A gRPC endpoint without a scheme (host:port): TLS unless INSECURE says plaintext.
+    let endpoint = if protocol == Protocol::Grpc && !endpoint.contains("://") {
+        let scheme = if insecure(signal, env)? {
+            "http"
+        } else {
+            "https"
+        };
+        format!("{scheme}://{endpoint}")
+    } else {
+        endpoint
+    };
     let bad_endpoint = |message: &str| OtlpConfigError {
         source_name: endpoint_source.clone(),
         message: format!("'{endpoint}': {message}"),
@@ -233,35 +311,47 @@ pub fn resolve(
         return Err(bad_endpoint("the URL has no host"));
     }
     // The flag and the generic variable are base URLs (the OTel specification's rule for
-    // OTEL_EXPORTER_OTLP_ENDPOINT): /v1/metrics is appended for HTTP. A base that already ends in a
-    // signal path would post to .../v1/metrics/v1/metrics and fail every export.
+    // OTEL_EXPORTER_OTLP_ENDPOINT): the signal's path is appended for HTTP. A base that already ends in
+    // a signal path would post to .../v1/metrics/v1/metrics and fail every export.
     if protocol == Protocol::HttpProtobuf && !verbatim {
         let path = uri.path().trim_end_matches('/');
-        if let Some(signal) = ["/v1/metrics", "/v1/logs", "/v1/traces"]
+        if let Some(ends) = ["/v1/metrics", "/v1/logs", "/v1/traces"]
             .into_iter()
             .find(|s| path.ends_with(s))
         {
             return Err(bad_endpoint(&format!(
-                "a base URL, to which /v1/metrics is appended; it already ends in {signal}: give the \
-                 base (e.g. {}://{}) or set OTEL_EXPORTER_OTLP_METRICS_ENDPOINT to the full URL",
+                "a base URL, to which {} is appended; it already ends in {ends}: give the \
+                 base (e.g. {}://{}) or set {signal_var} to the full URL",
+                signal.http_path(),
                 uri.scheme_str().unwrap_or("http"),
-                uri.authority().map(|a| a.as_str()).unwrap_or("collector:4318"),
+                uri.authority()
+                    .map(|a| a.as_str())
+                    .unwrap_or("collector:4318"),
             )));
         }
     }
     let endpoint = match protocol {
         Protocol::Grpc => endpoint.trim_end_matches('/').to_string(),
         Protocol::HttpProtobuf if verbatim => endpoint,
-        Protocol::HttpProtobuf => format!("{}/v1/metrics", endpoint.trim_end_matches('/')),
+        Protocol::HttpProtobuf => {
+            format!("{}{}", endpoint.trim_end_matches('/'), signal.http_path())
+        }
     };
 
-    let headers = match lookup(cli.otlp_headers.clone(), "--otlp-headers", "HEADERS", env) {
+    let headers = match lookup(
+        cli.otlp_headers.clone(),
+        "--otlp-headers",
+        signal,
+        "HEADERS",
+        env,
+    ) {
         Some(f) => parse_headers(&f.value, &f.source_name)?,
         None => Vec::new(),
     };
     let timeout = match lookup(
         cli.otlp_timeout.map(|t| t.to_string()),
         "--otlp-timeout",
+        signal,
         "TIMEOUT",
         env,
     ) {
@@ -271,6 +361,7 @@ pub fn resolve(
     let gzip = match lookup(
         cli.otlp_compression.clone(),
         "--otlp-compression",
+        signal,
         "COMPRESSION",
         env,
     ) {
@@ -290,6 +381,7 @@ pub fn resolve(
         lookup(
             flag.as_ref().map(|p| p.display().to_string()),
             flag_name,
+            signal,
             suffix,
             env,
         )
@@ -366,6 +458,7 @@ pub fn resolve(
         },
     };
     Ok(Some(OtlpConfig {
+        signal,
         protocol,
         endpoint,
         headers,
@@ -529,10 +622,26 @@ mod tests {
         let e = resolve(
             &cli(&[]),
             C,
-            &env_of(&[("OTEL_EXPORTER_OTLP_ENDPOINT", "collector:4317")]),
+            &env_of(&[
+                ("OTEL_EXPORTER_OTLP_ENDPOINT", "collector:4318"),
+                ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf"),
+            ]),
         )
         .unwrap_err();
         assert_eq!(e.source_name, "OTEL_EXPORTER_OTLP_ENDPOINT");
+        let e = resolve(
+            &cli(&[]),
+            C,
+            &env_of(&[
+                ("OTEL_EXPORTER_OTLP_ENDPOINT", "collector:4317"),
+                ("OTEL_EXPORTER_OTLP_METRICS_INSECURE", "yes"),
+            ]),
+        )
+        .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "OTEL_EXPORTER_OTLP_METRICS_INSECURE: 'yes' is not true or false"
+        );
         let e = resolve(
             &cli(&["--otlp", "--otlp-protocol", "http/json"]),
             C,
@@ -568,5 +677,147 @@ mod tests {
         )
         .unwrap_err();
         assert!(e.to_string().contains("zstd"));
+    }
+
+    fn logs(args: &[&str], env: &dyn Fn(&str) -> Option<String>) -> OtlpConfig {
+        resolve_signal(&cli(args), Signal::Logs, C, env)
+            .unwrap()
+            .unwrap()
+    }
+
+    #[test]
+    fn each_signal_reads_its_own_variables_before_the_generic_ones() {
+        let env = env_of(&[
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://generic:4318/base"),
+            ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf"),
+            ("OTEL_EXPORTER_OTLP_HEADERS", "tenant=generic"),
+            ("OTEL_EXPORTER_OTLP_LOGS_HEADERS", "tenant=logs"),
+            ("OTEL_EXPORTER_OTLP_METRICS_TIMEOUT", "2500"),
+            ("OTEL_EXPORTER_OTLP_TIMEOUT", "700"),
+            ("OTEL_EXPORTER_OTLP_LOGS_COMPRESSION", "gzip"),
+        ]);
+        let m = resolve(&cli(&[]), C, &env).unwrap().unwrap();
+        let l = logs(&[], &env);
+        assert_eq!(m.signal, Signal::Metrics);
+        assert_eq!(l.signal, Signal::Logs);
+        // The generic endpoint is a base URL: each signal appends its own path.
+        assert_eq!(m.endpoint, "http://generic:4318/base/v1/metrics");
+        assert_eq!(l.endpoint, "http://generic:4318/base/v1/logs");
+        assert_eq!(m.headers, vec![("tenant".into(), "generic".into())]);
+        assert_eq!(l.headers, vec![("tenant".into(), "logs".into())]);
+        assert_eq!(m.timeout, Duration::from_millis(2500));
+        assert_eq!(l.timeout, Duration::from_millis(700));
+        assert!(!m.gzip);
+        assert!(l.gzip);
+        // A signal endpoint is used as it is, whatever its path; the other signal keeps the generic one.
+        let env = env_of(&[
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://generic:4318"),
+            ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf"),
+            (
+                "OTEL_EXPORTER_OTLP_LOGS_ENDPOINT",
+                "http://logs:9000/ingest",
+            ),
+            ("OTEL_EXPORTER_OTLP_METRICS_PROTOCOL", "grpc"),
+        ]);
+        let m = resolve(&cli(&[]), C, &env).unwrap().unwrap();
+        let l = logs(&[], &env);
+        assert_eq!(
+            (m.protocol, m.endpoint.as_str()),
+            (Protocol::Grpc, "http://generic:4318")
+        );
+        assert_eq!(
+            (l.protocol, l.endpoint.as_str()),
+            (Protocol::HttpProtobuf, "http://logs:9000/ingest")
+        );
+        // The flag wins over every variable, as a base URL for both signals.
+        let l = logs(
+            &[
+                "--otlp-endpoint",
+                "http://flag:4318",
+                "--otlp-headers",
+                "a=b",
+            ],
+            &env,
+        );
+        assert_eq!(l.endpoint, "http://flag:4318/v1/logs");
+        assert_eq!(l.headers, vec![("a".into(), "b".into())]);
+        // A logs endpoint alone does not turn OTLP on.
+        let only_logs = env_of(&[("OTEL_EXPORTER_OTLP_LOGS_ENDPOINT", "http://logs:4317")]);
+        assert!(resolve_signal(&cli(&[]), Signal::Logs, C, &only_logs)
+            .unwrap()
+            .is_none());
+        assert_eq!(logs(&["--otlp"], &only_logs).endpoint, "http://logs:4317");
+        // A base URL ending in a signal path names the signal's own variable.
+        let e = resolve_signal(
+            &cli(&[
+                "--otlp-endpoint",
+                "http://h:4318/v1/logs",
+                "--otlp-protocol",
+                "http/protobuf",
+            ]),
+            Signal::Logs,
+            C,
+            &env_of(&[]),
+        )
+        .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "--otlp-endpoint: 'http://h:4318/v1/logs': a base URL, to which /v1/logs is appended; \
+             it already ends in /v1/logs: give the base (e.g. http://h:4318) or set \
+             OTEL_EXPORTER_OTLP_LOGS_ENDPOINT to the full URL"
+        );
+    }
+
+    #[test]
+    fn otlp_logs_is_on_unless_turned_off_like_a_go_boolean() {
+        assert!(cli(&[]).otlp_logs);
+        assert!(cli(&["--otlp-logs"]).otlp_logs);
+        assert!(!cli(&["--otlp-logs=false"]).otlp_logs);
+        assert!(!cli(&["--otlp-logs=0"]).otlp_logs);
+        assert!(Only::try_parse_from(["dcgm-otel", "--otlp-logs=no"]).is_err());
+    }
+
+    #[test]
+    fn insecure_picks_the_scheme_of_a_grpc_endpoint_without_one() {
+        let grpc = |pairs: &'static [(&'static str, &'static str)]| {
+            resolve(&cli(&[]), C, &env_of(pairs))
+                .unwrap()
+                .unwrap()
+                .endpoint
+        };
+        assert_eq!(
+            grpc(&[("OTEL_EXPORTER_OTLP_ENDPOINT", "collector:4317")]),
+            "https://collector:4317"
+        );
+        assert_eq!(
+            grpc(&[
+                ("OTEL_EXPORTER_OTLP_ENDPOINT", "collector:4317"),
+                ("OTEL_EXPORTER_OTLP_INSECURE", "TRUE"),
+            ]),
+            "http://collector:4317"
+        );
+        // The signal's variable wins over the generic one.
+        assert_eq!(
+            grpc(&[
+                ("OTEL_EXPORTER_OTLP_ENDPOINT", "collector:4317"),
+                ("OTEL_EXPORTER_OTLP_INSECURE", "true"),
+                ("OTEL_EXPORTER_OTLP_METRICS_INSECURE", "false"),
+            ]),
+            "https://collector:4317"
+        );
+        // A scheme says it all: INSECURE does not change it.
+        assert_eq!(
+            grpc(&[
+                ("OTEL_EXPORTER_OTLP_ENDPOINT", "https://collector:4317"),
+                ("OTEL_EXPORTER_OTLP_INSECURE", "true"),
+            ]),
+            "https://collector:4317"
+        );
+        let l = logs(
+            &["--otlp-endpoint", "collector:4317"],
+            &env_of(&[("OTEL_EXPORTER_OTLP_LOGS_INSECURE", "true")]),
+        );
+        assert_eq!(l.endpoint, "http://collector:4317");
+        assert!(!l.is_tls());
     }
 }

@@ -1,4 +1,5 @@
-//! The two OTLP transports, sending an already-encoded `ExportMetricsServiceRequest`:
+//! The two OTLP transports, sending an already-encoded export request of one signal
+//! (`ExportMetricsServiceRequest` or `ExportLogsServiceRequest`, [`Signal`]):
 //! gRPC through tonic (a lazily connected channel, a pass-through codec so the bytes are encoded once)
 //! and HTTP/protobuf through a hyper-util client over hyper-rustls. https endpoints trust the system
 //! roots plus the configured CA; a client certificate and key give mTLS. Each send reports whether a
@@ -14,7 +15,6 @@ use bytes::{Buf, BufMut, Bytes};
 use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
-use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceResponse;
 use prost::Message;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
@@ -38,7 +38,7 @@ pub enum SendError {
 /// A delivered request.
 #[derive(Debug, Default)]
 pub struct Delivered {
-    /// Data points the receiver rejected (partial success).
+    /// Data points or log records the receiver rejected (partial success).
     pub rejected_data_points: i64,
     /// The receiver's partial-success message.
     pub message: String,
@@ -51,6 +51,8 @@ pub struct Delivered {
 pub enum Transport {
     Grpc {
         channel: Channel,
+        /// The signal service's Export method.
+        path: http::uri::PathAndQuery,
         gzip: bool,
         headers: Vec<(
             tonic::metadata::MetadataKey<tonic::metadata::Ascii>,
@@ -145,6 +147,7 @@ impl Transport {
                 }
                 Ok(Transport::Grpc {
                     channel: ep.connect_lazy(),
+                    path: http::uri::PathAndQuery::from_static(cfg.signal.grpc_path()),
                     gzip: cfg.gzip,
                     headers,
                     timeout: cfg.timeout,
@@ -192,10 +195,21 @@ impl Transport {
         match self {
             Transport::Grpc {
                 channel,
+                path,
                 gzip,
                 headers,
                 timeout,
-            } => send_grpc(channel.clone(), *gzip, headers, *timeout, body.clone()).await,
+            } => {
+                send_grpc(
+                    channel.clone(),
+                    path.clone(),
+                    *gzip,
+                    headers,
+                    *timeout,
+                    body.clone(),
+                )
+                .await
+            }
             Transport::Http {
                 client,
                 url,
@@ -226,20 +240,37 @@ impl Encoder for RawEncoder {
     }
 }
 
+/// `Export{Metrics,Logs}ServiceResponse`: both are a `partial_success` message (field 1) holding the
+/// rejected count (field 1: data points or log records) and a message (field 2), so one type reads
+/// either signal's answer.
+#[derive(Clone, PartialEq, prost::Message)]
+struct ExportResponse {
+    #[prost(message, optional, tag = "1")]
+    partial_success: Option<PartialSuccess>,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+struct PartialSuccess {
+    #[prost(int64, tag = "1")]
+    rejected: i64,
+    #[prost(string, tag = "2")]
+    error_message: String,
+}
+
 impl Decoder for ResponseDecoder {
-    type Item = ExportMetricsServiceResponse;
+    type Item = ExportResponse;
     type Error = tonic::Status;
     fn decode(&mut self, src: &mut DecodeBuf<'_>) -> Result<Option<Self::Item>, tonic::Status> {
         let bytes = src.copy_to_bytes(src.remaining());
-        ExportMetricsServiceResponse::decode(bytes)
+        ExportResponse::decode(bytes)
             .map(Some)
-            .map_err(|e| tonic::Status::internal(format!("bad ExportMetricsServiceResponse: {e}")))
+            .map_err(|e| tonic::Status::internal(format!("bad OTLP export response: {e}")))
     }
 }
 
 impl Codec for RawCodec {
     type Encode = Bytes;
-    type Decode = ExportMetricsServiceResponse;
+    type Decode = ExportResponse;
     type Encoder = RawEncoder;
     type Decoder = ResponseDecoder;
     fn encoder(&mut self) -> RawEncoder {
@@ -300,6 +331,7 @@ fn retry_info(details: &[u8]) -> Option<Duration> {
 
 async fn send_grpc(
     channel: Channel,
+    path: http::uri::PathAndQuery,
     gzip: bool,
     headers: &[(
         tonic::metadata::MetadataKey<tonic::metadata::Ascii>,
@@ -324,9 +356,6 @@ async fn send_grpc(
         for (k, v) in headers {
             req.metadata_mut().insert(k.clone(), v.clone());
         }
-        let path = http::uri::PathAndQuery::from_static(
-            "/opentelemetry.proto.collector.metrics.v1.MetricsService/Export",
-        );
         grpc.unary(req, path, RawCodec).await.map_err(|status| {
             let retry_after = retry_info(status.details());
             let message = format!("gRPC {:?}: {}", status.code(), status.message());
@@ -359,7 +388,7 @@ async fn send_grpc(
     };
     let partial = resp.into_inner().partial_success.unwrap_or_default();
     Ok(Delivered {
-        rejected_data_points: partial.rejected_data_points,
+        rejected_data_points: partial.rejected,
         message: partial.error_message,
         body_bytes: len,
     })
@@ -438,12 +467,12 @@ async fn send_http(
         }
     };
     if status.is_success() {
-        let partial = ExportMetricsServiceResponse::decode(resp_body)
+        let partial = ExportResponse::decode(resp_body)
             .ok()
             .and_then(|r| r.partial_success)
             .unwrap_or_default();
         return Ok(Delivered {
-            rejected_data_points: partial.rejected_data_points,
+            rejected_data_points: partial.rejected,
             message: partial.error_message,
             body_bytes: len,
         });
@@ -490,5 +519,43 @@ mod tests {
             Some(Duration::from_millis(3500))
         );
         assert_eq!(retry_info(b""), None);
+    }
+
+    #[test]
+    fn reads_partial_success_of_either_signal() {
+        use opentelemetry_proto::tonic::collector::logs::v1::{
+            ExportLogsPartialSuccess, ExportLogsServiceResponse,
+        };
+        use opentelemetry_proto::tonic::collector::metrics::v1::{
+            ExportMetricsPartialSuccess, ExportMetricsServiceResponse,
+        };
+        let logs = ExportLogsServiceResponse {
+            partial_success: Some(ExportLogsPartialSuccess {
+                rejected_log_records: 3,
+                error_message: "too old".into(),
+            }),
+        };
+        let metrics = ExportMetricsServiceResponse {
+            partial_success: Some(ExportMetricsPartialSuccess {
+                rejected_data_points: 5,
+                error_message: "bad unit".into(),
+            }),
+        };
+        let l = ExportResponse::decode(logs.encode_to_vec().as_slice()).unwrap();
+        let m = ExportResponse::decode(metrics.encode_to_vec().as_slice()).unwrap();
+        assert_eq!(
+            l.partial_success,
+            Some(PartialSuccess {
+                rejected: 3,
+                error_message: "too old".into()
+            })
+        );
+        assert_eq!(
+            m.partial_success,
+            Some(PartialSuccess {
+                rejected: 5,
+                error_message: "bad unit".into()
+            })
+        );
     }
 }

@@ -1,0 +1,296 @@
+//! Incidents → OTLP log records: one `LogRecord` per XID occurrence, clock-event reason starting or
+//! ending, and health-watch transition, under the Resource of the entity it hit — built from the same
+//! attribute sets as that entity's metrics ([`Naming`], both resource modes and attribute styles), so
+//! the GPU or MIG instance, the host and the `k8s.*` attributes of the pod holding the device at that
+//! collection are the metrics' ones. A device shared by several pods gives each pod's Resource its
+//! record. [`ExportLogsRequest`] groups records by Resource for one `ExportLogsServiceRequest`.
+//!
+//! Each record carries the event's own DCGM time (`time_unix_nano`), the collection that saw it
+//! (`observed_time_unix_nano`), `event_name` and the `event.name` attribute (for receivers older than
+//! the `event_name` field), a severity ([`super::severity`]), a short body and the event's attributes:
+//! `nvidia.xid.code`, `nvidia.xid.message`, `nvidia.xid.class`; `nvidia.clock_event.reason`,
+//! `nvidia.clock_event.state` (`started`/`ended`), `nvidia.clock_event.duration` (seconds, at the end);
+//! `nvidia.health.watch`, `nvidia.health.result`, `nvidia.health.previous_result`,
+//! `nvidia.health.error_code`.
+
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use opentelemetry::KeyValue;
+use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
+use opentelemetry_proto::tonic::common::v1::{
+    any_value, AnyValue, InstrumentationScope, KeyValue as PKeyValue,
+};
+use opentelemetry_proto::tonic::logs::v1::{LogRecord, ResourceLogs, ScopeLogs};
+use opentelemetry_proto::tonic::resource::v1::Resource;
+
+use super::proto::pkv;
+use super::severity;
+use crate::export::otel::naming::{Naming, ResourceSplit};
+use crate::fields::xid;
+use crate::snapshot::{EntityReading, Incident, IncidentKind, Snapshot};
+
+/// `event.name` of XID records.
+pub const XID_EVENT: &str = "nvidia.gpu.xid";
+/// `event.name` of clock-event records.
+pub const CLOCK_EVENT: &str = "nvidia.gpu.clock_event";
+/// `event.name` of health records.
+pub const HEALTH_EVENT: &str = "nvidia.gpu.health";
+
+/// One record and the Resource it belongs to.
+#[derive(Debug, Clone)]
+pub struct PendingRecord {
+    /// The Resource's identity (its attributes, in order): records with equal keys share it.
+    pub resource_key: Arc<[(String, String)]>,
+    pub resource: Resource,
+    pub record: LogRecord,
+}
+
+/// Builds the records of a snapshot's incidents.
+pub struct RecordBuilder {
+    naming: Naming,
+    split: ResourceSplit,
+    base: Vec<PKeyValue>,
+}
+
+fn nanos(t: SystemTime) -> u64 {
+    t.duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0)
+}
+
+fn text(key: &str, value: impl Into<String>) -> PKeyValue {
+    PKeyValue {
+        key: key.to_string(),
+        value: Some(AnyValue {
+            value: Some(any_value::Value::StringValue(value.into())),
+        }),
+        key_strindex: 0,
+    }
+}
+
+fn int(key: &str, value: i64) -> PKeyValue {
+    PKeyValue {
+        key: key.to_string(),
+        value: Some(AnyValue {
+            value: Some(any_value::Value::IntValue(value)),
+        }),
+        key_strindex: 0,
+    }
+}
+
+fn double(key: &str, value: f64) -> PKeyValue {
+    PKeyValue {
+        key: key.to_string(),
+        value: Some(AnyValue {
+            value: Some(any_value::Value::DoubleValue(value)),
+        }),
+        key_strindex: 0,
+    }
+}
+
+/// The event name, body and attributes of one incident.
+fn describe(kind: &IncidentKind) -> (&'static str, String, Vec<PKeyValue>) {
+    match kind {
+        IncidentKind::Xid { code } => {
+            let meaning = xid::meaning(i64::from(*code));
+            (
+                XID_EVENT,
+                format!("XID {code}: {meaning}"),
+                vec![
+                    int("nvidia.xid.code", i64::from(*code)),
+                    text("nvidia.xid.message", meaning),
+                    text("nvidia.xid.class", severity::xid_class(*code).name),
+                ],
+            )
+        }
+        IncidentKind::ClockEventStarted { reason } => (
+            CLOCK_EVENT,
+            format!("clock event {reason} started"),
+            vec![
+                text("nvidia.clock_event.reason", *reason),
+                text("nvidia.clock_event.state", "started"),
+            ],
+        ),
+        IncidentKind::ClockEventEnded { reason, duration } => (
+            CLOCK_EVENT,
+            format!(
+                "clock event {reason} ended after {:.3} s",
+                duration.as_secs_f64()
+            ),
+            vec![
+                text("nvidia.clock_event.reason", *reason),
+                text("nvidia.clock_event.state", "ended"),
+                double("nvidia.clock_event.duration", duration.as_secs_f64()),
+            ],
+        ),
+        IncidentKind::Health {
+            watch,
+            previous,
+            result,
+            error_code,
+            message,
+        } => {
+            let body = if message.is_empty() {
+                format!(
+                    "health watch {watch}: {} (was {})",
+                    result.as_str(),
+                    previous.as_str()
+                )
+            } else {
+                message.to_string()
+            };
+            (
+                HEALTH_EVENT,
+                body,
+                vec![
+                    text("nvidia.health.watch", *watch),
+                    text("nvidia.health.result", result.as_str()),
+                    text("nvidia.health.previous_result", previous.as_str()),
+                    text("nvidia.health.error_code", error_code.as_ref()),
+                ],
+            )
+        }
+    }
+}
+
+impl RecordBuilder {
+    /// `base`: the host resource attributes; `split`: which attributes move into the entity's Resource
+    /// (none in host mode: the entity's identity is then on the records).
+    pub fn new(naming: Naming, split: ResourceSplit, base: &[KeyValue]) -> RecordBuilder {
+        RecordBuilder {
+            naming,
+            split,
+            base: base.iter().map(pkv).collect(),
+        }
+    }
+
+    /// The records of `snap`'s incidents, in incident order (nothing to do without incidents).
+    pub fn records(&self, snap: &Snapshot) -> Vec<PendingRecord> {
+        if snap.incidents.is_empty() {
+            return Vec::new();
+        }
+        let labels = self.naming.snapshot_labels(snap);
+        let observed = nanos(snap.taken_at);
+        let mut out = Vec::with_capacity(snap.incidents.len());
+        for incident in &snap.incidents {
+            let own_labels = snap
+                .entities
+                .iter()
+                .position(|e| {
+                    Arc::ptr_eq(&e.entity, &incident.entity) || e.entity == incident.entity
+                })
+                .and_then(|i| labels.get(i).cloned())
+                .unwrap_or_default();
+            self.incident_records(incident, own_labels, observed, &mut out);
+        }
+        out
+    }
+
+    fn incident_records(
+        &self,
+        incident: &Incident,
+        labels: Vec<KeyValue>,
+        observed: u64,
+        out: &mut Vec<PendingRecord>,
+    ) {
+        let reading = EntityReading {
+            entity: incident.entity.clone(),
+            values: Vec::new(),
+            attribution: incident.attribution.clone(),
+        };
+        let (event, body, event_attributes) = describe(&incident.kind);
+        let sev = severity::of(&incident.kind);
+        for set in self.naming.entity_attribute_sets(&reading, labels) {
+            let (identity, rest): (Vec<&KeyValue>, Vec<&KeyValue>) = set
+                .iter()
+                .partition(|kv| self.split.is_identity(kv.key.as_str()));
+            let key: Arc<[(String, String)]> = identity
+                .iter()
+                .map(|kv| (kv.key.as_str().to_string(), kv.value.as_str().into_owned()))
+                .collect();
+            let mut resource_attributes: Vec<PKeyValue> = self
+                .base
+                .iter()
+                .filter(|b| !identity.iter().any(|kv| kv.key.as_str() == b.key))
+                .cloned()
+                .collect();
+            resource_attributes.extend(identity.iter().map(|kv| pkv(kv)));
+            let mut attributes = vec![text("event.name", event)];
+            attributes.extend(event_attributes.iter().cloned());
+            attributes.extend(rest.into_iter().map(pkv));
+            out.push(PendingRecord {
+                resource_key: key,
+                resource: Resource {
+                    attributes: resource_attributes,
+                    dropped_attributes_count: 0,
+                    entity_refs: Vec::new(),
+                },
+                record: LogRecord {
+                    time_unix_nano: nanos(incident.at),
+                    observed_time_unix_nano: observed,
+                    severity_number: sev.number(),
+                    severity_text: sev.text().to_string(),
+                    body: Some(AnyValue {
+                        value: Some(any_value::Value::StringValue(body.clone())),
+                    }),
+                    attributes,
+                    dropped_attributes_count: 0,
+                    flags: 0,
+                    trace_id: Vec::new(),
+                    span_id: Vec::new(),
+                    event_name: event.to_string(),
+                },
+            });
+        }
+    }
+}
+
+/// One request built from pending records.
+pub struct ExportLogsRequest {
+    pub request: ExportLogsServiceRequest,
+    pub records: usize,
+    pub resources: usize,
+}
+
+/// Group `records` by Resource (first-seen order, records in their order) into one request.
+pub fn request(records: Vec<PendingRecord>) -> ExportLogsRequest {
+    let scope = InstrumentationScope {
+        name: "dcgm-otel".to_string(),
+        version: env!("CARGO_PKG_VERSION").to_string(),
+        attributes: Vec::new(),
+        dropped_attributes_count: 0,
+    };
+    let n = records.len();
+    let mut keys: Vec<Arc<[(String, String)]>> = Vec::new();
+    let mut resource_logs: Vec<ResourceLogs> = Vec::new();
+    for r in records {
+        let slot = match keys.iter().position(|k| *k == r.resource_key) {
+            Some(i) => i,
+            None => {
+                keys.push(r.resource_key.clone());
+                resource_logs.push(ResourceLogs {
+                    resource: Some(r.resource),
+                    scope_logs: vec![ScopeLogs {
+                        scope: Some(scope.clone()),
+                        log_records: Vec::new(),
+                        schema_url: String::new(),
+                    }],
+                    schema_url: String::new(),
+                });
+                resource_logs.len() - 1
+            }
+        };
+        if let Some(scope_logs) = resource_logs
+            .get_mut(slot)
+            .and_then(|rl| rl.scope_logs.first_mut())
+        {
+            scope_logs.log_records.push(r.record);
+        }
+    }
+    ExportLogsRequest {
+        resources: resource_logs.len(),
+        records: n,
+        request: ExportLogsServiceRequest { resource_logs },
+    }
+}
