@@ -221,7 +221,7 @@ impl Plan {
         };
         let scenario_processes = scenario.as_ref().map(|s| s.processes.clone());
         let scenario_pods = scenario.as_ref().map(|s| s.pods.clone());
-        let source = match scenario {
+        let mut source = match scenario {
             Some(scenario) => {
                 let seed = cli.simulation.seed();
                 let source = SimSource::new(
@@ -336,6 +336,12 @@ impl Plan {
             OtlpPlan::resolve(&cli.otlp, &ctx, interval, &env)
                 .map_err(|e| StartError::classify(e.is_bad_input(), e))?
         };
+        // Log records are one per incident: the DCGM source reads them even without DCGM_EXP_* rows.
+        if otlp.as_ref().is_some_and(OtlpPlan::sends_incident_logs) {
+            if let SourcePlan::Dcgm(options) | SourcePlan::Auto(options, _) = &mut source {
+                options.incident_events = true;
+            }
+        }
         Ok(Plan {
             cli,
             not_implemented,

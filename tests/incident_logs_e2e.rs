@@ -4,12 +4,11 @@
 //! receivers started inside the test, routed by `OTEL_EXPORTER_OTLP_METRICS_ENDPOINT` (HTTP, a custom
 //! path) and `OTEL_EXPORTER_OTLP_LOGS_ENDPOINT` (gRPC). Assertions are on the records that arrived and
 //! the resources they arrived under.
-//!
-//! Ignored until the simulated source plays scenario `events:` (issue 13 part 4); the exporter side is
-//! tested at library level in `tests/incident_logs.rs`.
+//! The exporter side alone is tested at library level in `tests/incident_logs.rs`.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail loudly on purpose
 
 mod common;
+mod harness;
 mod logs_sink;
 
 use std::collections::BTreeMap;
@@ -29,7 +28,6 @@ fn on_gpu<'a>(records: &'a [Received], gpu: &str, event: &str) -> Vec<&'a Receiv
 }
 
 #[test]
-#[ignore = "needs scenario events (issue 13 part 4)"]
 fn scripted_incidents_arrive_as_log_records_on_their_gpu() {
     let metrics = Sink::http("/v1/logs", "/custom/metrics");
     let logs = Sink::grpc();
@@ -111,4 +109,35 @@ fn scripted_incidents_arrive_as_log_records_on_their_gpu() {
     // Each signal reached only its own endpoint.
     assert!(metrics.store.lock().unwrap().logs.is_empty());
     assert!(metrics.store.lock().unwrap().unknown.is_empty());
+}
+
+/// Through the fake libdcgm with the default counters CSV (no `DCGM_EXP_*` row): log records alone make
+/// the DCGM source read XID history, clock events and health, so the same incidents arrive.
+#[test]
+fn dcgm_source_reads_incidents_for_log_records_without_exp_rows() {
+    let logs = Sink::http("/v1/logs", "/v1/metrics");
+    let fake = harness::Fake::new();
+    let scenario = common::fixtures_path("scenarios/incidents.yaml");
+    let exporter = fake.start(
+        &["-c", "200", "--otlp"],
+        &[
+            ("FAKE_DCGM_SCENARIO", &scenario),
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", &logs.url()),
+            ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf"),
+        ],
+    );
+    let records = logs.wait_for_records(5);
+    drop(exporter);
+    let xids: Vec<String> = on_gpu(&records, "0", "nvidia.gpu.xid")
+        .iter()
+        .map(|(_, r)| attrs(&r.attributes)["nvidia.xid.code"].clone())
+        .collect();
+    assert_eq!(xids, vec!["int:31", "int:48"]);
+    assert_eq!(on_gpu(&records, "1", "nvidia.gpu.clock_event").len(), 2);
+    assert_eq!(on_gpu(&records, "1", "nvidia.gpu.health").len(), 1);
+    let calls = fake.calls();
+    assert!(calls
+        .iter()
+        .any(|c| c.starts_with("dcgmGetValuesSince_v2 ")));
+    assert!(calls.iter().any(|c| c.starts_with("dcgmHealthCheck ")));
 }

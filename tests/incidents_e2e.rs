@@ -6,6 +6,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests and benches fail loudly on purpose
 
 mod common;
+mod harness;
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -85,7 +86,7 @@ fn assert_issue_lines(exp: &str) {
 fn simulated_events_show_the_dcgm_exporter_series() {
     let scenario = format!(
         "--simulate={}",
-        fixtures_path("scenarios/incidents-done.yaml")
+        fixtures_path("scenarios/incidents-acceptance.yaml")
     );
     let csv = fixtures_path("counters/exp.csv");
     let e = start(
@@ -142,7 +143,7 @@ impl Fake {
             ),
             (
                 "FAKE_DCGM_SCENARIO".into(),
-                fixtures_path("scenarios/incidents-done.yaml"),
+                fixtures_path("scenarios/incidents-acceptance.yaml"),
             ),
             ("FAKE_DCGM_FAULTS".into(), faults.into()),
             ("NODE_NAME".into(), "golden-host".into()),
@@ -320,4 +321,93 @@ fn p2p_not_supported_is_asked_once() {
         .filter(|l| l.starts_with("dcgmGetNvLinkP2PStatus "))
         .count();
     assert_eq!(asked, 1);
+}
+
+/// Issue 15's `hw.status` and `hw.errors{error.type="xid"}` come from these families: with
+/// `--otel-metric-names semconv`, GPU 1's MEM health failure is `hw.status{hw.state="failed"}` = 1 (and
+/// 0 for `ok`), and GPU 0's XID 31 and 48 are `hw.errors{error.type="xid"}` = 2, at a real receiver.
+#[test]
+fn incident_families_feed_the_semconv_status_and_errors() {
+    use opentelemetry_proto::tonic::common::v1::any_value::Value;
+    use opentelemetry_proto::tonic::metrics::v1::{metric::Data, number_data_point};
+
+    let receiver = harness::Receiver::start();
+    let scenario = format!(
+        "--simulate={}",
+        fixtures_path("scenarios/incidents-acceptance.yaml")
+    );
+    let csv = fixtures_path("counters/exp.csv");
+    let endpoint = format!("http://{}", receiver.addr);
+    let e = start(
+        &[
+            &scenario,
+            "-f",
+            &csv,
+            "-c",
+            "100",
+            "--otlp-endpoint",
+            &endpoint,
+            "--otlp-protocol",
+            "http/protobuf",
+            "--otel-metric-names",
+            "semconv",
+        ],
+        &[],
+    );
+    scrape_after(e.port, 10);
+    let seen = receiver.got.lock().unwrap().len();
+    let req = receiver.nth_or_later(seen + 1);
+    drop(e);
+    // (GPU index, metric, its point's attributes) → value
+    let mut points = std::collections::BTreeMap::new();
+    for rm in &req.resource_metrics {
+        let res = rm.resource.as_ref().unwrap();
+        let attr = |k: &str| {
+            res.attributes
+                .iter()
+                .find(|kv| kv.key == k)
+                .and_then(|kv| kv.value.as_ref()?.value.clone())
+        };
+        if attr("hw.parent").is_some() {
+            continue; // MIG instances: no health of their own
+        }
+        let Some(Value::StringValue(gpu)) = attr("nvidia.gpu.index").or(attr("gpu")) else {
+            continue;
+        };
+        for m in rm.scope_metrics.iter().flat_map(|s| &s.metrics) {
+            let dps = match &m.data {
+                Some(Data::Sum(s)) => &s.data_points,
+                Some(Data::Gauge(g)) => &g.data_points,
+                _ => continue,
+            };
+            for p in dps {
+                let v = match p.value {
+                    Some(number_data_point::Value::AsDouble(d)) => d,
+                    Some(number_data_point::Value::AsInt(i)) => i as f64,
+                    None => continue,
+                };
+                let mut a: Vec<String> = p
+                    .attributes
+                    .iter()
+                    .map(|kv| format!("{}={:?}", kv.key, kv.value.as_ref().unwrap().value))
+                    .collect();
+                a.sort();
+                points.insert((gpu.clone(), m.name.clone(), a.join(",")), v);
+            }
+        }
+    }
+    let get = |gpu: &str, name: &str, attrs: &str| {
+        points
+            .get(&(gpu.to_string(), name.to_string(), attrs.to_string()))
+            .copied()
+            .unwrap_or_else(|| panic!("no {name}{{{attrs}}} on GPU {gpu} in {points:#?}"))
+    };
+    let state = |s: &str| format!("hw.state=Some(StringValue({s:?}))");
+    assert_eq!(get("1", "hw.status", &state("failed")), 1.0);
+    assert_eq!(get("1", "hw.status", &state("ok")), 0.0);
+    assert_eq!(get("0", "hw.status", &state("ok")), 1.0);
+    assert_eq!(
+        get("0", "hw.errors", "error.type=Some(StringValue(\"xid\"))"),
+        2.0
+    );
 }

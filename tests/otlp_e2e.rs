@@ -1507,7 +1507,7 @@ fn incident_families_are_pushed_with_their_own_attributes() {
     let sink = Sink::grpc(0, None);
     let scenario = format!(
         "--simulate={}",
-        common::fixtures_path("scenarios/incidents-done.yaml")
+        common::fixtures_path("scenarios/incidents-acceptance.yaml")
     );
     let csv = common::fixtures_path("counters/exp.csv");
     let endpoint = format!("http://{}", sink.addr);

@@ -83,6 +83,9 @@ pub struct DcgmOptions {
     pub cpus: DeviceSelection,
     /// `--enable-gpu-bind-unbind-watch`: how often to look at DCGM's bind/unbind event.
     pub bind_watch: Option<Duration>,
+    /// Read XIDs, clock events and health for a consumer of incident occurrences (OTLP log records)
+    /// even when no `DCGM_EXP_*` row asks for them.
+    pub incident_events: bool,
 }
 
 impl DcgmOptions {
@@ -96,6 +99,19 @@ impl DcgmOptions {
             switches: selectors.switches,
             cpus: selectors.cpus,
             bind_watch: args.bind_watch(),
+            incident_events: false,
+        }
+    }
+
+    /// What incident reads the consumers need beyond the counters' `DCGM_EXP_*` rows.
+    fn event_reads(&self) -> IncidentReads {
+        if self.incident_events {
+            IncidentReads {
+                p2p: false,
+                ..IncidentReads::all()
+            }
+        } else {
+            IncidentReads::default()
         }
     }
 
@@ -245,6 +261,8 @@ pub struct DcgmSource {
     /// What the listed `DCGM_EXP_*` families need read, and the cursor and states that outlive a
     /// connection.
     incident_reads: IncidentReads,
+    /// The reads the consumers need whatever the counters say (OTLP log records).
+    event_reads: IncidentReads,
     incident_state: IncidentState,
     incident_error_logged: bool,
     /// `dcgm_otel_incident_read_errors_total`, when the application counts it.
@@ -301,7 +319,8 @@ impl DcgmSource {
             bind_every: opts.bind_watch,
             waker: None,
             bind: None,
-            incident_reads: IncidentReads::of(&counters.exporter_rows),
+            incident_reads: IncidentReads::of(&counters.exporter_rows).union(opts.event_reads()),
+            event_reads: opts.event_reads(),
             incident_state: IncidentState::default(),
             incident_error_logged: false,
             incident_errors: None,
@@ -594,7 +613,7 @@ impl Source for DcgmSource {
             self.profiling = probe_profiling(session.connection(), gpu, &set);
         }
         let dropped = filter_profiling(&self.profiling, &mut set);
-        self.incident_reads = IncidentReads::of(&set.exporter_rows);
+        self.incident_reads = IncidentReads::of(&set.exporter_rows).union(self.event_reads);
         let rows = RowPlan::new(&set);
         let wanted = Wanted::from_counters(&set);
         let previous = (

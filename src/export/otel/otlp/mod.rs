@@ -108,6 +108,12 @@ fn metric_names_conflict(args: &OtlpArgs) -> Option<OtelError> {
 }
 
 impl OtlpPlan {
+    /// Whether incident log records are sent (the source must then read every incident, whatever
+    /// the counters CSV lists).
+    pub fn sends_incident_logs(&self) -> bool {
+        self.logs.is_some()
+    }
+
     /// The plan, or `None` when OTLP is off (no `--otlp` and no endpoint). `env` looks up variables.
     pub fn resolve(
         args: &OtlpArgs,
