@@ -29,7 +29,7 @@ mod discover;
 pub mod ffi;
 pub mod remote;
 mod session;
-mod values;
+pub mod values;
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::path::PathBuf;
