@@ -566,7 +566,9 @@ mod tests {
             other => panic!("{other:?}"),
         }
         match http_reply(599, None, b"", 1) {
-            Err(SendError::Permanent(message)) => assert_eq!(message, "HTTP 599: "),
+            Err(SendError::Permanent(message)) => {
+                assert_eq!(message, "HTTP 599 <unknown status code>: ")
+            }
             other => panic!("{other:?}"),
         }
     }
