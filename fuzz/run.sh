@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Build the fuzz targets once, then run each for N seconds (or N executions with --runs) from a scratch
 # copy of its committed seed corpus; print execs and exec/s per target; exit non-zero on any crash,
-# leak, timeout or out-of-memory. Usage: fuzz/run.sh [--seconds N | --runs N] [--no-asan] [target...]
-# (no target: all). Engine and flags: fuzz/README.md.
+# leak, timeout or out-of-memory. Usage: fuzz/run.sh [--seconds N] [--runs N] [--no-asan] [target...]
+# (no target: all; with both limits a target stops at whichever comes first). Engine and flags: fuzz/README.md.
 set -euo pipefail
 cd "$(dirname "$0")"
 seconds=20
@@ -46,7 +46,7 @@ for t in "${targets[@]}"; do
   rm -rf "$work" && mkdir -p "$work/corpus" "$work/artifacts"
   cp corpus/"$t"/* "$work/corpus/" 2>/dev/null || true
   limit=(-max_total_time="$seconds")
-  [ -z "$runs" ] || limit=(-runs="$runs")
+  [ -z "$runs" ] || limit+=(-runs="$runs")
   t0=$(date +%s)
   set +e
   "$bin_dir/$t" "$work/corpus" "${limit[@]}" -timeout=10 -rss_limit_mb=2048 -max_len="$(max_len "$t")" \

@@ -1,6 +1,6 @@
 //! Raw bytes sent to :9400 as one connection, served by the real server stack (hyper's HTTP/1 parser
 //! with the 16 KiB head limit and 100-header cap, the no-body rule, the routes). Properties: no panic,
-//! no hang; every answer starts with an HTTP/1.1 status line of a status the server gives.
+//! no hang; every answer starts with an HTTP/1.x status line of a status the server gives.
 #![no_main]
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
@@ -76,8 +76,9 @@ fuzz_target!(|data: &[u8]| {
     if answer.is_empty() {
         return;
     }
+    // hyper answers an HTTP/1.0 request in HTTP/1.0.
     assert!(
-        answer.starts_with(b"HTTP/1.1 "),
+        answer.starts_with(b"HTTP/1.1 ") || answer.starts_with(b"HTTP/1.0 "),
         "{:?}",
         String::from_utf8_lossy(&answer[..answer.len().min(64)])
     );

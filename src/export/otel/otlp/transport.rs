@@ -402,9 +402,11 @@ pub fn http_reply(
         let resp = ExportMetricsServiceResponse::decode(body).unwrap_or_default();
         return Ok(delivered(resp, sent_bytes));
     }
+    // `Retry-After: delay-seconds` is 1*DIGIT (RFC 9110 10.2.3); `+3`, `-0` or an HTTP-date give none.
     let retry_after = retry_after
-        .and_then(|v| std::str::from_utf8(v).ok())
-        .and_then(|v| v.trim().parse::<u64>().ok())
+        .map(<[u8]>::trim_ascii)
+        .filter(|v| !v.is_empty() && v.iter().all(u8::is_ascii_digit))
+        .and_then(|v| std::str::from_utf8(v).ok()?.parse::<u64>().ok())
         .map(Duration::from_secs);
     let detail = RpcStatus::decode(body)
         .ok()
@@ -561,9 +563,18 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
-        match http_reply(429, Some(b"Wed, 21 Oct 2015 07:28:00 GMT"), b"busy", 1) {
-            Err(SendError::Retryable { retry_after, .. }) => assert_eq!(retry_after, None),
-            other => panic!("{other:?}"),
+        // "+30" found by fuzz/ (otlp_response): u64's parser takes a sign that delay-seconds does not.
+        for not_seconds in [
+            &b"Wed, 21 Oct 2015 07:28:00 GMT"[..],
+            b"+30",
+            b"",
+            b"-0",
+            b"1.5",
+        ] {
+            match http_reply(429, Some(not_seconds), b"busy", 1) {
+                Err(SendError::Retryable { retry_after, .. }) => assert_eq!(retry_after, None),
+                other => panic!("{other:?}"),
+            }
         }
         match http_reply(599, None, b"", 1) {
             Err(SendError::Permanent(message)) => {
