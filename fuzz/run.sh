@@ -8,12 +8,13 @@ cd "$(dirname "$0")"
 seconds=20
 runs=""
 sanitizer=(--sanitizer address)
+target_dir=target
 targets=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --seconds) seconds=$2; shift 2 ;;
     --runs) runs=$2; shift 2 ;;
-    --no-asan) sanitizer=(--sanitizer none); shift ;;
+    --no-asan) sanitizer=(--sanitizer none); target_dir=target/no-asan; shift ;;
     -*) echo "unknown option $1" >&2; exit 2 ;;
     *) targets+=("$1"); shift ;;
   esac
@@ -36,9 +37,11 @@ export RUSTC_BOOTSTRAP=1  # cargo-fuzz passes -Z flags (sanitizer, coverage); st
 start=$(date +%s)
 one=()
 [ ${#targets[@]} -ne 1 ] || one=("${targets[0]}")
-cargo fuzz build --release "${sanitizer[@]}" "${one[@]}"
+# -O -a: optimised, with debug assertions and overflow checks (an overflow is a finding, not a wrap)
+# (the two builds keep separate target dirs so neither overwrites the other's binaries)
+cargo fuzz build -O -a "${sanitizer[@]}" --target-dir "$target_dir" "${one[@]}"
 echo "build: $(( $(date +%s) - start )) s" >&2
-bin_dir=target/x86_64-unknown-linux-gnu/release
+bin_dir=$target_dir/x86_64-unknown-linux-gnu/release
 failed=0
 printf '%-26s %12s %8s %10s %8s\n' target execs seconds exec/s corpus
 for t in "${targets[@]}"; do

@@ -346,7 +346,8 @@ mod tests {
 
     #[test]
     fn counts_near_u32_max_do_not_wrap_into_a_small_fleet() {
-        // Found by fuzz/ (scenario_yaml): the sums wrapped in a release build and accepted a host of
+        // Found while writing fuzz/ scenario_yaml (its property now checks it): the sums wrapped in a
+        // release build and accepted a host of
         // 2^32 + 1 GPUs as one of 1 GPU (then the fleet was built with 4 billion of them).
         let e = Scenario::parse(
             "gpus:\n  - { model: H100-SXM5-80GB, count: 4294967295 }\n  - { model: H100-SXM5-80GB, count: 2 }\n",
