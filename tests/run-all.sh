@@ -53,6 +53,12 @@ fi
 ROTEL_BIN=$(compgen -G "$root/.venv/lib/python3*/site-packages/rotel/rotel-agent" | head -n1)
 export ROTEL_BIN
 
+# fuzzing (issue 18): cargo-fuzz drives the libFuzzer targets in fuzz/ (stable toolchain, RUSTC_BOOTSTRAP)
+if ! command -v cargo-fuzz >/dev/null; then
+  log "cargo install cargo-fuzz"
+  cargo install cargo-fuzz --locked --version 0.13.2
+fi
+
 # --- prerequisites: npm tools --------------------------------------------------------------------
 # (npm installs are appended here by the features that need them)
 # stack test: typescript + @grafana/schema for the dashboard type check (tests/dashboards/package-lock.json)
@@ -94,5 +100,13 @@ log "kubernetes manifests: kubernetes-validate --strict, ServiceMonitor, ConfigM
 log "benches: smoke runs (compile and run, a few iterations, no timing asserted; figures in docs/performance.md)"
 cargo test --bench exposition --bench cycle --bench nvml --bench kubernetes_mapping -- --smoke
 DCGM_OTEL_BIN=target/debug/dcgm-otel ./benches/load.sh --short
+
+# Every fuzz target briefly, from its committed seeds, so they keep compiling and finding nothing; the
+# long campaign and its figures: docs/reliability.md ("Fuzzing"). FUZZ_SECONDS=0 skips the step.
+fuzz_seconds=${FUZZ_SECONDS:-10}
+if [ "$fuzz_seconds" != 0 ]; then
+  log "fuzz: every target ${fuzz_seconds} s, without ASan (fuzz/run.sh)"
+  ./fuzz/run.sh --no-asan --seconds "$fuzz_seconds"
+fi
 
 log "all tests passed"

@@ -195,10 +195,20 @@ fn records(text: &str, origin: &str) -> Result<Vec<Record>, CsvError> {
                                 chars.next();
                                 break;
                             }
-                            Some('\r') | Some('\n') | None => {
-                                if chars.peek().map(|(_, c)| *c) == Some('\r') {
-                                    chars.next();
-                                }
+                            // The record ends at `\n`, `\r\n`, a `\r` ending the file, or the end;
+                            // a lone `\r` before more text is an extraneous character (as in Go), not a
+                            // line break that no editor shows.
+                            Some('\n') | None => {
+                                chars.next();
+                                end_of_record = true;
+                                break;
+                            }
+                            Some('\r')
+                                if chars.peek().is_some_and(|(i, _)| {
+                                    text[i + 1..].is_empty() || text[i + 1..].starts_with('\n')
+                                }) =>
+                            {
+                                chars.next();
                                 if chars.peek().map(|(_, c)| *c) == Some('\n') {
                                     chars.next();
                                 }
@@ -461,6 +471,28 @@ mod tests {
         );
         let e = parse("DCGM_FI_DEV_GPU_TEMP, gauge, \"x\"\n", "f.csv").unwrap_err();
         assert_eq!((e.line, e.column), (1, 30));
+    }
+
+    #[test]
+    fn a_lone_carriage_return_after_a_quote_is_not_a_line_break() {
+        // Found by fuzz/ (counters_csv): `"t"\r` ended the record and counted a line no editor shows,
+        // so later errors named the wrong line. Go's encoding/csv rejects it; a final `\r` is fine.
+        let e = parse(
+            "DCGM_FI_DEV_GPU_TEMP, gauge,\"t\"\rDCGM_FI_DEV_POWER_USAGE, gauge, p\n",
+            "c.csv",
+        )
+        .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "c.csv:1:32: extraneous character after closing quote"
+        );
+        let ok = parse(
+            "DCGM_FI_DEV_GPU_TEMP, gauge,\"t\"\r\nDCGM_FI_DEV_POWER_USAGE, gauge,\"p\"\r",
+            "c.csv",
+        )
+        .unwrap();
+        assert_eq!(ok.rows.len(), 2);
+        assert_eq!(ok.rows[1].line, 2);
     }
 
     #[test]

@@ -30,7 +30,7 @@ pub const CACHE_MAX: usize = 256;
 /// bcrypt verifications running at once.
 pub const BCRYPT_PARALLELISM: usize = 2;
 /// Longest `Authorization` value looked at (longer: malformed).
-const MAX_HEADER: usize = 1024;
+pub const MAX_HEADER: usize = 1024;
 
 /// Result of checking one request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -53,6 +53,37 @@ impl Outcome {
             Outcome::Denied => "wrong",
         }
     }
+}
+
+/// The user and password of one `Authorization: Basic ...` value, decoded on the stack.
+pub struct Credentials {
+    buf: [u8; MAX_HEADER],
+    colon: usize,
+    len: usize,
+}
+
+impl Credentials {
+    pub fn user(&self) -> &[u8] {
+        &self.buf[..self.colon]
+    }
+    pub fn password(&self) -> &[u8] {
+        &self.buf[self.colon + 1..self.len]
+    }
+}
+
+/// Split a raw `Authorization` value: `Basic ` (any case), padded standard base64 of `user:password`
+/// (the first `:` separates them), at most [`MAX_HEADER`] bytes. `None`: malformed.
+pub fn split_credentials(raw: &[u8]) -> Option<Credentials> {
+    if raw.len() > MAX_HEADER || raw.len() < 6 || !raw[..6].eq_ignore_ascii_case(b"basic ") {
+        return None;
+    }
+    let b64 = raw[6..].trim_ascii();
+    let mut buf = [0u8; MAX_HEADER];
+    let len = base64::engine::general_purpose::STANDARD
+        .decode_slice(b64, &mut buf)
+        .ok()?;
+    let colon = buf[..len].iter().position(|b| *b == b':')?;
+    Some(Credentials { buf, colon, len })
 }
 
 struct User {
@@ -116,20 +147,10 @@ impl BasicAuth {
         let Some(value) = header else {
             return Outcome::Missing;
         };
-        let raw = value.as_bytes();
-        if raw.len() > MAX_HEADER || raw.len() < 6 || !raw[..6].eq_ignore_ascii_case(b"basic ") {
-            return Outcome::Malformed;
-        }
-        let b64 = raw[6..].trim_ascii();
-        let mut buf = [0u8; MAX_HEADER];
-        let Ok(n) = base64::engine::general_purpose::STANDARD.decode_slice(b64, &mut buf) else {
+        let Some(credentials) = split_credentials(value.as_bytes()) else {
             return Outcome::Malformed;
         };
-        let decoded = &buf[..n];
-        let Some(colon) = decoded.iter().position(|b| *b == b':') else {
-            return Outcome::Malformed;
-        };
-        let (user, password) = (&decoded[..colon], &decoded[colon + 1..]);
+        let (user, password) = (credentials.user(), credentials.password());
 
         let pair = mac(&self.key, b'p', &[user, password]);
         if self.cached(&pair) {

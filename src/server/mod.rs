@@ -255,6 +255,41 @@ struct Shared {
     requests: Semaphore,
 }
 
+impl Shared {
+    fn new(state: ServerState, opts: ServeOptions) -> Arc<Shared> {
+        Arc::new(Shared {
+            state,
+            web: opts.web,
+            metrics: opts.metrics,
+            health_auth: opts.health_auth,
+            requests: Semaphore::new(opts.limits.max_requests.clamp(1, u32::MAX as usize >> 3)),
+        })
+    }
+}
+
+/// The HTTP/1 settings every connection is served with: the request-head limits and the head timeout.
+fn http1_builder(limits: &Limits) -> hyper::server::conn::http1::Builder {
+    let mut builder = hyper::server::conn::http1::Builder::new();
+    builder
+        .timer(TokioTimer::new())
+        .header_read_timeout((!limits.read_timeout.is_zero()).then_some(limits.read_timeout))
+        .keep_alive(true)
+        .max_buf_size(MAX_REQUEST_HEAD)
+        .max_headers(100);
+    builder
+}
+
+/// Serve one connection that is already open (any byte stream, plain HTTP) with the settings and
+/// handlers of [`serve_with`], until the peer is done. The seam `fuzz/` feeds raw request heads through.
+pub async fn serve_stream<I>(stream: I, state: ServerState, opts: ServeOptions)
+where
+    I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let builder = http1_builder(&opts.limits);
+    let (_keep, shutdown) = watch::channel(false);
+    serve_connection(stream, &builder, Shared::new(state, opts), shutdown).await;
+}
+
 /// Serve plain HTTP with default limits until `shutdown` flips to true.
 pub async fn serve(listener: TcpListener, state: ServerState, shutdown: watch::Receiver<bool>) {
     serve_with(listener, state, ServeOptions::plain(), shutdown).await
@@ -269,14 +304,7 @@ pub async fn serve_with(
     mut shutdown: watch::Receiver<bool>,
 ) {
     let limits = opts.limits;
-    let mut builder = hyper::server::conn::http1::Builder::new();
-    builder
-        .timer(TokioTimer::new())
-        .header_read_timeout((!limits.read_timeout.is_zero()).then_some(limits.read_timeout))
-        .keep_alive(true)
-        .max_buf_size(MAX_REQUEST_HEAD)
-        .max_headers(100);
-    let builder = Arc::new(builder);
+    let builder = Arc::new(http1_builder(&limits));
     let handshake_timeout = if limits.read_timeout.is_zero() {
         Duration::from_secs(10)
     } else {
@@ -285,13 +313,7 @@ pub async fn serve_with(
     let max_connections = limits.max_connections.clamp(1, u32::MAX as usize >> 3);
     let connection_slots = Arc::new(Semaphore::new(max_connections));
     let rejecting = Arc::new(Semaphore::new(REJECTING_MAX));
-    let shared = Arc::new(Shared {
-        state,
-        web: opts.web,
-        metrics: opts.metrics,
-        health_auth: opts.health_auth,
-        requests: Semaphore::new(limits.max_requests.clamp(1, u32::MAX as usize >> 3)),
-    });
+    let shared = Shared::new(state, opts);
     loop {
         let accepted = tokio::select! {
             r = listener.accept() => r,

@@ -433,7 +433,11 @@ pub struct ValueRef<'a> {
     raw: &'a ffi::dcgmFieldValue_v2,
 }
 
-impl ValueRef<'_> {
+impl<'a> ValueRef<'a> {
+    /// A view of one raw value (the decoder's entry point for `fuzz/` and tests).
+    pub fn new(raw: &'a ffi::dcgmFieldValue_v2) -> ValueRef<'a> {
+        ValueRef { raw }
+    }
     pub fn entity_group(&self) -> u32 {
         self.raw.entityGroupId
     }

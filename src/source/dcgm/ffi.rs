@@ -885,6 +885,28 @@ pub fn write_chars(dst: &mut [c_char], s: &str) {
     }
 }
 
+impl dcgmFieldValue_v2 {
+    /// A value built from raw bytes laid out as the C struct (`bytes` shorter than the struct leave the
+    /// rest zero; longer ones are cut). The seam that lets `fuzz/` hand arbitrary structs — any status,
+    /// type, sentinel, a string without its NUL — to the decoder exactly as the library would.
+    pub fn from_bytes(bytes: &[u8]) -> Box<dcgmFieldValue_v2> {
+        let mut value = dcgmFieldValue_v2::boxed_zeroed();
+        let n = bytes.len().min(std::mem::size_of::<dcgmFieldValue_v2>());
+        // SAFETY: the destination is a live, exclusively borrowed `dcgmFieldValue_v2` of
+        // `size_of::<dcgmFieldValue_v2>()` bytes and `n` is at most that; the source is `n` readable
+        // bytes of a distinct allocation. Every field is an integer, a float or a byte array (no padding
+        // holds an invariant), so any byte pattern is a valid value.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                bytes.as_ptr(),
+                std::ptr::from_mut::<dcgmFieldValue_v2>(&mut *value).cast::<u8>(),
+                n,
+            );
+        }
+        value
+    }
+}
+
 impl dcgmFieldValueUnion {
     /// The value as `int64_t` (fieldType 'i' or 't').
     pub fn as_i64(&self) -> i64 {

@@ -30,7 +30,7 @@ pub mod ffi;
 pub mod incidents;
 pub mod remote;
 mod session;
-mod values;
+pub mod values;
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::path::PathBuf;

@@ -208,10 +208,12 @@ impl Scenario {
         if scenario.gpus.is_empty() {
             return Err(invalid("no gpus".into()));
         }
-        let total: u32 = scenario.gpus.iter().map(|g| g.count).sum();
+        // Sums in u64: counts near u32::MAX must not wrap into a small, accepted total.
+        let total: u64 = scenario.gpus.iter().map(|g| u64::from(g.count)).sum();
         if total == 0 || total > 64 {
             return Err(invalid(format!("{total} GPUs; a host has 1 to 64")));
         }
+        let total = total as u32;
         for g in &scenario.gpus {
             let model = super::models::model(&g.model).ok_or_else(|| {
                 invalid(format!(
@@ -278,8 +280,8 @@ impl Scenario {
                 }
             }
         }
-        let switches: u32 = scenario.nvswitches.iter().map(|s| s.count).sum();
-        if switches > crate::snapshot::inventory::MAX_SWITCHES {
+        let switches: u64 = scenario.nvswitches.iter().map(|s| u64::from(s.count)).sum();
+        if switches > u64::from(crate::snapshot::inventory::MAX_SWITCHES) {
             return Err(invalid(format!(
                 "{switches} NvSwitches; DCGM reports at most {}",
                 crate::snapshot::inventory::MAX_SWITCHES
@@ -291,10 +293,14 @@ impl Scenario {
                 s.links
             )));
         }
-        let cpus: u32 = scenario.cpus.iter().map(|c| c.count).sum();
-        let cores: u32 = scenario.cpus.iter().map(|c| c.count * c.cores).sum();
-        if cpus > crate::snapshot::inventory::MAX_CPUS
-            || cores > crate::snapshot::inventory::MAX_CPU_CORES
+        let cpus: u64 = scenario.cpus.iter().map(|c| u64::from(c.count)).sum();
+        let cores: u64 = scenario
+            .cpus
+            .iter()
+            .map(|c| u64::from(c.count) * u64::from(c.cores))
+            .sum();
+        if cpus > u64::from(crate::snapshot::inventory::MAX_CPUS)
+            || cores > u64::from(crate::snapshot::inventory::MAX_CPU_CORES)
             || scenario.cpus.iter().any(|c| c.cores == 0)
         {
             return Err(invalid(format!(
@@ -359,6 +365,28 @@ mod tests {
             Scenario::load("nope"),
             Err(ScenarioError::Unknown(_))
         ));
+    }
+
+    #[test]
+    fn counts_near_u32_max_do_not_wrap_into_a_small_fleet() {
+        // Found while writing fuzz/ scenario_yaml (its property now checks it): the sums wrapped in a
+        // release build and accepted a host of
+        // 2^32 + 1 GPUs as one of 1 GPU (then the fleet was built with 4 billion of them).
+        let e = Scenario::parse(
+            "gpus:\n  - { model: H100-SXM5-80GB, count: 4294967295 }\n  - { model: H100-SXM5-80GB, count: 2 }\n",
+            "s.yaml",
+        )
+        .unwrap_err();
+        assert_eq!(e.to_string(), "s.yaml: 4294967297 GPUs; a host has 1 to 64");
+        let e = Scenario::parse(
+            "gpus: [{ model: H100-SXM5-80GB }]\ncpus: [{ count: 65536, cores: 65536 }]\n",
+            "s.yaml",
+        )
+        .unwrap_err();
+        assert!(
+            e.to_string().contains("65536 CPUs with 4294967296 cores"),
+            "{e}"
+        );
     }
 
     #[test]

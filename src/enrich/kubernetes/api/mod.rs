@@ -15,9 +15,11 @@
 //! The API being down never blocks a collection: the cache keeps what it last knew for
 //! [`stale_after`] (10 collect intervals, at least 10 s) after the watch was lost, then is emptied
 //! (series lose their pod labels and API UIDs) until a list succeeds again; each change is logged once. Requests are counted in
-//! `dcgm_otel_kubernetes_api_requests_total{verb,result}`.
+//! `dcgm_otel_kubernetes_api_requests_total{verb,result}`. The bytes of a list page and of the watch
+//! stream are decoded by [`stream`] (no I/O, bounded line and page sizes).
 
 pub mod config;
+pub mod stream;
 pub mod watch;
 
 pub use config::{ApiConfig, Auth, ConfigError};

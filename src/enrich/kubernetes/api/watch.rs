@@ -14,6 +14,7 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use serde_json::Value;
 
 use super::config::{ApiConfig, Auth};
+use super::stream::{self, WatchDecoder, WatchEvent};
 use crate::telemetry::self_metrics::{Metric, SelfMetrics};
 
 /// Server-side timeout of one watch request (it then resumes from the last version seen).
@@ -253,14 +254,6 @@ struct Run<T> {
     connector: hyper_rustls::HttpsConnector<HttpConnector>,
 }
 
-/// Decoded `metadata.resourceVersion` of an object or list.
-fn resource_version(v: &Value) -> Option<String> {
-    v.get("metadata")?
-        .get("resourceVersion")?
-        .as_str()
-        .map(str::to_string)
-}
-
 fn encode(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     for b in s.bytes() {
@@ -418,13 +411,13 @@ impl<T: Send + Sync + 'static> Run<T> {
             }
             let got = async {
                 let resp = self.send(client, &query, Duration::from_secs(30)).await?;
-                let body =
-                    tokio::time::timeout(Duration::from_secs(30), resp.into_body().collect())
-                        .await
-                        .map_err(|_| Failure::Transport("list body timed out".into()))?
-                        .map_err(|e| Failure::Transport(e.to_string()))?
-                        .to_bytes();
-                serde_json::from_slice::<Value>(&body).map_err(|e| Failure::Decode(e.to_string()))
+                let limited = http_body_util::Limited::new(resp.into_body(), stream::MAX_LIST_PAGE);
+                let body = tokio::time::timeout(Duration::from_secs(30), limited.collect())
+                    .await
+                    .map_err(|_| Failure::Transport("list body timed out".into()))?
+                    .map_err(|e| Failure::Transport(format!("list page: {e}")))?
+                    .to_bytes();
+                stream::decode_list_page(&body).map_err(|e| Failure::Decode(e.to_string()))
             }
             .await;
             let list = match got {
@@ -437,24 +430,14 @@ impl<T: Send + Sync + 'static> Run<T> {
                     return Err(e);
                 }
             };
-            for item in list
-                .get("items")
-                .and_then(Value::as_array)
-                .into_iter()
-                .flatten()
-            {
+            for item in &list.items {
                 if let Some((k, v)) = (self.resource.parse)(item) {
                     map.insert(k, Arc::new(v));
                 }
             }
-            cont = list
-                .get("metadata")
-                .and_then(|m| m.get("continue"))
-                .and_then(Value::as_str)
-                .filter(|c| !c.is_empty())
-                .map(str::to_string);
+            cont = list.continue_token;
             if cont.is_none() {
-                let version = resource_version(&list).unwrap_or_default();
+                let version = list.version;
                 cache.replace(map);
                 tracing::debug!(resource = self.resource.name, objects = cache.len(), version = %version, "Kubernetes API list");
                 return Ok(version);
@@ -488,7 +471,7 @@ impl<T: Send + Sync + 'static> Run<T> {
             }
         };
         let mut body = resp.into_body();
-        let mut buf: Vec<u8> = Vec::new();
+        let mut decoder = WatchDecoder::new();
         let mut last = None;
         let limit = Duration::from_secs(WATCH_TIMEOUT_S + 30);
         loop {
@@ -508,46 +491,27 @@ impl<T: Send + Sync + 'static> Run<T> {
             let Ok(data) = frame.into_data() else {
                 continue;
             };
-            buf.extend_from_slice(&data);
-            while let Some(nl) = buf.iter().position(|&b| b == b'\n') {
-                let line: Vec<u8> = buf.drain(..=nl).collect();
-                if line.iter().all(u8::is_ascii_whitespace) {
-                    continue;
-                }
-                let event: Value =
-                    serde_json::from_slice(&line).map_err(|e| Failure::Decode(e.to_string()))?;
+            for event in decoder.push(&data) {
+                let event = event.map_err(|e| Failure::Decode(e.to_string()))?;
                 self.metrics.events.inc();
-                let kind = event
-                    .get("type")
-                    .and_then(Value::as_str)
-                    .unwrap_or_default();
-                let Some(object) = event.get("object") else {
-                    continue;
-                };
-                match kind {
-                    "ADDED" | "MODIFIED" | "DELETED" => {
+                let version = event.resource_version();
+                match event {
+                    WatchEvent::Put(ref object) | WatchEvent::Delete(ref object) => {
+                        let deleted = matches!(event, WatchEvent::Delete(_));
                         if let Some((k, v)) = (self.resource.parse)(object) {
-                            cache.put(k, (kind != "DELETED").then(|| Arc::new(v)));
+                            cache.put(k, (!deleted).then(|| Arc::new(v)));
                         }
                         self.metrics.objects.set(cache.len() as f64);
                     }
-                    "BOOKMARK" => {}
-                    "ERROR" => {
-                        let code = object.get("code").and_then(Value::as_u64).unwrap_or(0);
-                        if code == 410 {
-                            self.metrics.watch_gone.inc();
-                            return Err(Failure::Gone);
-                        }
-                        let msg = object
-                            .get("message")
-                            .and_then(Value::as_str)
-                            .unwrap_or_default();
-                        return Err(Failure::Http(code as u16, msg.to_string()));
+                    WatchEvent::Bookmark(_) => {}
+                    WatchEvent::Gone => {
+                        self.metrics.watch_gone.inc();
+                        return Err(Failure::Gone);
                     }
-                    _ => continue,
+                    WatchEvent::Error(code, message) => return Err(Failure::Http(code, message)),
                 }
-                if let Some(v) = resource_version(object) {
-                    last = Some(v);
+                if version.is_some() {
+                    last = version;
                 }
             }
         }

@@ -340,7 +340,6 @@ async fn send_grpc(
     timeout: Duration,
     body: Bytes,
 ) -> Result<Delivered, SendError> {
-    use tonic::Code;
     let len = body.len();
     let mut grpc = tonic::client::Grpc::new(channel).accept_compressed(CompressionEncoding::Gzip);
     if gzip {
@@ -356,26 +355,9 @@ async fn send_grpc(
         for (k, v) in headers {
             req.metadata_mut().insert(k.clone(), v.clone());
         }
-        grpc.unary(req, path, RawCodec).await.map_err(|status| {
-            let retry_after = retry_info(status.details());
-            let message = format!("gRPC {:?}: {}", status.code(), status.message());
-            match status.code() {
-                Code::Unavailable
-                | Code::Cancelled
-                | Code::DeadlineExceeded
-                | Code::Aborted
-                | Code::OutOfRange
-                | Code::DataLoss => SendError::Retryable {
-                    message,
-                    retry_after,
-                },
-                Code::ResourceExhausted if retry_after.is_some() => SendError::Retryable {
-                    message,
-                    retry_after,
-                },
-                _ => SendError::Permanent(message),
-            }
-        })
+        grpc.unary(req, path, RawCodec)
+            .await
+            .map_err(|status| grpc_failure(status.code(), status.message(), status.details()))
     };
     let resp = match tokio::time::timeout(timeout + Duration::from_secs(1), fut).await {
         Ok(r) => r?,
@@ -386,12 +368,92 @@ async fn send_grpc(
             })
         }
     };
-    let partial = resp.into_inner().partial_success.unwrap_or_default();
-    Ok(Delivered {
+    Ok(delivered(resp.into_inner(), len))
+}
+
+/// Longest receiver message kept (partial success, error detail): it goes to the log.
+pub const MAX_MESSAGE: usize = 512;
+/// Longest HTTP response body read from a collector.
+pub const MAX_RESPONSE_BODY: usize = 4 << 20;
+
+fn clip(s: &str) -> String {
+    let s = s.trim();
+    match s.char_indices().nth(MAX_MESSAGE) {
+        Some((i, _)) => s[..i].to_string(),
+        None => s.to_string(),
+    }
+}
+
+/// A successful reply: its partial success, if any.
+fn delivered(resp: ExportResponse, body_bytes: usize) -> Delivered {
+    let partial = resp.partial_success.unwrap_or_default();
+    Delivered {
         rejected_data_points: partial.rejected,
-        message: partial.error_message,
-        body_bytes: len,
-    })
+        message: clip(&partial.error_message),
+        body_bytes,
+    }
+}
+
+/// What a failed gRPC call means: the OTLP retryable codes (RESOURCE_EXHAUSTED only with a RetryInfo
+/// in the status details) and the server's requested delay.
+pub fn grpc_failure(code: tonic::Code, message: &str, details: &[u8]) -> SendError {
+    use tonic::Code;
+    let retry_after = retry_info(details);
+    let message = format!("gRPC {code:?}: {}", clip(message));
+    match code {
+        Code::Unavailable
+        | Code::Cancelled
+        | Code::DeadlineExceeded
+        | Code::Aborted
+        | Code::OutOfRange
+        | Code::DataLoss => SendError::Retryable {
+            message,
+            retry_after,
+        },
+        Code::ResourceExhausted if retry_after.is_some() => SendError::Retryable {
+            message,
+            retry_after,
+        },
+        _ => SendError::Permanent(message),
+    }
+}
+
+/// What an OTLP/HTTP collector's reply means: its status, `Retry-After` value (delay-seconds) and body
+/// (an `Export{Metrics,Logs}ServiceResponse` on success, a `google.rpc.Status` or text otherwise).
+/// `sent_bytes` is the request body's size, reported back in [`Delivered`].
+pub fn http_reply(
+    status: u16,
+    retry_after: Option<&[u8]>,
+    body: &[u8],
+    sent_bytes: usize,
+) -> Result<Delivered, SendError> {
+    if (200..300).contains(&status) {
+        let resp = ExportResponse::decode(body).unwrap_or_default();
+        return Ok(delivered(resp, sent_bytes));
+    }
+    // `Retry-After: delay-seconds` is 1*DIGIT (RFC 9110 10.2.3); `+3`, `-0` or an HTTP-date give none.
+    let retry_after = retry_after
+        .map(<[u8]>::trim_ascii)
+        .filter(|v| !v.is_empty() && v.iter().all(u8::is_ascii_digit))
+        .and_then(|v| std::str::from_utf8(v).ok()?.parse::<u64>().ok())
+        .map(Duration::from_secs);
+    let detail = RpcStatus::decode(body)
+        .ok()
+        .map(|s| s.message)
+        .filter(|m| !m.is_empty())
+        .unwrap_or_else(|| String::from_utf8_lossy(&body[..body.len().min(200)]).into_owned());
+    let shown = match http::StatusCode::from_u16(status) {
+        Ok(s) => s.to_string(),
+        Err(_) => status.to_string(),
+    };
+    let message = format!("HTTP {shown}: {}", clip(&detail));
+    match status {
+        429 | 502 | 503 | 504 => Err(SendError::Retryable {
+            message,
+            retry_after,
+        }),
+        _ => Err(SendError::Permanent(message)),
+    }
 }
 
 // ---- HTTP ------------------------------------------------------------------------------------------
@@ -442,15 +504,10 @@ async fn send_http(
                 message: format!("HTTP: {e}"),
                 retry_after: None,
             })?;
-        let status = resp.status();
-        let retry_after = resp
-            .headers()
-            .get(http::header::RETRY_AFTER)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.trim().parse::<u64>().ok())
-            .map(Duration::from_secs);
-        let body = resp
-            .into_body()
+        let status = resp.status().as_u16();
+        let retry_after = resp.headers().get(http::header::RETRY_AFTER).cloned();
+        // A collector's answer is small; a longer one is cut (the status still decides).
+        let body = http_body_util::Limited::new(resp.into_body(), MAX_RESPONSE_BODY)
             .collect()
             .await
             .map(|b| b.to_bytes())
@@ -466,32 +523,12 @@ async fn send_http(
             })
         }
     };
-    if status.is_success() {
-        let partial = ExportResponse::decode(resp_body)
-            .ok()
-            .and_then(|r| r.partial_success)
-            .unwrap_or_default();
-        return Ok(Delivered {
-            rejected_data_points: partial.rejected,
-            message: partial.error_message,
-            body_bytes: len,
-        });
-    }
-    let detail = RpcStatus::decode(resp_body.clone())
-        .ok()
-        .map(|s| s.message)
-        .filter(|m| !m.is_empty())
-        .unwrap_or_else(|| {
-            String::from_utf8_lossy(&resp_body[..resp_body.len().min(200)]).into_owned()
-        });
-    let message = format!("HTTP {status}: {}", detail.trim());
-    match status.as_u16() {
-        429 | 502 | 503 | 504 => Err(SendError::Retryable {
-            message,
-            retry_after,
-        }),
-        _ => Err(SendError::Permanent(message)),
-    }
+    http_reply(
+        status,
+        retry_after.as_ref().map(http::HeaderValue::as_bytes),
+        &resp_body,
+        len,
+    )
 }
 
 #[cfg(test)]
@@ -557,5 +594,91 @@ mod tests {
                 error_message: "bad unit".into()
             })
         );
+    }
+
+    #[test]
+    fn http_replies_read_partial_success_status_details_and_retry_after() {
+        use opentelemetry_proto::tonic::collector::metrics::v1::{
+            ExportMetricsPartialSuccess, ExportMetricsServiceResponse,
+        };
+        let ok = ExportMetricsServiceResponse {
+            partial_success: Some(ExportMetricsPartialSuccess {
+                rejected_data_points: 3,
+                error_message: "é".repeat(600),
+            }),
+        };
+        let d = http_reply(200, None, &ok.encode_to_vec(), 10).unwrap();
+        assert_eq!(d.rejected_data_points, 3);
+        assert_eq!(d.message, "é".repeat(MAX_MESSAGE));
+        assert_eq!(d.body_bytes, 10);
+        let garbage = http_reply(204, Some(b"5"), b"\xff\xff", 1).unwrap();
+        assert_eq!(
+            (garbage.rejected_data_points, garbage.message.as_str()),
+            (0, "")
+        );
+
+        let status = RpcStatus {
+            code: 8,
+            message: "slow down".into(),
+            details: vec![],
+        };
+        match http_reply(503, Some(b" 7 "), &status.encode_to_vec(), 1) {
+            Err(SendError::Retryable {
+                message,
+                retry_after,
+            }) => {
+                assert_eq!(message, "HTTP 503 Service Unavailable: slow down");
+                assert_eq!(retry_after, Some(Duration::from_secs(7)));
+            }
+            other => panic!("{other:?}"),
+        }
+        // "+30" found by fuzz/ (otlp_response): u64's parser takes a sign that delay-seconds does not.
+        for not_seconds in [
+            &b"Wed, 21 Oct 2015 07:28:00 GMT"[..],
+            b"+30",
+            b"",
+            b"-0",
+            b"1.5",
+        ] {
+            match http_reply(429, Some(not_seconds), b"busy", 1) {
+                Err(SendError::Retryable { retry_after, .. }) => assert_eq!(retry_after, None),
+                other => panic!("{other:?}"),
+            }
+        }
+        match http_reply(599, None, b"", 1) {
+            Err(SendError::Permanent(message)) => {
+                assert_eq!(message, "HTTP 599 <unknown status code>: ")
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn grpc_resource_exhausted_is_retried_only_with_retry_info() {
+        let info = RetryInfo {
+            retry_delay: Some(ProtoDuration {
+                seconds: i64::MAX,
+                nanos: i32::MAX,
+            }),
+        };
+        let status = RpcStatus {
+            code: 8,
+            message: String::new(),
+            details: vec![ProtoAny {
+                type_url: "type.googleapis.com/google.rpc.RetryInfo".into(),
+                value: info.encode_to_vec(),
+            }],
+        };
+        assert!(matches!(
+            grpc_failure(tonic::Code::ResourceExhausted, "x", &status.encode_to_vec()),
+            SendError::Retryable {
+                retry_after: Some(_),
+                ..
+            }
+        ));
+        assert!(matches!(
+            grpc_failure(tonic::Code::ResourceExhausted, "x", b""),
+            SendError::Permanent(_)
+        ));
     }
 }
