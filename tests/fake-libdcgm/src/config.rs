@@ -22,8 +22,12 @@ pub struct Faults {
     /// `disconnect_after_polls=N`: after the N-th successful latest-values call the host engine goes
     /// away (once).
     pub disconnect_after_polls: Option<u64>,
-    /// `down_ms=M`: how long connect / start attempts fail after that disconnect.
+    /// `down_ms=M`: how long connect / start attempts fail after that disconnect (or each outage of
+    /// `outage_every_ms`).
     pub down: Duration,
+    /// `outage_every_ms=N`: a host engine that goes away again and again: at the first poll after each
+    /// N ms of wall time since `dcgmInit`, it is lost as with `disconnect_after_polls` (for `down_ms`).
+    pub outage_every: Option<Duration>,
     /// `refuse_connect=N`: the first N connect / start attempts fail.
     pub refuse_connect: u32,
     /// `slow_ms=N`: every latest-values call sleeps this long.
@@ -116,6 +120,10 @@ impl Faults {
             match key.trim() {
                 "disconnect_after_polls" => f.disconnect_after_polls = Some(num(value)?),
                 "down_ms" => f.down = Duration::from_millis(num(value)?),
+                "outage_every_ms" => match num(value)? {
+                    0 => return Err(bad("must be at least 1")),
+                    ms => f.outage_every = Some(Duration::from_millis(ms)),
+                },
                 "refuse_connect" => {
                     f.refuse_connect = u32::try_from(num(value)?).map_err(|_| bad("too large"))?
                 }
@@ -147,8 +155,8 @@ impl Faults {
                 }
                 _ => {
                     return Err(bad(
-                        "unknown fault (known: disconnect_after_polls, down_ms, refuse_connect, \
-                         slow_ms, hang_ms, vanish_gpu, blank_field, unbind_gpu, bind_gpu)",
+                        "unknown fault (known: disconnect_after_polls, down_ms, outage_every_ms, \
+                         refuse_connect, slow_ms, hang_ms, vanish_gpu, blank_field, unbind_gpu, bind_gpu)",
                     ))
                 }
             }
@@ -183,6 +191,9 @@ mod tests {
         assert_eq!(f.slow, Duration::from_millis(10));
         assert_eq!(f.vanish, vec![(1, 4), (0, 9)]);
         assert_eq!(f.blank_fields, vec![150, 155]);
+        let f = Faults::parse("outage_every_ms=60000,down_ms=10000").unwrap();
+        assert_eq!(f.outage_every, Some(Duration::from_millis(60000)));
+        assert!(Faults::parse("outage_every_ms=0").is_err());
         let f = Faults::parse("unbind_gpu=1@3,bind_gpu=1@6").unwrap();
         assert_eq!((f.unbind, f.bind), (vec![(1, 3)], vec![(1, 6)]));
     }

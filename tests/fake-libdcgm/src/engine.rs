@@ -102,6 +102,8 @@ pub struct Engine {
     connect_attempts: u32,
     down_until: Option<Instant>,
     disconnected_once: bool,
+    /// `outage_every_ms`: when the next repeated outage is due (set at `dcgmInit`).
+    next_outage: Option<Instant>,
     polls: u64,
     /// Polling calls begun (the `hang_ms` fault counts these).
     polls_begun: u64,
@@ -248,7 +250,9 @@ impl Engine {
             )
         })?;
         let fleet = Fleet::new(&scenario, cfg.seed);
+        let next_outage = cfg.faults.outage_every.map(|every| Instant::now() + every);
         *self = Engine {
+            next_outage,
             cfg,
             initialized: true,
             fleet: Some(fleet),
@@ -955,6 +959,15 @@ impl Engine {
         if !self.disconnected_once && self.cfg.faults.disconnect_after_polls == Some(polls) {
             self.lose_host_engine();
         }
+        if let (Some(due), Some(every)) = (self.next_outage, self.cfg.faults.outage_every) {
+            let now = Instant::now();
+            if now >= due {
+                crate::calllog::line("host engine outage begins");
+                self.lose_host_engine();
+                // The next one is due a whole period after this outage ends.
+                self.next_outage = Some(now + self.cfg.faults.down + every);
+            }
+        }
     }
 
     /// The wire value of one field on one entity (`live` = DCGM_FV_FLAG_LIVE_DATA: no watch needed).
@@ -1177,6 +1190,19 @@ mod tests {
         assert_eq!(e.check(h), Err(ffi::DCGM_ST_CONNECTION_NOT_VALID));
         assert_eq!(e.connect("x"), Err(ffi::DCGM_ST_CONNECTION_NOT_VALID));
         assert!(!e.groups.contains_key(&g));
+    }
+
+    #[test]
+    fn repeated_outage_fault_loses_the_engine_each_period() {
+        let mut e = engine_with("outage_every_ms=1,down_ms=0", true);
+        e.next_outage = Some(Instant::now());
+        for _ in 0..2 {
+            let h = e.connect("x").unwrap();
+            std::thread::sleep(Duration::from_millis(2));
+            e.begin_read(&[]);
+            e.end_read();
+            assert_eq!(e.check(h), Err(ffi::DCGM_ST_CONNECTION_NOT_VALID));
+        }
     }
 
     #[test]
