@@ -19,6 +19,12 @@ use crate::telemetry::self_metrics::{Metric, SelfMetrics};
 /// Server-side timeout of one watch request (it then resumes from the last version seen).
 pub const WATCH_TIMEOUT_S: u64 = 300;
 
+/// Longest watch event (one JSON line) kept while waiting for its end: an object is at most 1.5 MiB in
+/// etcd by default, so a longer line is a broken or hostile server. The watch is then cut (counted in
+/// `dcgm_otel_kubernetes_api_requests_total{verb="watch",result="error"}`) instead of buffering
+/// without end.
+pub const MAX_WATCH_EVENT_BYTES: usize = 4 << 20;
+
 /// How long the cache is used after the watch was lost before it is emptied: 10 collect intervals,
 /// at least 10 s.
 pub fn stale_after(interval: Duration) -> Duration {
@@ -549,6 +555,13 @@ impl<T: Send + Sync + 'static> Run<T> {
                 if let Some(v) = resource_version(object) {
                     last = Some(v);
                 }
+            }
+            if buf.len() > MAX_WATCH_EVENT_BYTES {
+                self.metrics.watch_error.inc();
+                return Err(Failure::Decode(format!(
+                    "watch event longer than {} MiB; stream cut",
+                    MAX_WATCH_EVENT_BYTES >> 20
+                )));
             }
         }
     }
