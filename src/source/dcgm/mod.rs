@@ -392,7 +392,7 @@ impl DcgmSource {
             Err(e) => {
                 self.retry.failed(now);
                 if self.retry.attempts <= 1 {
-                    tracing::warn!(mode = %self.mode, error = %e, "cannot reconnect to DCGM; retrying with backoff");
+                    tracing::warn!(mode = %self.mode, error = %e, "cannot reconnect to DCGM; retrying at every collection");
                 } else {
                     tracing::debug!(mode = %self.mode, error = %e, attempt = self.retry.attempts, "reconnection failed");
                 }
