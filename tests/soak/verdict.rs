@@ -169,7 +169,7 @@ fn last_before(ticks: &[Tick], t: f64) -> Option<&Tick> {
     ticks.iter().rev().find(|k| k.t <= t && k.answered)
 }
 
-fn first_after<'a>(ticks: &'a [Tick], t: f64, ok: impl Fn(&Tick) -> bool) -> Option<&'a Tick> {
+fn first_after(ticks: &[Tick], t: f64, ok: impl Fn(&Tick) -> bool) -> Option<&Tick> {
     ticks.iter().find(|k| k.t >= t && k.answered && ok(k))
 }
 
