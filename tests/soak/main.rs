@@ -10,7 +10,7 @@
 //!
 //! `#[ignore]`d: `tests/soak/run.sh [--minutes N]` runs it (release exporter); `tests/run-all.sh` runs
 //! a 90 s version. Settings: `SOAK_SECONDS` (default 90), `SOAK_BIN` (default: this build's binary),
-//! `SOAK_OUT` (default `target/soak`): `samples.csv`, `events.csv`, `report.md`, `exporter.log`.
+//! `SOAK_OUT` (default `target/soak`): `samples.csv`, `timeline.csv`, `report.md`, `exporter.log`.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a test driver fails loudly on purpose
 
 mod load;
@@ -431,6 +431,7 @@ fn soak() {
         faults: &faults,
     });
     verdict::write(&out, &samples, &report);
+    verdict::write_timeline(&out, &ticks);
     eprintln!("{}", report.markdown);
     assert!(
         report.failures.is_empty(),

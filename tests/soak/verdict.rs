@@ -303,6 +303,21 @@ pub fn judge(mut i: Inputs<'_>) -> Report {
         }
     }
 
+    // No stale pod: the last kubelet mapping is kept 3 collections (KEEP_INTERVALS), then dropped.
+    for e in i.events.iter().filter(|e| e.what == "kubelet") {
+        let end = e.end.unwrap_or(e.start);
+        let keep = f64::from(dcgm_otel::enrich::kubernetes::KEEP_INTERVALS) * INTERVAL_S;
+        let served = during(i.ticks, e.start + keep + 2.0 * INTERVAL_S + 0.3, end - 0.3)
+            .filter(|k| k.pod_series > 0)
+            .count();
+        if served > 0 {
+            failures.push(format!(
+                "kubelet away t={:.1}..{end:.1}s: {served} readings still named pods after {keep:.0}s",
+                e.start
+            ));
+        }
+    }
+
     // Resources: baseline before the load, the end after it settled.
     let baseline = i
         .samples
@@ -501,4 +516,32 @@ pub fn write(out: &Path, samples: &[Sample], report: &Report) {
     }
     std::fs::write(out.join("samples.csv"), csv).unwrap();
     std::fs::write(out.join("report.md"), &report.markdown).unwrap();
+}
+
+/// The 250 ms self-metrics timeline (`timeline.csv`), for looking into a failed run.
+pub fn write_timeline(out: &Path, ticks: &[Tick]) {
+    let mut csv = String::from(
+        "t_s,answered,source_up,collect_errors,dcgm_series,pod_series,kubelet_ok,kubelet_bad,api_ok,api_err,otlp_trouble,otlp_pending,csv_reloads,web_reloads\n",
+    );
+    for k in ticks {
+        let _ = writeln!(
+            csv,
+            "{:.2},{},{},{},{},{},{},{},{},{},{},{},{},{}",
+            k.t,
+            u8::from(k.answered),
+            k.source_up,
+            k.collect_errors,
+            k.dcgm_series,
+            k.pod_series,
+            k.kubelet_ok,
+            k.kubelet_bad,
+            k.api_ok,
+            k.api_err,
+            k.otlp_trouble,
+            k.pending,
+            k.csv_reloads,
+            k.web_reloads
+        );
+    }
+    std::fs::write(out.join("timeline.csv"), csv).unwrap();
 }
