@@ -23,4 +23,4 @@ pub mod watch;
 pub use config::{ApiConfig, Auth, ConfigError};
 pub use watch::{Cache, Resource, Watcher};
 
-pub use watch::{stale_after, MAX_WATCH_EVENT_BYTES, WATCH_TIMEOUT_S};
+pub use watch::{stale_after, MAX_LIST_PAGE_BYTES, MAX_WATCH_EVENT_BYTES, WATCH_TIMEOUT_S};

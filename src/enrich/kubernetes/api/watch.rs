@@ -25,6 +25,11 @@ pub const WATCH_TIMEOUT_S: u64 = 300;
 /// without end.
 pub const MAX_WATCH_EVENT_BYTES: usize = 4 << 20;
 
+/// Largest list page read (pages hold at most 500 objects; a node's pods are a few MiB at most). A
+/// larger body fails the list (counted in `dcgm_otel_kubernetes_api_requests_total{verb="list",
+/// result="error"}`) instead of being held whole in memory.
+pub const MAX_LIST_PAGE_BYTES: usize = 64 << 20;
+
 /// How long the cache is used after the watch was lost before it is emptied: 10 collect intervals,
 /// at least 10 s.
 pub fn stale_after(interval: Duration) -> Duration {
@@ -424,12 +429,12 @@ impl<T: Send + Sync + 'static> Run<T> {
             }
             let got = async {
                 let resp = self.send(client, &query, Duration::from_secs(30)).await?;
-                let body =
-                    tokio::time::timeout(Duration::from_secs(30), resp.into_body().collect())
-                        .await
-                        .map_err(|_| Failure::Transport("list body timed out".into()))?
-                        .map_err(|e| Failure::Transport(e.to_string()))?
-                        .to_bytes();
+                let body = http_body_util::Limited::new(resp.into_body(), MAX_LIST_PAGE_BYTES);
+                let body = tokio::time::timeout(Duration::from_secs(30), body.collect())
+                    .await
+                    .map_err(|_| Failure::Transport("list body timed out".into()))?
+                    .map_err(|e| Failure::Transport(e.to_string()))?
+                    .to_bytes();
                 serde_json::from_slice::<Value>(&body).map_err(|e| Failure::Decode(e.to_string()))
             }
             .await;
