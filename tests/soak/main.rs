@@ -224,7 +224,7 @@ fn soak() {
     .map(|s| s.to_string())
     .collect();
     if logs {
-        args.push("--otlp-logs".into());
+        args.push("--otlp-logs=true".into());
     }
     let faults = format!(
         "down_ms={},outage_every_ms={}",
