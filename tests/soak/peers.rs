@@ -272,7 +272,8 @@ pub struct Received {
     pub metrics: AtomicU64,
     pub logs: AtomicU64,
     pub bytes: AtomicU64,
-    /// Arrival times (seconds since the soak began) of the newest requests of any signal.
+    /// Arrival times (seconds since the soak began) of the requests of any signal (a few per second;
+    /// the oldest beyond a day's worth are forgotten).
     pub recent: Mutex<VecDeque<f64>>,
 }
 
@@ -358,7 +359,7 @@ impl Collector {
                                         .fetch_add(body.len() as u64, Ordering::SeqCst);
                                     let mut recent = received.recent.lock().unwrap();
                                     recent.push_back(epoch.elapsed().as_secs_f64());
-                                    if recent.len() > 64 {
+                                    if recent.len() > 200_000 {
                                         recent.pop_front();
                                     }
                                 }
