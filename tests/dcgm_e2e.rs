@@ -381,6 +381,38 @@ fn remote_host_engine_loss_reconnects() {
 /// A host engine that stops answering (a read blocked for 15 s) is treated like a lost one: from 8 s
 /// into the hang until it ends, /metrics has no DCGM series and /health is 503 saying the collection is
 /// stuck; within 5 s after the call returns, both are back.
+/// Regression (soak, issue 18): while the host engine is away every collection tries to reconnect, so
+/// the series are back at the first collection after it returns. The reconnection delay used to double
+/// up to 30 s: a 4 s outage at `-c 200` saw 5 attempts and the series stayed away 2 s after its return.
+#[test]
+fn reconnection_is_tried_every_collection_while_the_host_engine_is_away() {
+    let fake = Fake::new();
+    let e = start_with(
+        &["-c", "200"],
+        &fake.ld_env(&[("FAKE_DCGM_FAULTS", "disconnect_after_polls=10,down_ms=4000")]),
+    );
+    wait_for(
+        "/health 503 after the disconnect",
+        Duration::from_secs(20),
+        || health(e.port) == 503,
+    );
+    wait_for(
+        "/health 200 after the host engine is back",
+        Duration::from_secs(30),
+        || health(e.port) == 200,
+    );
+    let refused = fake
+        .calls()
+        .iter()
+        .filter(|c| c.starts_with("dcgmStartEmbedded") && c.ends_with("rc=-21"))
+        .count();
+    // 20 collections fall in the outage; a loaded machine may skip some, doubling delays give 5.
+    assert!(
+        refused >= 10,
+        "{refused} reconnection attempts during a 4 s outage at -c 200"
+    );
+}
+
 #[test]
 fn hanging_host_engine_withdraws_series_until_it_answers() {
     let fake = Fake::new();

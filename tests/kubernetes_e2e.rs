@@ -16,6 +16,7 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
+use dcgm_otel::enrich::kubernetes::api::{MAX_LIST_PAGE, MAX_WATCH_LINE};
 use dcgm_otel::enrich::kubernetes::podresources::{
     ClaimResource, ContainerDevices, ContainerResources, DynamicResource, ListPodResourcesRequest,
     ListPodResourcesResponse, NumaNode, PodResources, TopologyInfo, LIST_PATH,
@@ -1766,4 +1767,120 @@ fn processes_get_their_pod_from_the_cgroup_and_a_shared_gpu_splits_per_pod() {
     assert!((power("replica-1") - device_power * 25.0 / 80.0).abs() < 1e-6);
     // A process in a pod on a MIG instance nobody lists: its pod_uid from the cgroup only.
     assert!(body.contains("pid=\"6001\",process_name=\"tritonserver\",pod_uid=\"7e1c2f4a-0000-4000-8000-00000000000c\"} 21474836480"), "{body}");
+}
+
+/// An API server whose pod list (`watch = false`) or pod watch (`watch = true`) is one endless body
+/// without a newline; returns the kubeconfig naming it and where the bytes the exporter accepted
+/// before it closed the first such connection will be.
+fn endless_api(dir: &Path, watch: bool) -> (PathBuf, Arc<Mutex<Option<usize>>>) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let accepted: Arc<Mutex<Option<usize>>> = Arc::default();
+    let got = accepted.clone();
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(mut conn) = conn else { continue };
+            let got = got.clone();
+            std::thread::spawn(move || {
+                let mut head = Vec::new();
+                let mut byte = [0u8; 1];
+                while !head.ends_with(b"\r\n\r\n") {
+                    if conn.read(&mut byte).unwrap_or(0) != 1 {
+                        return;
+                    }
+                    head.push(byte[0]);
+                }
+                let head = String::from_utf8_lossy(&head).to_string();
+                if head.contains("watch=") != watch {
+                    let body = r#"{"kind":"List","metadata":{"resourceVersion":"5"},"items":[]}"#;
+                    let _ = write!(conn, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len());
+                    return;
+                }
+                let _ = write!(conn, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n");
+                let chunk = vec![b'x'; 64 * 1024];
+                let mut sent = 0usize;
+                // 4 times the larger bound: the old exporter read all of it.
+                while sent < 4 * MAX_LIST_PAGE {
+                    if write!(conn, "{:x}\r\n", chunk.len()).is_err()
+                        || conn.write_all(&chunk).is_err()
+                        || conn.write_all(b"\r\n").is_err()
+                    {
+                        break;
+                    }
+                    sent += chunk.len();
+                }
+                got.lock().unwrap().get_or_insert(sent);
+            });
+        }
+    });
+    let kubeconfig = dir.join("kubeconfig");
+    std::fs::write(
+        &kubeconfig,
+        format!("apiVersion: v1\nkind: Config\ncurrent-context: t\nclusters:\n- name: c\n  cluster: {{server: 'http://127.0.0.1:{port}'}}\ncontexts:\n- name: t\n  context: {{cluster: c, user: u}}\nusers:\n- name: u\n  user: {{token: t}}\n"),
+    )
+    .unwrap();
+    (kubeconfig, accepted)
+}
+
+/// Start the exporter against [`endless_api`], wait for the failure counter `verb`/`error`, and return
+/// the bytes the exporter accepted before it cut the connection.
+fn cut_after(watch: bool) -> usize {
+    let dir = tempfile::tempdir().unwrap();
+    let sock = socket_in(dir.path());
+    let _kubelet = FakeKubelet::start(&sock, pods(vec![]));
+    let (kubeconfig, accepted) = endless_api(dir.path(), watch);
+    let ex = exporter_env(
+        dir.path(),
+        "default",
+        &[
+            "-k",
+            "--pod-resources-kubelet-socket",
+            sock.to_str().unwrap(),
+            "--kubernetes-enable-pod-labels",
+        ],
+        &[("KUBECONFIG", kubeconfig.to_str().unwrap())],
+    );
+    let verb = if watch { "watch" } else { "list" };
+    let failed = format!(
+        "dcgm_otel_kubernetes_api_requests_total{{resource=\"pods\",verb=\"{verb}\",result=\"error\"}}"
+    );
+    let body = scrape_until(ex.port, &format!("a failed pods {verb}"), |b| {
+        value(b, &failed) >= 1.0
+    });
+    assert!(
+        body.contains("DCGM_FI_DEV_GPU_TEMP{"),
+        "still serving:\n{body}"
+    );
+    let end = Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Some(n) = *accepted.lock().unwrap() {
+            return n;
+        }
+        assert!(Instant::now() < end, "the {verb} body was never cut");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Regression (soak bounds, issue 18): a watch event that never ends (an API server or proxy streaming
+/// one line without a newline) used to be buffered without limit. The exporter now cuts the stream
+/// after `MAX_WATCH_LINE`, counts it as a failed watch and keeps serving.
+#[test]
+fn endless_watch_event_is_cut_not_buffered() {
+    let sent = cut_after(true);
+    // Socket buffers on both sides hold a few MiB beyond what the exporter read.
+    assert!(
+        sent < 8 * MAX_WATCH_LINE,
+        "{sent} bytes of one watch event accepted (bound {MAX_WATCH_LINE})"
+    );
+}
+
+/// Regression (soak bounds, issue 18): a list page was read whole, however large. Past
+/// `MAX_LIST_PAGE` the list now fails (counted) and the exporter keeps serving.
+#[test]
+fn endless_list_page_is_cut_not_buffered() {
+    let sent = cut_after(false);
+    assert!(
+        sent < 2 * MAX_LIST_PAGE,
+        "{sent} bytes of one list page accepted (bound {MAX_LIST_PAGE})"
+    );
 }

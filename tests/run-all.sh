@@ -89,6 +89,10 @@ log "cargo nextest"
 [ "$(ulimit -n)" = unlimited ] || [ "$(ulimit -n)" -ge 4096 ] || ulimit -n 4096 2>/dev/null || ulimit -n "$(ulimit -Hn)" || true
 cargo nextest run --workspace --no-fail-fast
 
+log "fault-matrix soak, short: 90 s, the 30-minute schedule compressed (tests/soak/, docs/reliability.md)"
+# Its own step (the soak is #[ignore]d in the run above): the pass criteria read the process alone.
+SOAK_SECONDS=90 cargo nextest run --test soak --run-ignored only --no-capture
+
 # --- checks outside cargo ------------------------------------------------------------------------
 # (stack, compose, dashboard and manifest checks are appended here)
 log "stack test: compose files, collector configs, dashboards, live dashboard queries (tests/stack)"

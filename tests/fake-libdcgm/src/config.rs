@@ -22,8 +22,13 @@ pub struct Faults {
     /// `disconnect_after_polls=N`: after the N-th successful latest-values call the host engine goes
     /// away (once).
     pub disconnect_after_polls: Option<u64>,
-    /// `down_ms=M`: how long connect / start attempts fail after that disconnect.
+    /// `down_ms=M`: how long connect / start attempts fail after that disconnect (or each outage of
+    /// `outage_every_ms`).
     pub down: Duration,
+    /// `outage_every_ms=N`: a host engine that goes away again and again: in the first `down_ms` of
+    /// every N ms of UNIX time it is lost (at the first poll in that window, as with
+    /// `disconnect_after_polls`) and refuses connections until the window ends.
+    pub outage_every: Option<Duration>,
     /// `refuse_connect=N`: the first N connect / start attempts fail.
     pub refuse_connect: u32,
     /// `slow_ms=N`: every latest-values call sleeps this long.
@@ -120,6 +125,13 @@ impl Faults {
             match key.trim() {
                 "disconnect_after_polls" => f.disconnect_after_polls = Some(num(value)?),
                 "down_ms" => f.down = Duration::from_millis(num(value)?),
+                "outage_every_ms" => match num(value)? {
+                    0 => return Err(bad("must be at least 1")),
+                    ms if Duration::from_millis(ms) <= f.down => {
+                        return Err(bad("must be longer than down_ms (given before it)"))
+                    }
+                    ms => f.outage_every = Some(Duration::from_millis(ms)),
+                },
                 "refuse_connect" => {
                     f.refuse_connect = u32::try_from(num(value)?).map_err(|_| bad("too large"))?
                 }
@@ -153,8 +165,9 @@ impl Faults {
                 }
                 _ => {
                     return Err(bad(
-                        "unknown fault (known: disconnect_after_polls, down_ms, refuse_connect, \
-                         slow_ms, hang_ms, vanish_gpu, blank_field, unbind_gpu, bind_gpu, health_check_error, p2p_unsupported)",
+                        "unknown fault (known: disconnect_after_polls, down_ms, outage_every_ms, \
+                         refuse_connect, slow_ms, hang_ms, vanish_gpu, blank_field, unbind_gpu, bind_gpu, \
+                         health_check_error, p2p_unsupported)",
                     ))
                 }
             }
@@ -189,6 +202,10 @@ mod tests {
         assert_eq!(f.slow, Duration::from_millis(10));
         assert_eq!(f.vanish, vec![(1, 4), (0, 9)]);
         assert_eq!(f.blank_fields, vec![150, 155]);
+        let f = Faults::parse("down_ms=10000,outage_every_ms=60000").unwrap();
+        assert_eq!(f.outage_every, Some(Duration::from_millis(60000)));
+        assert!(Faults::parse("outage_every_ms=0").is_err());
+        assert!(Faults::parse("down_ms=5000,outage_every_ms=5000").is_err());
         let f = Faults::parse("unbind_gpu=1@3,bind_gpu=1@6").unwrap();
         assert_eq!((f.unbind, f.bind), (vec![(1, 3)], vec![(1, 6)]));
         let f = Faults::parse("health_check_error=2,p2p_unsupported=1").unwrap();

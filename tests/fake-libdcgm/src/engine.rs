@@ -102,6 +102,8 @@ pub struct Engine {
     connect_attempts: u32,
     down_until: Option<Instant>,
     disconnected_once: bool,
+    /// `outage_every_ms`: the window of UNIX time in which the engine was last lost.
+    outage_window: Option<u128>,
     polls: u64,
     /// Polling calls begun (the `hang_ms` fault counts these).
     polls_begun: u64,
@@ -982,6 +984,22 @@ impl Engine {
         if !self.disconnected_once && self.cfg.faults.disconnect_after_polls == Some(polls) {
             self.lose_host_engine();
         }
+        if let Some(every) = self.cfg.faults.outage_every {
+            // Windows of UNIX time: [k·every, k·every + down_ms), the engine lost once per window.
+            let every_ms = every.as_millis().max(1);
+            let now_ms = SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis());
+            let (window, into) = (now_ms / every_ms, now_ms % every_ms);
+            let down_ms = self.cfg.faults.down.as_millis();
+            if into < down_ms && self.outage_window != Some(window) {
+                crate::calllog::line("host engine outage begins");
+                self.lose_host_engine();
+                self.outage_window = Some(window);
+                let left = u64::try_from(down_ms - into).unwrap_or(u64::MAX);
+                self.down_until = Some(Instant::now() + Duration::from_millis(left));
+            }
+        }
     }
 
     // ---------------------------------------------------------------- incidents
@@ -1358,6 +1376,25 @@ mod tests {
         assert_eq!(e.check(h), Err(ffi::DCGM_ST_CONNECTION_NOT_VALID));
         assert_eq!(e.connect("x"), Err(ffi::DCGM_ST_CONNECTION_NOT_VALID));
         assert!(!e.groups.contains_key(&g));
+    }
+
+    #[test]
+    fn repeated_outage_fault_loses_the_engine_in_each_window() {
+        // Windows of 1 ms every 2 ms: a poll lands in one within a few tries.
+        let mut e = engine_with("outage_every_ms=2,down_ms=1", true);
+        let h = e.connect("x").unwrap();
+        let mut lost = false;
+        for _ in 0..1000 {
+            e.begin_read(&[]);
+            e.end_read();
+            if e.check(h).is_err() {
+                lost = true;
+                break;
+            }
+            std::thread::sleep(Duration::from_micros(300));
+        }
+        assert!(lost, "no outage in 1,000 polls");
+        assert_eq!(e.check(h), Err(ffi::DCGM_ST_CONNECTION_NOT_VALID));
     }
 
     #[test]

@@ -25,4 +25,5 @@ pub mod watch;
 pub use config::{ApiConfig, Auth, ConfigError};
 pub use watch::{Cache, Resource, Watcher};
 
+pub use stream::{MAX_LIST_PAGE, MAX_WATCH_LINE};
 pub use watch::{stale_after, WATCH_TIMEOUT_S};

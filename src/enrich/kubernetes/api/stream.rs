@@ -6,8 +6,9 @@
 
 use serde_json::Value;
 
-/// Longest watch event line kept (one object; the API server's own request limit is about 3 MiB).
-pub const MAX_WATCH_LINE: usize = 16 << 20;
+/// Longest watch event line kept: one object, which etcd limits to 1.5 MiB by default (the API server's
+/// request limit is about 3 MiB), so a longer line is a broken or hostile server.
+pub const MAX_WATCH_LINE: usize = 4 << 20;
 /// Longest list page read (500 objects).
 pub const MAX_LIST_PAGE: usize = 64 << 20;
 /// Characters of a server's error message kept for the log.

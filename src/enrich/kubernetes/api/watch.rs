@@ -492,7 +492,12 @@ impl<T: Send + Sync + 'static> Run<T> {
                 continue;
             };
             for event in decoder.push(&data) {
-                let event = event.map_err(|e| Failure::Decode(e.to_string()))?;
+                // A line past stream::MAX_WATCH_LINE or one that is not an event cuts the watch
+                // (counted as a failed watch) instead of growing a buffer.
+                let event = event.map_err(|e| {
+                    self.metrics.watch_error.inc();
+                    Failure::Decode(e.to_string())
+                })?;
                 self.metrics.events.inc();
                 let version = event.resource_version();
                 match event {

@@ -189,6 +189,7 @@ impl OtlpPlan {
         };
         let metrics = Arc::new(queue::ExportMetrics::new(self_metrics, protocol));
         let queue = queue::Queue::new(cfg.max_pending, metrics.clone());
+        queue.cap_retry_delay(cfg.interval);
         let done = spawn_sender(&cfg, queue.clone(), metrics.clone())?;
         let (producer, n) = match self.pipeline {
             OtlpPipeline::Direct => {

@@ -7,11 +7,13 @@
 //! collector never delays a scrape of :9400 nor a collection. The queue holds at most `max_pending`
 //! requests; when full, the oldest is dropped (cumulative data is superseded by newer data anyway) and
 //! counted in `dcgm_otel_otlp_dropped_exports_total`. A retryable failure is retried with capped
-//! exponential backoff and jitter (250 ms doubling to 5 s, times a random factor in [0.5, 1]), or after
+//! exponential backoff and jitter (250 ms doubling to 5 s but never past one export interval, times a
+//! random factor in [0.5, 1]: a collector that returns gets the next attempt within an interval), or after
 //! the delay the server asked for (capped at 60 s), at most [`MAX_RETRIES`] times per request; a
 //! permanent failure is not retried. Failures are logged when the state changes, not on every attempt.
 
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -192,6 +194,8 @@ pub struct Queue {
     notify: tokio::sync::Notify,
     max: usize,
     metrics: Arc<ExportMetrics>,
+    /// Longest backoff between retries, ms ([`Queue::cap_retry_delay`]).
+    retry_cap_ms: AtomicU64,
 }
 
 impl Queue {
@@ -204,7 +208,21 @@ impl Queue {
             notify: tokio::sync::Notify::new(),
             max: max.max(1),
             metrics,
+            retry_cap_ms: AtomicU64::new(BACKOFF_MAX.as_millis() as u64),
         })
+    }
+
+    /// Never wait longer than `interval` (the export interval) between retries: retries then come no
+    /// faster than the exports themselves, and a collector that returns is used again within one
+    /// interval (regression found by the soak, issue 18: at a 1 s interval it took up to 5 s).
+    pub fn cap_retry_delay(&self, interval: Duration) {
+        let cap = interval.clamp(BACKOFF_INITIAL, BACKOFF_MAX);
+        self.retry_cap_ms
+            .store(cap.as_millis() as u64, Ordering::Relaxed);
+    }
+
+    fn retry_cap(&self) -> Duration {
+        Duration::from_millis(self.retry_cap_ms.load(Ordering::Relaxed))
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, QueueInner> {
@@ -289,8 +307,13 @@ impl Jitter {
 
 /// Backoff before retry number `retry` (1-based), before jitter.
 pub fn backoff(retry: u32) -> Duration {
+    capped_backoff(retry, BACKOFF_MAX)
+}
+
+/// [`backoff`] never longer than `cap`.
+fn capped_backoff(retry: u32, cap: Duration) -> Duration {
     let exp = BACKOFF_INITIAL.saturating_mul(1u32 << retry.saturating_sub(1).min(16));
-    exp.min(BACKOFF_MAX)
+    exp.min(BACKOFF_MAX).min(cap)
 }
 
 /// Deliver the queue until it is closed and drained.
@@ -347,7 +370,7 @@ pub async fn run_sender(
                     metrics.retries.inc();
                     let delay = match retry_after {
                         Some(d) => d.min(SERVER_DELAY_MAX),
-                        None => backoff(retry).mul_f64(jitter.factor()),
+                        None => capped_backoff(retry, queue.retry_cap()).mul_f64(jitter.factor()),
                     };
                     if !failing {
                         tracing::warn!(%endpoint, error = %message, retry_in_ms = delay.as_millis() as u64, "OTLP export failed; retrying with backoff (further failures are only counted until it recovers)");
@@ -388,6 +411,24 @@ mod tests {
             let f = j.factor();
             assert!((0.5..=1.0).contains(&f), "{f}");
         }
+    }
+
+    #[test]
+    fn retries_never_wait_past_the_export_interval() {
+        let m = Arc::new(ExportMetrics::new(&SelfMetrics::default(), "grpc"));
+        let q = Queue::new(2, m);
+        assert_eq!(q.retry_cap(), Duration::from_secs(5));
+        q.cap_retry_delay(Duration::from_secs(1));
+        let delays: Vec<Duration> = (1..=6).map(|r| capped_backoff(r, q.retry_cap())).collect();
+        assert_eq!(
+            delays,
+            [250, 500, 1000, 1000, 1000, 1000].map(Duration::from_millis)
+        );
+        // The default 30 s interval keeps the 5 s cap; a tiny one keeps the first step.
+        q.cap_retry_delay(Duration::from_secs(30));
+        assert_eq!(capped_backoff(9, q.retry_cap()), Duration::from_secs(5));
+        q.cap_retry_delay(Duration::from_millis(10));
+        assert_eq!(capped_backoff(9, q.retry_cap()), Duration::from_millis(250));
     }
 
     #[test]
