@@ -8,10 +8,10 @@
 mod common;
 mod harness;
 
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use common::{check_golden, fixtures_path, get, start};
+use harness::Fake;
 
 fn scrape(port: u16) -> String {
     let r = get(port, "/metrics").unwrap();
@@ -107,63 +107,26 @@ fn simulated_events_show_the_dcgm_exporter_series() {
     }
 }
 
-/// A private directory holding `libdcgm.so.4` (a symlink to the fake built next to the binary) and
-/// the fake's call log.
-struct Fake {
-    dir: tempfile::TempDir,
-}
-
-impl Fake {
-    fn new() -> Fake {
-        let bin = common::binary();
-        let lib = bin.parent().unwrap().join("libfake_libdcgm.so");
-        assert!(
-            lib.exists(),
-            "{} is missing: build the workspace first (cargo build --workspace)",
-            lib.display()
-        );
-        let dir = tempfile::tempdir().unwrap();
-        std::os::unix::fs::symlink(lib, dir.path().join("libdcgm.so.4")).unwrap();
-        Fake { dir }
-    }
-
-    fn log_path(&self) -> PathBuf {
-        self.dir.path().join("calls.log")
-    }
-
-    fn env(&self, faults: &str) -> Vec<(String, String)> {
-        vec![
-            (
-                "LD_LIBRARY_PATH".into(),
-                self.dir.path().display().to_string(),
-            ),
-            (
-                "FAKE_DCGM_CALL_LOG".into(),
-                self.log_path().display().to_string(),
-            ),
-            (
-                "FAKE_DCGM_SCENARIO".into(),
-                fixtures_path("scenarios/incidents-acceptance.yaml"),
-            ),
-            ("FAKE_DCGM_FAULTS".into(), faults.into()),
-            ("NODE_NAME".into(), "golden-host".into()),
-        ]
-    }
-
-    fn calls(&self) -> Vec<String> {
-        std::fs::read_to_string(self.log_path())
-            .unwrap_or_default()
-            .lines()
-            .map(str::to_string)
-            .collect()
-    }
+/// The fake libdcgm (harness::Fake: `libdcgm.so.4` in a private directory, its call log) serving
+/// `scenario` with `faults`, read by the exporter with the exp.csv counters.
+fn start_fake_with(fake: &Fake, scenario: &str, faults: &str) -> common::Exporter {
+    let csv = fixtures_path("counters/exp.csv");
+    fake.start(
+        &["-f", &csv, "-c", "100"],
+        &[
+            ("FAKE_DCGM_SCENARIO", scenario),
+            ("FAKE_DCGM_FAULTS", faults),
+            ("NODE_NAME", "golden-host"),
+        ],
+    )
 }
 
 fn start_fake(fake: &Fake, faults: &str) -> common::Exporter {
-    let env = fake.env(faults);
-    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
-    let csv = fixtures_path("counters/exp.csv");
-    start(&["-f", &csv, "-c", "100"], &env)
+    start_fake_with(
+        fake,
+        &fixtures_path("scenarios/incidents-acceptance.yaml"),
+        faults,
+    )
 }
 
 /// The same scenario served by the fake libdcgm: the exporter reads XIDs and clock events with
@@ -276,11 +239,13 @@ fn a_mig_instance_xid_is_counted_on_that_instance() {
         &[("NODE_NAME", "golden-host")],
     );
     let fake = Fake::new();
-    let mut env = fake.env("");
-    env.retain(|(k, _)| k != "FAKE_DCGM_SCENARIO");
-    env.push(("FAKE_DCGM_SCENARIO".into(), "incidents".into()));
-    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
-    let dcgm = start(&["-f", &csv, "-c", "100"], &env);
+    let dcgm = fake.start(
+        &["-f", &csv, "-c", "100"],
+        &[
+            ("FAKE_DCGM_SCENARIO", "incidents"),
+            ("NODE_NAME", "golden-host"),
+        ],
+    );
     for (path, e) in [("simulated", &sim), ("fake libdcgm", &dcgm)] {
         let exp = exp_lines(&scrape_after(e.port, 30));
         let xid43: Vec<&str> = exp.lines().filter(|l| l.contains("xid=\"43\"")).collect();
