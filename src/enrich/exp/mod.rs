@@ -40,6 +40,9 @@ pub struct ExpStage {
     gpu_entities: HashMap<u32, Arc<Entity>>,
     /// `dcgm_otel_incidents_total{kind}`: XIDs, clock events begun, health transitions.
     seen: [Arc<Metric>; 3],
+    /// `dcgm_otel_incidents_dropped_total{reason="xid_codes"}`: XIDs past the per-entity code bound.
+    dropped_xid_codes: Arc<Metric>,
+    dropped_logged: bool,
 }
 
 impl ExpStage {
@@ -59,6 +62,12 @@ impl ExpStage {
             state: State::new(xid_window.max(clock_window)),
             gpu_entities: HashMap::new(),
             seen: [seen("xid"), seen("clock_event"), seen("health")],
+            dropped_xid_codes: metrics.counter(
+                "dcgm_otel_incidents_dropped_total",
+                "GPU incidents not counted: XIDs of codes past the per-entity bound of distinct XID codes (256).",
+                &[("reason", "xid_codes")],
+            ),
+            dropped_logged: false,
         }
     }
 
@@ -107,7 +116,19 @@ impl Enricher for ExpStage {
             };
             self.seen[kind].inc();
         }
+        let before = self.state.dropped_xid_codes;
         self.state.observe(incidents, SystemTime::now());
+        let dropped = self.state.dropped_xid_codes - before;
+        if dropped > 0 {
+            self.dropped_xid_codes.add(dropped as f64);
+            if !self.dropped_logged {
+                tracing::warn!(
+                    bound = state::MAX_XID_CODES_PER_ENTITY,
+                    "more distinct XID codes on one GPU than the bound; further codes are not counted"
+                );
+                self.dropped_logged = true;
+            }
+        }
         // A collection whose P2P read failed keeps the last matrix (a state, not an occurrence).
         if !p2p.is_empty() {
             self.state.p2p = p2p.to_vec();

@@ -13,6 +13,11 @@ use crate::snapshot::{Entity, EntityKind, HealthResult, Incident, IncidentKind, 
 /// cannot grow memory without bound; the totals still count every one).
 pub const MAX_RECENT: usize = 100_000;
 
+/// Distinct XID codes counted per entity (each is a `DCGM_EXP_XID_ERRORS_TOTAL` series). NVIDIA's
+/// catalogue has under 200; a library handing over arbitrary codes cannot grow the series without
+/// bound: a code beyond this is not counted (see [`State::dropped_xid_codes`]).
+pub const MAX_XID_CODES_PER_ENTITY: usize = 256;
+
 /// An entity by kind and DCGM id (what stays the same across a reconnect's new `Arc`s).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct EntityKey(EntityKind, u32);
@@ -38,6 +43,9 @@ pub struct State {
     /// Per GPU index.
     health: HashMap<u32, Watches>,
     pub p2p: Vec<P2pLink>,
+    /// XID occurrences not counted because their entity already had [`MAX_XID_CODES_PER_ENTITY`]
+    /// codes (`dcgm_otel_incidents_dropped_total{reason="xid_codes"}`).
+    pub dropped_xid_codes: u64,
 }
 
 impl State {
@@ -51,6 +59,7 @@ impl State {
             recent_xids: VecDeque::new(),
             recent_clocks: VecDeque::new(),
             health: HashMap::new(),
+            dropped_xid_codes: 0,
             p2p: Vec::new(),
         }
     }
@@ -62,6 +71,13 @@ impl State {
             self.entities.insert(key, i.entity.clone());
             match &i.kind {
                 IncidentKind::Xid { code } => {
+                    if !self.xid_totals.contains_key(&(key, *code))
+                        && self.xid_totals.range((key, 0)..=(key, u32::MAX)).count()
+                            >= MAX_XID_CODES_PER_ENTITY
+                    {
+                        self.dropped_xid_codes += 1;
+                        continue;
+                    }
                     *self.xid_totals.entry((key, *code)).or_insert(0) += 1;
                     self.recent_xids.push_back((i.at, key, *code));
                 }
@@ -226,5 +242,22 @@ mod tests {
             .map(|(_, _, c, n)| (c, n))
             .collect();
         assert_eq!(totals, vec![(31, 3), (48, 1)]);
+    }
+
+    #[test]
+    fn xid_codes_per_entity_are_bounded_and_the_rest_counted() {
+        let t0 = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000);
+        let g = gpu(0);
+        let mut s = State::new(Duration::from_secs(60));
+        let storm: Vec<Incident> = (1..=MAX_XID_CODES_PER_ENTITY as u32 + 10)
+            .map(|c| xid(&g, t0, c))
+            .collect();
+        s.observe(&storm, t0);
+        // A code already counted is still counted at the bound.
+        s.observe(&[xid(&g, t0, 1)], t0);
+        let totals = s.xid_totals(|_| Some(0));
+        assert_eq!(totals.len(), MAX_XID_CODES_PER_ENTITY);
+        assert_eq!(s.dropped_xid_codes, 10);
+        assert_eq!(totals.first().map(|t| (t.2, t.3)), Some((1, 2)));
     }
 }
