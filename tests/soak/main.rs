@@ -140,6 +140,48 @@ fn point_counters(dir: &Path, target: &str) {
     std::fs::rename(&tmp, dir.join("counters.csv")).unwrap();
 }
 
+/// The soak's fleet: `large` with incidents all along — on each of the 8 GPUs three XIDs every
+/// collection (one on the GPU, two on MIG instances: 24 a collection, an XID storm), a thermal clock
+/// event every 10 collections on the even GPUs and a PCIe health warning every 30 on GPU 0 — so the
+/// `DCGM_EXP_*` state and the OTLP log records are under load too (the log buffer reaches its bound
+/// during a 10-minute collector outage).
+fn storm_scenario() -> String {
+    let mut yaml = include_str!("../../src/source/sim/scenarios/large.yaml").to_string();
+    yaml.push_str("events:\n");
+    for g in 0..8 {
+        yaml.push_str(&format!(
+            "  - {{ at_collection: 5, gpu: {g}, xid: 43, every: 1 }}\n\
+             \x20 - {{ at_collection: 5, gpu: {g}, gpu_i_id: {}, xid: 13, every: 1 }}\n\
+             \x20 - {{ at_collection: 5, gpu: {g}, gpu_i_id: {}, xid: 31, every: 1 }}\n",
+            7 + g % 7,
+            7 + (g + 3) % 7
+        ));
+        if g % 2 == 0 {
+            yaml.push_str(&format!(
+                "  - {{ at_collection: {}, gpu: {g}, clock_events: [hw_thermal], collections: 3, every: 10 }}\n",
+                3 + g
+            ));
+        }
+    }
+    yaml.push_str(
+        "  - { at_collection: 10, gpu: 0, health: { watch: PCIE, result: warn, error_code: DCGM_FR_PCI_REPLAY_RATE, message: \"PCIe replay rate above threshold\" }, collections: 10, every: 30 }\n",
+    );
+    yaml
+}
+
+/// The `large` counters with the six `DCGM_EXP_*` rows of the `incidents` scenario added.
+fn large_counters_with_incidents() -> String {
+    let mut csv = include_str!("../../src/source/sim/scenarios/large-counters.csv").to_string();
+    for row in include_str!("../../src/source/sim/scenarios/incidents-counters.csv")
+        .lines()
+        .filter(|l| l.starts_with("DCGM_EXP_"))
+    {
+        csv.push_str(row);
+        csv.push('\n');
+    }
+    csv
+}
+
 const WEB_CONFIGS: [&str; 2] = [
     "http_server_config:\n  headers:\n    X-Frame-Options: deny\n",
     "http_server_config:\n  headers:\n    X-Frame-Options: sameorigin\n",
@@ -166,11 +208,20 @@ fn soak() {
 
     // ---- peers
     let epoch = Instant::now();
-    let fleet = Fleet::new(&Scenario::load("large").unwrap(), 1);
+    let scenario = dir.join("soak-scenario.yaml");
+    std::fs::write(&scenario, storm_scenario()).unwrap();
+    let fleet = Fleet::new(&Scenario::load(scenario.to_str().unwrap()).unwrap(), 1);
+    // What a MIG node's kubelet hands out: one MIG device per pod (a whole GPU when not split).
     let uuids: Vec<String> = fleet
         .gpus()
         .iter()
-        .map(|g| g.identity.uuid.clone())
+        .flat_map(|g| {
+            if g.instances.is_empty() {
+                vec![g.identity.uuid.clone()]
+            } else {
+                g.instances.iter().map(|i| i.uuid.clone()).collect()
+            }
+        })
         .collect();
     let socket = dir.join("kubelet.sock");
     let mut kubelet = peers::Kubelet::start(&socket, peers::pods_for(&uuids));
@@ -180,11 +231,7 @@ fn soak() {
     let mut collector = peers::Collector::start(epoch);
 
     // ---- files the exporter reloads
-    std::fs::write(
-        dir.join("large.csv"),
-        include_str!("../../src/source/sim/scenarios/large-counters.csv"),
-    )
-    .unwrap();
+    std::fs::write(dir.join("large.csv"), large_counters_with_incidents()).unwrap();
     std::fs::write(
         dir.join("default.csv"),
         include_str!("../../src/counters/default-counters.csv"),
@@ -239,7 +286,7 @@ fn soak() {
         .env("NODE_NAME", "soak-node")
         .env("KUBECONFIG", &kubeconfig)
         .env("LD_LIBRARY_PATH", &lib)
-        .env("FAKE_DCGM_SCENARIO", "large")
+        .env("FAKE_DCGM_SCENARIO", &scenario)
         .env("FAKE_DCGM_FAULTS", &faults)
         .stdout(Stdio::null())
         .stderr(std::fs::File::create(&log_path).unwrap())
@@ -378,6 +425,11 @@ fn soak() {
                     series: m.dcgm_series,
                     otlp_metrics: rx.metrics.load(Ordering::SeqCst),
                     otlp_logs: rx.logs.load(Ordering::SeqCst),
+                    log_records: rx.log_records.load(Ordering::SeqCst),
+                    log_buffered: m.sum("dcgm_otel_otlp_log_buffered_records", &[]),
+                    log_pending: m.sum("dcgm_otel_otlp_log_pending_exports", &[]),
+                    log_dropped: m.sum("dcgm_otel_otlp_log_records_dropped_total", &[]),
+                    incidents: m.sum("dcgm_otel_incidents_total", &[]),
                     log_bytes: std::fs::metadata(&log_path).map_or(0, |m| m.len()),
                 });
             }
@@ -411,6 +463,13 @@ fn soak() {
         plan.collector.0,
         plan.collector.1,
     ));
+    if logs {
+        events.push(Event::outage(
+            "OTLP collector (logs)",
+            plan.collector.0,
+            plan.collector.1,
+        ));
+    }
     for &t in &plan.csv_swaps {
         events.push(Event::reload("counters CSV swap", t));
     }
@@ -424,6 +483,8 @@ fn soak() {
         ticks: &ticks,
         events,
         collector_first_since: &|t| collector.first_since(t),
+        collector_first_logs_since: &|t| collector.first_logs_since(t),
+        received: &collector.received,
         load: load_stats.as_deref(),
         alive,
         crashed,

@@ -63,7 +63,7 @@ impl tower::Service<http::Request<tonic::body::Body>> for KubeletService {
     }
 }
 
-/// One pod per GPU (`soak/job-<i>`, container `cuda`), by GPU UUID.
+/// One pod per device (`soak/job-<i>`, container `cuda`), by GPU or MIG device UUID.
 pub fn pods_for(gpu_uuids: &[String]) -> ListPodResourcesResponse {
     ListPodResourcesResponse {
         pod_resources: gpu_uuids
@@ -272,9 +272,60 @@ pub struct Received {
     pub metrics: AtomicU64,
     pub logs: AtomicU64,
     pub bytes: AtomicU64,
+    /// Log records in the `/v1/logs` requests, and their encoded bytes (after gzip, if any).
+    pub log_records: AtomicU64,
+    pub log_bytes: AtomicU64,
+    /// The largest `/v1/logs` request, encoded bytes.
+    pub max_log_request: AtomicU64,
     /// Arrival times (seconds since the soak began) of the requests of any signal (a few per second;
     /// the oldest beyond a day's worth are forgotten).
     pub recent: Mutex<VecDeque<f64>>,
+    /// The same for `/v1/logs` requests alone.
+    pub recent_logs: Mutex<VecDeque<f64>>,
+}
+
+impl Received {
+    fn arrived(&self, at: f64, logs: bool) {
+        let lists = [Some(&self.recent), logs.then_some(&self.recent_logs)];
+        for list in lists.into_iter().flatten() {
+            let mut recent = list.lock().unwrap();
+            recent.push_back(at);
+            if recent.len() > 200_000 {
+                recent.pop_front();
+            }
+        }
+    }
+
+    fn count_logs(&self, body: &[u8], gzip: bool) {
+        use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
+        use prost::Message;
+        let plain = if gzip {
+            let mut out = Vec::new();
+            if flate2::read::GzDecoder::new(body)
+                .read_to_end(&mut out)
+                .is_err()
+            {
+                return;
+            }
+            out
+        } else {
+            body.to_vec()
+        };
+        let Ok(req) = ExportLogsServiceRequest::decode(&plain[..]) else {
+            return;
+        };
+        let records: usize = req
+            .resource_logs
+            .iter()
+            .flat_map(|r| &r.scope_logs)
+            .map(|s| s.log_records.len())
+            .sum();
+        self.log_records.fetch_add(records as u64, Ordering::SeqCst);
+        self.log_bytes
+            .fetch_add(plain.len() as u64, Ordering::SeqCst);
+        self.max_log_request
+            .fetch_max(plain.len() as u64, Ordering::SeqCst);
+    }
 }
 
 /// An OTLP/HTTP collector on 127.0.0.1 that answers 200 to `/v1/metrics` and `/v1/logs`.
@@ -336,6 +387,10 @@ impl Collector {
                             async move {
                                 use http_body_util::BodyExt;
                                 let path = req.uri().path().to_string();
+                                let gzip = req
+                                    .headers()
+                                    .get("content-encoding")
+                                    .is_some_and(|v| v.as_bytes() == b"gzip");
                                 let body = req
                                     .into_body()
                                     .collect()
@@ -349,6 +404,7 @@ impl Collector {
                                     }
                                     "/v1/logs" => {
                                         received.logs.fetch_add(1, Ordering::SeqCst);
+                                        received.count_logs(&body, gzip);
                                         200
                                     }
                                     _ => 404,
@@ -357,11 +413,8 @@ impl Collector {
                                     received
                                         .bytes
                                         .fetch_add(body.len() as u64, Ordering::SeqCst);
-                                    let mut recent = received.recent.lock().unwrap();
-                                    recent.push_back(epoch.elapsed().as_secs_f64());
-                                    if recent.len() > 200_000 {
-                                        recent.pop_front();
-                                    }
+                                    received
+                                        .arrived(epoch.elapsed().as_secs_f64(), path == "/v1/logs");
                                 }
                                 let mut resp = hyper::Response::new(http_body_util::Full::new(
                                     bytes::Bytes::new(),
@@ -394,12 +447,15 @@ impl Collector {
 
     /// The first request received at or after `t` (seconds since the soak began).
     pub fn first_since(&self, t: f64) -> Option<f64> {
-        self.received
-            .recent
-            .lock()
-            .unwrap()
-            .iter()
-            .copied()
-            .find(|&at| at >= t)
+        first_at_or_after(&self.received.recent, t)
     }
+
+    /// The first `/v1/logs` request received at or after `t`.
+    pub fn first_logs_since(&self, t: f64) -> Option<f64> {
+        first_at_or_after(&self.received.recent_logs, t)
+    }
+}
+
+fn first_at_or_after(times: &Mutex<VecDeque<f64>>, t: f64) -> Option<f64> {
+    times.lock().unwrap().iter().copied().find(|&at| at >= t)
 }

@@ -28,6 +28,14 @@ pub struct Sample {
     pub otlp_metrics: u64,
     pub otlp_logs: u64,
     pub log_bytes: u64,
+    /// Log records the collector received.
+    pub log_records: u64,
+    /// The exporter's incident log buffer, its pending log requests, the records it dropped.
+    pub log_buffered: f64,
+    pub log_pending: f64,
+    pub log_dropped: f64,
+    /// `dcgm_otel_incidents_total`, all kinds.
+    pub incidents: f64,
 }
 
 /// One reading of the self-metrics timeline.
@@ -44,6 +52,8 @@ pub struct Tick {
     pub api_ok: f64,
     pub api_err: f64,
     pub otlp_trouble: f64,
+    /// The same for the log exporter (`dcgm_otel_otlp_log_*`), plus records it dropped.
+    pub log_trouble: f64,
     pub pending: f64,
     pub csv_reloads: f64,
     pub web_reloads: f64,
@@ -75,6 +85,10 @@ impl Tick {
             otlp_trouble: m.sum("dcgm_otel_otlp_retries_total", &[])
                 + m.sum("dcgm_otel_otlp_export_failures_total", &[])
                 + m.sum("dcgm_otel_otlp_dropped_exports_total", &[]),
+            log_trouble: m.sum("dcgm_otel_otlp_log_retries_total", &[])
+                + m.sum("dcgm_otel_otlp_log_export_failures_total", &[])
+                + m.sum("dcgm_otel_otlp_log_dropped_exports_total", &[])
+                + m.sum("dcgm_otel_otlp_log_records_dropped_total", &[]),
             pending: m.sum("dcgm_otel_otlp_pending_exports", &[]),
             csv_reloads: m.sum("dcgm_otel_config_reloads_total", &["result=\"success\""]),
             web_reloads: m.sum(
@@ -104,6 +118,8 @@ pub struct Event {
     pub heal_s: Option<f64>,
     /// Collections the exporter attempted between the peer's return and that reading.
     pub heal_collections: Option<u64>,
+    /// Where the heal is counted from when not the return (the host engine was away then).
+    pub heal_from: Option<f64>,
     pub note: String,
 }
 
@@ -116,6 +132,7 @@ impl Event {
             visible: false,
             heal_s: None,
             heal_collections: None,
+            heal_from: None,
             note: String::new(),
         }
     }
@@ -128,6 +145,7 @@ impl Event {
             visible: false,
             heal_s: None,
             heal_collections: None,
+            heal_from: None,
             note: String::new(),
         }
     }
@@ -139,6 +157,8 @@ pub struct Inputs<'a> {
     pub ticks: &'a [Tick],
     pub events: Vec<Event>,
     pub collector_first_since: &'a dyn Fn(f64) -> Option<f64>,
+    pub collector_first_logs_since: &'a dyn Fn(f64) -> Option<f64>,
+    pub received: &'a crate::peers::Received,
     pub load: Option<&'a LoadStats>,
     pub alive: bool,
     pub crashed: Option<String>,
@@ -200,8 +220,38 @@ fn during(ticks: &[Tick], from: f64, to: f64) -> impl Iterator<Item = &Tick> {
         .filter(move |k| k.t >= from && k.t <= to && k.answered)
 }
 
-fn judge_event(e: &mut Event, ticks: &[Tick], collector_first_since: &dyn Fn(f64) -> Option<f64>) {
+/// When the collector received its first request after a time: any signal, logs alone.
+struct Arrivals<'a> {
+    any: &'a dyn Fn(f64) -> Option<f64>,
+    logs: &'a dyn Fn(f64) -> Option<f64>,
+}
+
+/// When the host engine is back if it is away at `t` or goes away before a heal could be seen
+/// (its outages follow the wall clock, so one may cover another peer's return).
+fn engine_back_after(engine: &[(f64, f64)], t: f64) -> Option<f64> {
+    engine
+        .iter()
+        .find(|&&(from, to)| from <= t + HEAL_LIMIT_S && t < to)
+        .map(|&(_, to)| to)
+}
+
+fn judge_event(e: &mut Event, ticks: &[Tick], arrivals: &Arrivals<'_>, engine: &[(f64, f64)]) {
     let limit = e.end.unwrap_or(e.start) + 10.0 * HEAL_LIMIT_S + 30.0;
+    // Pod labels ride on DCGM series and exports and incident records on what the source reads: when
+    // the host engine is away at such a peer's return, its heal is counted from the engine's return.
+    if matches!(
+        e.what,
+        "kubelet" | "OTLP collector" | "OTLP collector (logs)"
+    ) {
+        if let Some(back) = e.end.and_then(|t| engine_back_after(engine, t)) {
+            let _ = write!(
+                e.note,
+                "host engine away until {back:.1} s: healed counted from there; "
+            );
+            e.heal_from = Some(back);
+        }
+    }
+    let heal_from = e.heal_from.or(e.end).unwrap_or(e.start);
     match (e.what, e.end) {
         ("host engine", Some(end)) => {
             let before = last_before(ticks, e.start).map_or(0.0, |k| k.collect_errors);
@@ -211,9 +261,10 @@ fn judge_event(e: &mut Event, ticks: &[Tick], collector_first_since: &dyn Fn(f64
                 .filter(|k| k.t <= limit)
                 .map(|k| k.t - end);
         }
-        ("kubelet", Some(end)) => {
+        ("kubelet", Some(returned)) => {
             let before = last_before(ticks, e.start).map_or(0.0, |k| k.kubelet_bad);
-            e.visible = during(ticks, e.start, end).any(|k| k.kubelet_bad > before);
+            e.visible = during(ticks, e.start, returned).any(|k| k.kubelet_bad > before);
+            let end = heal_from;
             let at_end = last_before(ticks, end).map_or(0.0, |k| k.kubelet_ok);
             e.heal_s = first_after(ticks, end, |k| k.kubelet_ok > at_end && k.pod_series > 0)
                 .filter(|k| k.t <= limit)
@@ -233,10 +284,23 @@ fn judge_event(e: &mut Event, ticks: &[Tick], collector_first_since: &dyn Fn(f64
                 .map(|k| k.pending)
                 .fold(0.0, f64::max);
             e.visible = during(ticks, e.start, end).any(|k| k.otlp_trouble > before);
-            e.heal_s = collector_first_since(end)
+            e.heal_s = (arrivals.any)(heal_from)
                 .filter(|&t| t <= limit)
-                .map(|t| t - end);
+                .map(|t| t - heal_from);
             let _ = write!(e.note, "pending peaked at {peak}");
+        }
+        ("OTLP collector (logs)", Some(end)) => {
+            let before = last_before(ticks, e.start).map_or(0.0, |k| k.log_trouble);
+            e.visible = during(ticks, e.start, end).any(|k| k.log_trouble > before);
+            e.heal_s = (arrivals.logs)(heal_from)
+                .filter(|&t| t <= limit)
+                .map(|t| t - heal_from);
+            let at_end = last_before(ticks, end).map_or(0.0, |k| k.log_trouble);
+            let _ = write!(
+                e.note,
+                "log records dropped or retried during it: {}",
+                at_end - before
+            );
         }
         ("counters CSV swap", None) => {
             let before = last_before(ticks, e.start).map_or(0.0, |k| k.csv_reloads);
@@ -254,9 +318,8 @@ fn judge_event(e: &mut Event, ticks: &[Tick], collector_first_since: &dyn Fn(f64
     }
     // The same heal counted in collections: from the last reading before the return (or reload)
     // to the first reading at or after the heal.
-    let from = e.end.unwrap_or(e.start);
-    if let (Some(h), Some(before)) = (e.heal_s, last_before(ticks, from)) {
-        let healed_at = from + h;
+    if let (Some(h), Some(before)) = (e.heal_s, last_before(ticks, heal_from)) {
+        let healed_at = heal_from + h;
         e.heal_collections = ticks
             .iter()
             .find(|k| k.answered && k.t >= healed_at)
@@ -286,8 +349,18 @@ pub fn judge(mut i: Inputs<'_>) -> Report {
     }
 
     // Outages and reloads.
+    let engine: Vec<(f64, f64)> = i
+        .events
+        .iter()
+        .filter(|e| e.what == "host engine")
+        .filter_map(|e| e.end.map(|end| (e.start, end)))
+        .collect();
     for e in &mut i.events {
-        judge_event(e, i.ticks, i.collector_first_since);
+        let arrivals = Arrivals {
+            any: i.collector_first_since,
+            logs: i.collector_first_logs_since,
+        };
+        judge_event(e, i.ticks, &arrivals, &engine);
         if !e.visible {
             failures.push(format!(
                 "{} at t={:.1}s: not visible in the self-metrics",
@@ -384,8 +457,20 @@ pub fn judge(mut i: Inputs<'_>) -> Report {
         .iter()
         .map(|s| s.request_bytes)
         .fold(0.0, f64::max);
-    let signals = if i.logs { 2.0 } else { 1.0 };
-    let queue_kib = ((MAX_PENDING + 1) as f64 * request_bytes * signals / 1024.0) as u64;
+    // The metrics queue: the pending requests and the one in flight. The logs: as many log requests,
+    // plus the record buffer at its bound, a record held in memory taken as 4× its encoded size (its
+    // attribute strings and vectors are separate allocations).
+    let metrics_queue = (MAX_PENDING + 1) as f64 * request_bytes;
+    let logs_queue = if i.logs {
+        let max_request = i.received.max_log_request.load(Ordering::Relaxed) as f64;
+        let records = i.received.log_records.load(Ordering::Relaxed).max(1) as f64;
+        let record_bytes = i.received.log_bytes.load(Ordering::Relaxed) as f64 / records;
+        (MAX_PENDING + 1) as f64 * max_request
+            + dcgm_otel::export::otel::otlp::logs::MAX_PENDING_RECORDS as f64 * 4.0 * record_bytes
+    } else {
+        0.0
+    };
+    let queue_kib = ((metrics_queue + logs_queue) / 1024.0) as u64;
     let slack_kib = (steady_kib / 4).max(32 * 1024);
     let bound_kib = steady_kib + queue_kib + slack_kib;
     let max_rss = i.samples.iter().map(|s| s.rss_kib).max().unwrap_or(0);
@@ -421,7 +506,8 @@ pub fn judge(mut i: Inputs<'_>) -> Report {
     );
     let _ = writeln!(
         md,
-        "Fake libdcgm `large` (8 H100 × 7 MIG), `-c 1000`, faults `{}`; OTLP/HTTP metrics{}; \
+        "Fake libdcgm `large` (8 H100 × 7 MIG) with an XID storm (24 XIDs a collection) and recurring \
+         clock and health events, `DCGM_EXP_*` rows in its counters, `-c 1000`, faults `{}`; OTLP/HTTP metrics{}; \
          {} scrapes/s from 8 clients + {} slowloris connections from t={:.0}s to t={:.0}s.\n",
         i.faults,
         if i.logs {
@@ -454,7 +540,7 @@ pub fn judge(mut i: Inputs<'_>) -> Report {
             e.heal_collections.map_or("–".into(), |c| c.to_string()),
             heal_limit(e.what),
             heal_limit_collections(e.what),
-            e.note
+            e.note.trim_end_matches("; ")
         );
     }
     if let Some(l) = i.load {
@@ -477,7 +563,8 @@ pub fn judge(mut i: Inputs<'_>) -> Report {
             md,
             "\nfds {} → {} (max {}), threads {} → {} (max {}) from before the load to the end. \
              RSS: steady {:.1} MiB, max {:.1} MiB, end {:.1} MiB; bound {:.1} MiB = steady + \
-             ({MAX_PENDING} pending + 1 in flight) × {:.0} KiB request × {signals} signal(s) + \
+             metrics queue ({MAX_PENDING} pending + 1 in flight) × {:.0} KiB request + logs {:.1} MiB \
+             (as many log requests of at most {:.0} KiB, and the 10,000-record buffer at 4 × {:.0} B a record) + \
              max(32 MiB, steady/4). Exporter log: {} bytes. OTLP requests received: {} metrics, {} logs.",
             b.fds,
             l.fds,
@@ -490,21 +577,39 @@ pub fn judge(mut i: Inputs<'_>) -> Report {
             l.rss_kib as f64 / 1024.0,
             bound_kib as f64 / 1024.0,
             request_bytes / 1024.0,
+            logs_queue / 1024.0 / 1024.0,
+            i.received.max_log_request.load(Ordering::Relaxed) as f64 / 1024.0,
+            i.received.log_bytes.load(Ordering::Relaxed) as f64
+                / i.received.log_records.load(Ordering::Relaxed).max(1) as f64,
             l.log_bytes,
             l.otlp_metrics,
             l.otlp_logs
         );
+        if i.logs {
+            let peak = i.samples.iter().map(|s| s.log_buffered).fold(0.0, f64::max);
+            let _ = writeln!(
+                md,
+                "\nIncidents: {} counted by the exporter (`dcgm_otel_incidents_total`); log records: {} \
+                 received by the collector, {} dropped and counted \
+                 (`dcgm_otel_otlp_log_records_dropped_total`), {} still buffered at the end; the buffer \
+                 peaked at {peak} records (bound 10,000).",
+                l.incidents,
+                l.log_records,
+                l.log_dropped,
+                l.log_buffered
+            );
+        }
     }
     let _ = writeln!(
         md,
-        "\n| t (s) | RSS (MiB) | fds | threads | CPU % | OTLP pending | OTLP dropped | /health | open conns | DCGM series |"
+        "\n| t (s) | RSS (MiB) | fds | threads | CPU % | OTLP pending | OTLP dropped | log buffer | log pending | /health | open conns | DCGM series |"
     );
-    let _ = writeln!(md, "|---|---|---|---|---|---|---|---|---|---|");
+    let _ = writeln!(md, "|---|---|---|---|---|---|---|---|---|---|---|---|");
     let step = (i.samples.len() / 40).max(1);
     for s in i.samples.iter().step_by(step) {
         let _ = writeln!(
             md,
-            "| {:.0} | {:.1} | {} | {} | {:.0} | {} | {} | {} | {} | {} |",
+            "| {:.0} | {:.1} | {} | {} | {:.0} | {} | {} | {} | {} | {} | {} | {} |",
             s.t,
             s.rss_kib as f64 / 1024.0,
             s.fds,
@@ -512,6 +617,8 @@ pub fn judge(mut i: Inputs<'_>) -> Report {
             s.cpu_percent,
             s.pending + 0.0,
             s.dropped + 0.0,
+            s.log_buffered + 0.0,
+            s.log_pending + 0.0,
             s.health,
             s.open_connections,
             s.series
@@ -534,12 +641,12 @@ pub fn judge(mut i: Inputs<'_>) -> Report {
 
 pub fn write(out: &Path, samples: &[Sample], report: &Report) {
     let mut csv = String::from(
-        "t_s,rss_kib,fds,threads,cpu_percent,otlp_pending,otlp_dropped,otlp_request_bytes,health,open_connections,dcgm_series,otlp_metrics_received,otlp_logs_received,log_bytes\n",
+        "t_s,rss_kib,fds,threads,cpu_percent,otlp_pending,otlp_dropped,otlp_request_bytes,health,open_connections,dcgm_series,otlp_metrics_received,otlp_logs_received,log_bytes,log_records_received,log_buffered,log_pending,log_dropped,incidents\n",
     );
     for s in samples {
         let _ = writeln!(
             csv,
-            "{:.1},{},{},{},{:.1},{},{},{},{},{},{},{},{},{}",
+            "{:.1},{},{},{},{:.1},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
             s.t,
             s.rss_kib,
             s.fds,
@@ -553,7 +660,12 @@ pub fn write(out: &Path, samples: &[Sample], report: &Report) {
             s.series,
             s.otlp_metrics,
             s.otlp_logs,
-            s.log_bytes
+            s.log_bytes,
+            s.log_records,
+            s.log_buffered,
+            s.log_pending,
+            s.log_dropped,
+            s.incidents
         );
     }
     std::fs::write(out.join("samples.csv"), csv).unwrap();

@@ -12,7 +12,9 @@ use crate::snapshot::HealthResult;
 use crate::source::incidents::HealthIncident;
 
 /// One `events:` item as written: `at_collection`, `gpu` (and `gpu_i_id` for a MIG instance) and
-/// exactly one of `xid`, `clock_events` (with `collections`) or `health` (optionally `collections`).
+/// exactly one of `xid`, `clock_events` (with `collections`) or `health` (optionally `collections`);
+/// `every: N` repeats it every N collections from `at_collection` on (an XID storm, a clock event
+/// that comes back), each repetition lasting its `collections`.
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct ScenarioEvent {
@@ -31,6 +33,9 @@ pub struct ScenarioEvent {
     /// How many collections it lasts (clock events: required; health: default to the end).
     #[serde(default)]
     pub collections: Option<u64>,
+    /// Repeat every this many collections (at least `collections`).
+    #[serde(default)]
+    pub every: Option<u64>,
 }
 
 /// `health: {watch: MEM, result: warn|fail, error_code: DCGM_FR_…, message: "…"}`.
@@ -70,11 +75,24 @@ enum Kind {
 #[derive(Debug, Clone, PartialEq)]
 struct Event {
     at: u64,
-    /// Last collection it is active at (inclusive).
-    until: u64,
+    /// Collections each occurrence lasts (`None`: to the end).
+    lasts: Option<u64>,
+    /// Collections between occurrences (`None`: once).
+    every: Option<u64>,
     gpu: u32,
     gi: Option<u32>,
     kind: Kind,
+}
+
+impl Event {
+    /// Whether an occurrence is active at a collection.
+    fn is_active(&self, collection: u64) -> bool {
+        let Some(since) = collection.checked_sub(self.at) else {
+            return false;
+        };
+        let phase = self.every.map_or(since, |every| since % every);
+        self.lasts.is_none_or(|lasts| phase < lasts)
+    }
 }
 
 /// The checked events of a scenario.
@@ -181,9 +199,27 @@ impl SimEvents {
             } else {
                 return Err(bad("needs exactly one of xid, clock_events, health".into()));
             };
+            if let Some(every) = e.every {
+                match lasts {
+                    _ if every == 0 => return Err(bad("every must be at least 1".into())),
+                    None => {
+                        return Err(bad(
+                            "a repeated health event needs collections (how long each lasts)"
+                                .into(),
+                        ))
+                    }
+                    Some(k) if k > every => {
+                        return Err(bad(format!(
+                            "each occurrence lasts {k} collections, longer than every: {every}"
+                        )))
+                    }
+                    Some(_) => {}
+                }
+            }
             events.push(Event {
                 at: e.at_collection,
-                until: lasts.map_or(u64::MAX, |k| e.at_collection.saturating_add(k - 1)),
+                lasts,
+                every: e.every,
                 gpu: e.gpu,
                 gi: e.gpu_i_id,
                 kind,
@@ -199,14 +235,14 @@ impl SimEvents {
     fn active(&self, gpu: u32, collection: u64) -> impl Iterator<Item = &Event> {
         self.events
             .iter()
-            .filter(move |e| e.gpu == gpu && e.at <= collection && collection <= e.until)
+            .filter(move |e| e.gpu == gpu && e.is_active(collection))
     }
 
     /// The XIDs collection `collection` brings: (GPU, GPU-instance id, XID), in file order.
     pub fn xids(&self, collection: u64) -> Vec<(u32, Option<u32>, u32)> {
         self.events
             .iter()
-            .filter(|e| e.at == collection)
+            .filter(|e| e.is_active(collection))
             .filter_map(|e| match e.kind {
                 Kind::Xid(code) => Some((e.gpu, e.gi, code)),
                 _ => None,
@@ -261,6 +297,33 @@ mod tests {
         assert_eq!(ev.clock_mask(1, 5), 0);
         assert!(ev.health(1, 3).is_empty());
         assert_eq!(ev.health(1, 400)[0].code, 52);
+    }
+
+    #[test]
+    fn every_repeats_an_event() {
+        let ev = parse(
+            "- { at_collection: 3, gpu: 0, xid: 13, every: 2 }\n\
+             - { at_collection: 2, gpu: 1, clock_events: [hw_thermal], collections: 2, every: 5 }\n\
+             - { at_collection: 4, gpu: 1, health: { watch: PCIE, result: warn, error_code: 1 }, collections: 1, every: 3 }\n",
+        )
+        .unwrap();
+        let xid_at: Vec<u64> = (1..=9).filter(|&c| !ev.xids(c).is_empty()).collect();
+        assert_eq!(xid_at, vec![3, 5, 7, 9]);
+        let hot: Vec<u64> = (1..=13).filter(|&c| ev.clock_mask(1, c) != 0).collect();
+        assert_eq!(hot, vec![2, 3, 7, 8, 12, 13]);
+        let warned: Vec<u64> = (1..=10).filter(|&c| !ev.health(1, c).is_empty()).collect();
+        assert_eq!(warned, vec![4, 7, 10]);
+        let e = parse("- { at_collection: 1, gpu: 0, clock_events: [hw_thermal], collections: 3, every: 2 }\n")
+            .unwrap_err();
+        assert_eq!(
+            e,
+            "events[0]: each occurrence lasts 3 collections, longer than every: 2"
+        );
+        let e = parse("- { at_collection: 1, gpu: 0, xid: 13, every: 0 }\n").unwrap_err();
+        assert_eq!(e, "events[0]: every must be at least 1");
+        let e = parse("- { at_collection: 1, gpu: 0, health: { watch: MEM, result: fail, error_code: 1 }, every: 4 }\n")
+            .unwrap_err();
+        assert!(e.contains("needs collections"), "{e}");
     }
 
     #[test]

@@ -10,6 +10,7 @@
 //! [`MAX_RECORDS_PER_REQUEST`] each) whenever the sender's queue has room; while the collector is down
 //! records wait in the buffer. Beyond [`MAX_PENDING_RECORDS`] the oldest are dropped, as are the records
 //! of a request the full queue drops; both are counted in `dcgm_otel_otlp_log_records_dropped_total`.
+//! `dcgm_otel_otlp_log_buffered_records` is the buffer's depth.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Condvar, Mutex};
@@ -25,7 +26,7 @@ use super::OtelError;
 use crate::export::SnapshotConsumer;
 use crate::lock::LockExt;
 use crate::snapshot::Snapshot;
-use crate::telemetry::self_metrics::SelfMetrics;
+use crate::telemetry::self_metrics::{Metric, SelfMetrics};
 
 /// Records kept while they cannot be sent (the oldest are dropped beyond this).
 pub const MAX_PENDING_RECORDS: usize = 10_000;
@@ -45,9 +46,33 @@ struct Pending {
     wake: Condvar,
     max: usize,
     metrics: Arc<ExportMetrics>,
+    /// `dcgm_otel_otlp_log_buffered_records`.
+    depth: Arc<Metric>,
 }
 
 impl Pending {
+    fn new(
+        max: usize,
+        metrics: Arc<ExportMetrics>,
+        registry: &SelfMetrics,
+        protocol: &str,
+    ) -> Self {
+        Pending {
+            buffer: Mutex::new(Buffer {
+                records: VecDeque::new(),
+                closed: false,
+            }),
+            wake: Condvar::new(),
+            max: max.max(1),
+            metrics,
+            depth: registry.gauge(
+                "dcgm_otel_otlp_log_buffered_records",
+                "Incident log records waiting for room in the OTLP log send queue (bounded; beyond the bound the oldest are dropped and counted).",
+                &[("protocol", protocol)],
+            ),
+        }
+    }
+
     fn push(&self, records: Vec<PendingRecord>) {
         if records.is_empty() {
             return;
@@ -65,6 +90,7 @@ impl Pending {
                 }
                 b.records.push_back(r);
             }
+            self.depth.set(b.records.len() as f64);
             if dropped > 0 {
                 if let Some(m) = &self.metrics.dropped_items {
                     m.add(dropped as f64);
@@ -132,15 +158,12 @@ pub fn start_with_capacity(
     let metrics = Arc::new(ExportMetrics::for_logs(self_metrics, protocol));
     let queue = Queue::new(cfg.max_pending, metrics.clone());
     let done = super::spawn_sender(cfg, queue.clone(), metrics.clone())?;
-    let pending = Arc::new(Pending {
-        buffer: Mutex::new(Buffer {
-            records: VecDeque::new(),
-            closed: false,
-        }),
-        wake: Condvar::new(),
-        max: max_records.max(1),
-        metrics: metrics.clone(),
-    });
+    let pending = Arc::new(Pending::new(
+        max_records,
+        metrics.clone(),
+        self_metrics,
+        protocol,
+    ));
     let spawned = {
         let (pending, queue) = (pending.clone(), queue.clone());
         std::thread::Builder::new()
@@ -196,7 +219,9 @@ fn run(pending: &Pending, queue: &Queue, metrics: &ExportMetrics) {
                 };
             }
             let n = b.records.len().min(MAX_RECORDS_PER_REQUEST);
-            b.records.drain(..n).collect()
+            let batch = b.records.drain(..n).collect();
+            pending.depth.set(b.records.len() as f64);
+            batch
         };
         let started = Instant::now();
         let built = log_records::request(batch);
@@ -252,15 +277,7 @@ mod tests {
     fn a_full_buffer_drops_the_oldest_records_and_counts_them() {
         let registry = SelfMetrics::default();
         let metrics = Arc::new(ExportMetrics::for_logs(&registry, "grpc"));
-        let pending = Pending {
-            buffer: Mutex::new(Buffer {
-                records: VecDeque::new(),
-                closed: false,
-            }),
-            wake: Condvar::new(),
-            max: 3,
-            metrics: metrics.clone(),
-        };
+        let pending = Pending::new(3, metrics.clone(), &registry, "grpc");
         pending.push((1..=2).map(record).collect());
         pending.push((3..=5).map(record).collect());
         let kept: Vec<u64> = pending
@@ -275,6 +292,10 @@ mod tests {
         registry.render(&mut text);
         assert!(
             text.contains("dcgm_otel_otlp_log_records_dropped_total{protocol=\"grpc\"} 2"),
+            "{text}"
+        );
+        assert!(
+            text.contains("dcgm_otel_otlp_log_buffered_records{protocol=\"grpc\"} 3"),
             "{text}"
         );
         // A request the full queue drops counts its records too.
