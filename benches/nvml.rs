@@ -58,14 +58,14 @@ fn main() {
     let log = dir.path().join("calls.log");
     std::env::set_var("FAKE_NVML_SCENARIO", "large");
     std::env::set_var("FAKE_NVML_CALL_LOG", &log);
-    let counters = counters::parse(
+    let mut counters = counters::parse(
         builtin_counters("large").unwrap(),
         "built-in 'large' counters",
     )
     .unwrap();
     let nvml: Arc<Nvml> = Nvml::open(Some(&lib)).unwrap();
     let mut source =
-        NvmlSource::with_library(nvml.clone(), DeviceSelection::Flex, &counters).unwrap();
+        NvmlSource::with_library(nvml.clone(), DeviceSelection::Flex, &mut counters).unwrap();
     let mut procs = NvmlProcesses::new(
         nvml,
         ProcessOptions {

@@ -260,6 +260,7 @@ impl Plan {
                 let nvml_options = NvmlOptions {
                     library: cli.source.nvml_library.clone(),
                     devices: cli.collection.devices.clone(),
+                    incident_events: false,
                 };
                 match cli.source.source {
                     SourceKind::Dcgm => SourcePlan::Dcgm(dcgm_options),
@@ -336,10 +337,17 @@ impl Plan {
             OtlpPlan::resolve(&cli.otlp, &ctx, interval, &env)
                 .map_err(|e| StartError::classify(e.is_bad_input(), e))?
         };
-        // Log records are one per incident: the DCGM source reads them even without DCGM_EXP_* rows.
+        // Log records are one per incident: the DCGM and NVML sources read them even without
+        // DCGM_EXP_* rows.
         if otlp.as_ref().is_some_and(OtlpPlan::sends_incident_logs) {
-            if let SourcePlan::Dcgm(options) | SourcePlan::Auto(options, _) = &mut source {
-                options.incident_events = true;
+            match &mut source {
+                SourcePlan::Dcgm(options) => options.incident_events = true,
+                SourcePlan::Nvml(options) => options.incident_events = true,
+                SourcePlan::Auto(dcgm, nvml) => {
+                    dcgm.incident_events = true;
+                    nvml.incident_events = true;
+                }
+                SourcePlan::Simulated { .. } => {}
             }
         }
         Ok(Plan {
@@ -464,7 +472,7 @@ impl Plan {
                 Box::new(s)
             }
             SourcePlan::Nvml(opts) => {
-                let s = NvmlSource::open(opts, &counters)
+                let s = NvmlSource::open(opts, &mut counters)
                     .map_err(|e| StartError::classify(e.is_bad_input(), e))?;
                 nvml_library = Some(s.library());
                 Box::new(s)
@@ -477,7 +485,7 @@ impl Plan {
                         Box::new(s)
                     }
                     Err(e) if e.is_bad_input() => return Err(StartError::input(e)),
-                    Err(dcgm_error) => match NvmlSource::open(nvml_opts, &counters) {
+                    Err(dcgm_error) => match NvmlSource::open(nvml_opts, &mut counters) {
                         Ok(s) => {
                             tracing::warn!(dcgm = %auto_reason(&dcgm_error), "--source auto: DCGM is not usable here; reading GPUs through NVML (fields only DCGM has stay absent)");
                             nvml_library = Some(s.library());

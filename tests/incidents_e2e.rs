@@ -376,3 +376,74 @@ fn incident_families_feed_the_semconv_status_and_errors() {
         2.0
     );
 }
+
+/// The built-in `incidents` scenario read through NVML (`--source nvml`, the fake
+/// `libnvidia-ml.so.1`) and through DCGM (the fake libdcgm): XIDs from the NVML event set (a MIG
+/// instance's `gpuInstanceId` included) and clock events from the throttle-reason bitmask give exactly
+/// DCGM's XID and clock-event series once every event is behind both; the health and P2P families need
+/// DCGM, so through NVML they are not exported (absent, not a made-up "healthy"), said once at start.
+#[test]
+fn nvml_source_shows_the_same_xid_and_clock_event_series_as_dcgm() {
+    let lib = common::binary()
+        .parent()
+        .unwrap()
+        .join("libfake_libnvml.so");
+    assert!(
+        lib.exists(),
+        "{} is missing: cargo build --workspace",
+        lib.display()
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let nvml_lib = dir.path().join("libnvidia-ml.so.1");
+    std::os::unix::fs::symlink(lib, &nvml_lib).unwrap();
+    let csv = format!(
+        "{}/src/source/sim/scenarios/incidents-counters.csv",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let nvml = start(
+        &[
+            "--source",
+            "nvml",
+            "--nvml-library",
+            nvml_lib.to_str().unwrap(),
+            "-f",
+            &csv,
+            "-c",
+            "100",
+        ],
+        &[
+            ("FAKE_NVML_SCENARIO", "incidents"),
+            ("NODE_NAME", "golden-host"),
+        ],
+    );
+    let fake = Fake::new();
+    let dcgm = fake.start(
+        &["-f", &csv, "-c", "100"],
+        &[
+            ("FAKE_DCGM_SCENARIO", "incidents"),
+            ("NODE_NAME", "golden-host"),
+        ],
+    );
+    // The scenario's last event ends at collection 49.
+    let through_nvml = exp_lines(&scrape_after(nvml.port, 55));
+    let through_dcgm = exp_lines(&scrape_after(dcgm.port, 55));
+    let dcgm_only =
+        |l: &str| l.contains("DCGM_EXP_GPU_HEALTH_STATUS") || l.contains("DCGM_EXP_P2P_STATUS");
+    let want: String = through_dcgm
+        .lines()
+        .filter(|l| !dcgm_only(l))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    assert!(
+        want.contains("xid=\"43\"} 1") && want.contains("clock_event=\"power_cap\"} 2"),
+        "{want}"
+    );
+    assert_eq!(through_nvml, want);
+    let err = common::terminate(nvml);
+    assert_eq!(
+        err.matches("rows=DCGM_EXP_GPU_HEALTH_STATUS,DCGM_EXP_P2P_STATUS")
+            .count(),
+        1,
+        "{err}"
+    );
+}

@@ -5,10 +5,33 @@
 //! the source, so a reconnect to the host engine neither repeats nor loses a transition.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use crate::fields::{clock_events, health};
-use crate::snapshot::{HealthResult, IncidentKind};
+use crate::snapshot::{Entity, EntityKind, HealthResult, IncidentKind};
+
+/// The whole-GPU entities of the monitored GPUs and MIG instances, in order (a MIG GPU's made from
+/// its instances' identity): what clock events and health are read and reported on.
+pub fn whole_gpus(entities: &[Arc<Entity>]) -> Vec<Arc<Entity>> {
+    let mut out: Vec<Arc<Entity>> = Vec::new();
+    for e in entities {
+        let Some(gpu) = e.gpu.as_ref() else {
+            continue;
+        };
+        if !matches!(e.kind, EntityKind::Gpu | EntityKind::GpuInstance)
+            || out.iter().any(|g| g.entity_id == gpu.index)
+        {
+            continue;
+        }
+        out.push(if e.kind == EntityKind::Gpu {
+            e.clone()
+        } else {
+            Arc::new(Entity::gpu(gpu.clone()))
+        });
+    }
+    out
+}
 
 /// One health incident as a check reports it.
 #[derive(Debug, Clone, PartialEq)]

@@ -8,8 +8,12 @@
 //! `unsupported` (counted in `dcgm_otel_absent_values_total`, listed once at start). Discovery
 //! ([`discover`]) builds the shared inventory, so entity order and `-d` rules are the DCGM source's.
 //! XIDs come from an NVML event set (`nvmlEventTypeXidCriticalError`), drained without waiting at
-//! every collection: `DCGM_FI_DEV_XID_ERRORS` is the last XID seen (0 before any), as with DCGM; the
-//! events of the last collection are also kept ([`NvmlSource::recent_xids`]).
+//! every collection: `DCGM_FI_DEV_XID_ERRORS` is the last XID seen (0 before any), as with DCGM, and
+//! every event is an XID incident of the reading (the `DCGM_EXP_XID_*` families, OTLP log records).
+//! Clock events are edges of the throttle-reason bitmask (`nvmlDeviceGetCurrentClocksThrottleReasons`,
+//! the same bits as DCGM's field 112) sampled once per collection. NVML has no health watches and no
+//! P2P status query of DCGM's kind: `DCGM_EXP_GPU_HEALTH_STATUS` and `DCGM_EXP_P2P_STATUS` rows are
+//! dropped from the counter set with a warning (absent, never a made-up "healthy").
 //!
 //! A GPU that falls off the bus (`NVML_ERROR_GPU_IS_LOST`) has its series withdrawn at once (never a
 //! stale value), logged once; the GPUs are rediscovered on the next collection, and whenever NVML's
@@ -25,7 +29,7 @@ pub mod processes;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use self::client::{Nvml, NvmlError, OpenError};
 use self::discover::{Discovered, GpuHandles};
@@ -33,12 +37,15 @@ use self::ffi::{nvmlDevice_t, nvmlEventSet_t, nvmlFieldValue_t, nvmlReturn_t, Nv
 use self::fields::Read;
 use super::{Source, SourceError};
 use crate::config::devices::{DeviceError, DeviceSelection, Selected};
+use crate::counters::exporter::{ExpFamily, IncidentReads};
 use crate::counters::CounterSet;
 use crate::snapshot::inventory;
 use crate::snapshot::inventory::{Selection, Wanted};
 use crate::snapshot::{
-    Absent, Attribution, Entity, EntityKind, EntityReading, FieldValue, Reading,
+    Absent, Attribution, Entity, EntityKind, EntityReading, FieldValue, Incident, IncidentKind,
+    Reading,
 };
+use crate::source::incidents::{whole_gpus, Tracker};
 
 /// What the NVML source needs from the configuration.
 #[derive(Debug, Clone)]
@@ -46,6 +53,9 @@ pub struct NvmlOptions {
     /// `--nvml-library`: a file instead of the soname search.
     pub library: Option<PathBuf>,
     pub devices: DeviceSelection,
+    /// Read XIDs and clock events for a consumer of incident occurrences (OTLP log records) even
+    /// when no `DCGM_EXP_*` row asks for them.
+    pub incident_events: bool,
 }
 
 /// Why the NVML source could not start.
@@ -103,6 +113,11 @@ pub struct NvmlSource {
     /// Last XID per (GPU index, GPU instance id or u32::MAX for the GPU).
     last_xid: HashMap<(u32, u32), i64>,
     recent_xids: Vec<XidEvent>,
+    /// What the incident consumers need (rows and `incident_events`), and what `incident_events` adds.
+    incident_reads: IncidentReads,
+    event_reads: IncidentReads,
+    /// Clock-event edges across collections.
+    tracker: Tracker,
     /// GPUs logged as lost (by UUID), until they come back.
     lost_logged: HashSet<String>,
     /// Rows that returned NOT_SUPPORTED, logged once per (field, entity kind, entity id).
@@ -117,17 +132,29 @@ pub struct NvmlSource {
 impl NvmlSource {
     /// Load and initialise NVML, discover, apply `-d` (absent ids are an error, as with DCGM), list
     /// the counter rows NVML cannot give, and register for XID events.
-    pub fn open(opts: NvmlOptions, counters: &CounterSet) -> Result<NvmlSource, StartError> {
+    /// `DCGM_EXP_*` rows NVML cannot feed leave `counters` here, before any exporter is built.
+    pub fn open(opts: NvmlOptions, counters: &mut CounterSet) -> Result<NvmlSource, StartError> {
         let nvml = Nvml::open(opts.library.as_deref())?;
-        Self::with_library(nvml, opts.devices, counters)
+        let mut source = Self::with_library(nvml, opts.devices, counters)?;
+        if opts.incident_events {
+            source.event_reads = IncidentReads {
+                xids: true,
+                clock_events: true,
+                ..IncidentReads::default()
+            };
+            source.incident_reads = source.incident_reads.union(source.event_reads);
+            source.register_xid_events();
+        }
+        Ok(source)
     }
 
     /// [`NvmlSource::open`] over an already opened library (shared with the process collector).
     pub fn with_library(
         nvml: Arc<Nvml>,
         devices: DeviceSelection,
-        counters: &CounterSet,
+        counters: &mut CounterSet,
     ) -> Result<NvmlSource, StartError> {
+        drop_dcgm_only_families(counters, "");
         let rows = plan_rows(counters);
         let want_links = rows.iter().any(|r| r.on_links);
         let found = discover::discover(&nvml, want_links)?;
@@ -182,6 +209,9 @@ impl NvmlSource {
             events: None,
             last_xid: HashMap::new(),
             recent_xids: Vec::new(),
+            incident_reads: nvml_incident_reads(counters),
+            event_reads: IncidentReads::default(),
+            tracker: Tracker::default(),
             lost_logged: HashSet::new(),
             logged_not_supported: HashSet::new(),
             field_buf: Vec::new(),
@@ -202,9 +232,14 @@ impl NvmlSource {
         self.calls
     }
 
-    /// The XID events read during the last poll (for an incident path).
+    /// The XID events read during the last poll.
     pub fn recent_xids(&self) -> &[XidEvent] {
         &self.recent_xids
+    }
+
+    /// Whether anything reads XID events: the `DCGM_FI_DEV_XID_ERRORS` row or an incident consumer.
+    fn wants_xid_events(&self) -> bool {
+        self.incident_reads.xids || self.rows.iter().any(|r| r.read == Some(Read::Xid))
     }
 
     /// Take a discovery: entities in output order and a fresh XID event set on its GPUs.
@@ -219,11 +254,19 @@ impl NvmlSource {
             ..Selection::default()
         };
         self.entities = found.inventory.entities(&selection);
+        self.discovered = Some(found);
+        self.register_xid_events();
+    }
+
+    /// A fresh XID event set on the discovered GPUs (none when nothing reads XIDs).
+    fn register_xid_events(&mut self) {
         if let Some(set) = self.events.take() {
             self.nvml.sym().event_set_free(set);
         }
-        let wants_xid = self.rows.iter().any(|r| r.read == Some(Read::Xid));
-        if wants_xid {
+        let Some(found) = self.discovered.as_ref() else {
+            return;
+        };
+        if self.wants_xid_events() {
             match self.nvml.sym().event_set_create() {
                 Ok(set) => {
                     for g in &found.gpus {
@@ -242,7 +285,72 @@ impl NvmlSource {
                 }
             }
         }
-        self.discovered = Some(found);
+    }
+
+    /// The incidents of this collection: every XID event drained, and the clock-event edges of each
+    /// monitored GPU (one throttle-reason read per GPU), all at `now` (NVML events carry no time).
+    fn incidents(&mut self, found: &Discovered, now: SystemTime) -> Vec<Incident> {
+        let gpus = whole_gpus(&self.entities);
+        let none = self.no_attribution.clone();
+        let incident = |entity: Arc<Entity>, kind: IncidentKind| Incident {
+            entity,
+            attribution: none.clone(),
+            at: now,
+            kind,
+        };
+        let mut out = Vec::new();
+        if self.incident_reads.xids {
+            for x in &self.recent_xids {
+                let (Ok(code), Some(whole)) = (
+                    u32::try_from(x.code),
+                    gpus.iter().find(|g| g.entity_id == x.gpu),
+                ) else {
+                    continue;
+                };
+                if code == 0 {
+                    continue;
+                }
+                // The MIG instance it names (monitored or not), else the GPU.
+                let hit = x
+                    .gi_id
+                    .and_then(|gi| {
+                        let g = found.gpus.iter().find(|g| g.identity.index == x.gpu)?;
+                        let (mig, _) = g.instances.iter().find(|(m, _)| m.gi_id == gi)?;
+                        Some(
+                            self.entities
+                                .iter()
+                                .find(|e| {
+                                    e.mig.as_ref().is_some_and(|m| m.entity_id == mig.entity_id)
+                                })
+                                .cloned()
+                                .unwrap_or_else(|| {
+                                    Arc::new(Entity::instance(g.identity.clone(), mig.clone()))
+                                }),
+                        )
+                    })
+                    .unwrap_or_else(|| whole.clone());
+                out.push(incident(hit, IncidentKind::Xid { code }));
+            }
+        }
+        if self.incident_reads.clock_events {
+            for whole in &gpus {
+                let Some(g) = found
+                    .gpus
+                    .iter()
+                    .find(|g| g.identity.index == whole.entity_id)
+                else {
+                    continue;
+                };
+                self.calls += 1;
+                // A GPU that does not answer keeps its last mask: no edge is made up.
+                if let Ok(mask) = self.nvml.sym().clocks_throttle_reasons(g.handle) {
+                    for kind in self.tracker.clock_sample(whole.entity_id, mask, now) {
+                        out.push(incident(whole.clone(), kind));
+                    }
+                }
+            }
+        }
+        out
     }
 
     /// Rediscover (at run time: ids that vanished are skipped).
@@ -687,6 +795,39 @@ impl NvmlSource {
 }
 
 /// How each counter row is read through NVML (index-aligned with the rows).
+/// Whether NVML can feed a `DCGM_EXP_*` family (XIDs and clock events; not DCGM's health watches
+/// or P2P status).
+fn nvml_feeds(family: ExpFamily) -> bool {
+    !matches!(family, ExpFamily::GpuHealthStatus | ExpFamily::P2pStatus)
+}
+
+/// The incident reads the counters' `DCGM_EXP_*` rows need (after [`drop_dcgm_only_families`]).
+fn nvml_incident_reads(counters: &CounterSet) -> IncidentReads {
+    IncidentReads {
+        health: false,
+        p2p: false,
+        ..IncidentReads::of(&counters.exporter_rows)
+    }
+}
+
+/// Take out the `DCGM_EXP_*` rows only DCGM can feed, with one warning naming them.
+fn drop_dcgm_only_families(counters: &mut CounterSet, what: &str) {
+    let dropped: Vec<String> = counters
+        .exporter_rows
+        .iter()
+        .filter(|r| !nvml_feeds(r.family))
+        .map(|r| r.family.name().to_string())
+        .collect();
+    if dropped.is_empty() {
+        return;
+    }
+    counters.exporter_rows.retain(|r| nvml_feeds(r.family));
+    tracing::warn!(
+        rows = %dropped.join(","),
+        "these {what}DCGM_EXP_* rows need DCGM (health watches, P2P status); NVML cannot feed them, so they are not exported"
+    );
+}
+
 fn plan_rows(counters: &CounterSet) -> Vec<RowPlan> {
     counters
         .rows
@@ -710,7 +851,13 @@ impl Source for NvmlSource {
     }
 
     /// A reloaded counters CSV: re-plan the rows; when links come into (or go out of) play, rediscover.
-    fn set_counters(&mut self, counters: Arc<CounterSet>) -> Result<Arc<CounterSet>, SourceError> {
+    fn set_counters(
+        &mut self,
+        mut counters: Arc<CounterSet>,
+    ) -> Result<Arc<CounterSet>, SourceError> {
+        if counters.exporter_rows.iter().any(|r| !nvml_feeds(r.family)) {
+            drop_dcgm_only_families(Arc::make_mut(&mut counters), "reloaded ");
+        }
         let rows = plan_rows(&counters);
         let want_links = rows.iter().any(|r| r.on_links);
         let unsupported: Vec<&str> = counters
@@ -727,11 +874,15 @@ impl Source for NvmlSource {
             );
         }
         let relink = want_links != self.want_links;
+        let had_xid_events = self.wants_xid_events();
         self.rows = rows;
         self.want_links = want_links;
+        self.incident_reads = nvml_incident_reads(&counters).union(self.event_reads);
         self.logged_not_supported.clear();
         if relink {
             self.rediscover()?;
+        } else if had_xid_events != self.wants_xid_events() {
+            self.register_xid_events();
         }
         Ok(counters)
     }
@@ -840,10 +991,11 @@ impl Source for NvmlSource {
                 d.count = u32::MAX;
             }
         }
+        let incidents = self.incidents(&found, SystemTime::now());
         Ok(Reading {
             entities: out,
             driver_version: driver,
-            incidents: Vec::new(),
+            incidents,
             p2p: Vec::new(),
         })
     }

@@ -9,7 +9,7 @@ use std::time::{Duration, SystemTime};
 use super::Fleet;
 use crate::counters::exporter::IncidentReads;
 use crate::snapshot::{Attribution, Entity, EntityKind, Incident, IncidentKind, P2pLink};
-use crate::source::incidents::Tracker;
+use crate::source::incidents::{whole_gpus, Tracker};
 
 /// The reader's cursors and last-seen states.
 pub struct IncidentReader {
@@ -59,7 +59,7 @@ impl IncidentReader {
         entities: &[Arc<Entity>],
         reads: IncidentReads,
     ) -> (Vec<Incident>, Vec<P2pLink>) {
-        let gpus = physical_gpus(fleet, entities);
+        let gpus = whole_gpus(entities);
         let now = fleet.time();
         let mut out = Vec::new();
         let log = fleet.xid_log();
@@ -105,27 +105,6 @@ impl IncidentReader {
         }
         (out, p2p)
     }
-}
-
-/// Whole-GPU entities of the monitored GPUs (a MIG GPU's made from its instances' identity), in order.
-fn physical_gpus(fleet: &Fleet, entities: &[Arc<Entity>]) -> Vec<Arc<Entity>> {
-    let mut out: Vec<Arc<Entity>> = Vec::new();
-    for e in entities {
-        let Some(gpu) = e.gpu.as_ref() else {
-            continue;
-        };
-        if !matches!(e.kind, EntityKind::Gpu | EntityKind::GpuInstance)
-            || out.iter().any(|g| g.entity_id == gpu.index)
-        {
-            continue;
-        }
-        if e.kind == EntityKind::Gpu {
-            out.push(e.clone());
-        } else if fleet.gpus().iter().any(|g| g.identity.index == gpu.index) {
-            out.push(Arc::new(Entity::gpu(gpu.clone())));
-        }
-    }
-    out
 }
 
 /// The entity an XID hit: the MIG instance it names (monitored or not) or the GPU.

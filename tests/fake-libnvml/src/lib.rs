@@ -33,7 +33,11 @@ struct Engine {
     /// `nvmlDeviceGetCount_v2` calls so far.
     tick: u64,
     refs: u32,
-    events: VecDeque<(u32, u64)>,
+    /// XID events waiting in the event set: (GPU index, code, GPU-instance id on MIG).
+    events: VecDeque<(u32, u64, Option<u32>)>,
+    /// The scenario's XIDs already handed to the event set (those of the state found at start too:
+    /// an event set only sees what happens after it is made).
+    xid_cursor: usize,
 }
 
 static ENGINE: LazyLock<Mutex<Option<Engine>>> = LazyLock::new(|| Mutex::new(None));
@@ -234,6 +238,7 @@ pub unsafe extern "C" fn nvmlInit_v2() -> nvmlReturn_t {
             tick: 0,
             refs: 1,
             events: VecDeque::new(),
+            xid_cursor: usize::MAX,
         });
         NVML_SUCCESS
     })
@@ -317,15 +322,27 @@ pub unsafe extern "C" fn nvmlDeviceGetCount_v2(count: *mut c_uint) -> nvmlReturn
             e.fleet.advance(1.0);
         }
         let tick = e.tick;
-        let due: Vec<(u32, u64)> = e
+        let due: Vec<(u32, u64, Option<u32>)> = e
             .cfg
             .faults
             .xids
             .iter()
             .filter(|&&(_, _, at)| at == tick)
-            .map(|&(code, gpu, _)| (gpu, code))
+            .map(|&(code, gpu, _)| (gpu, code, None))
             .collect();
         e.events.extend(due);
+        // The scenario's `events:` XIDs, as they happen.
+        let log = e.fleet.xid_log();
+        if e.xid_cursor != usize::MAX {
+            let new: Vec<(u32, u64, Option<u32>)> = log
+                .get(e.xid_cursor..)
+                .unwrap_or_default()
+                .iter()
+                .map(|x| (x.gpu, u64::from(x.code), x.gpu_i_id))
+                .collect();
+            e.events.extend(new);
+        }
+        e.xid_cursor = log.len();
         // SAFETY: `count` is a valid out pointer (NVML contract).
         unsafe { put(count, e.fleet.gpus().len() as c_uint) }
     })
@@ -981,7 +998,7 @@ pub unsafe extern "C" fn nvmlEventSetWait_v2(
         if set != EVENT_SET {
             return NVML_ERROR_INVALID_ARGUMENT;
         }
-        let Some((gpu, code)) = e.events.pop_front() else {
+        let Some((gpu, code, gi)) = e.events.pop_front() else {
             return NVML_ERROR_TIMEOUT;
         };
         let Some(pos) = e.fleet.gpus().iter().position(|g| g.identity.index == gpu) else {
@@ -991,8 +1008,8 @@ pub unsafe extern "C" fn nvmlEventSetWait_v2(
             device: gpu_handle(pos),
             eventType: nvmlEventTypeXidCriticalError,
             eventData: code,
-            gpuInstanceId: NVML_NO_INSTANCE,
-            computeInstanceId: NVML_NO_INSTANCE,
+            gpuInstanceId: gi.unwrap_or(NVML_NO_INSTANCE),
+            computeInstanceId: if gi.is_some() { 0 } else { NVML_NO_INSTANCE },
         };
         // SAFETY: valid out pointer.
         unsafe { put(data, ev) }
