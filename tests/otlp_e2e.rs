@@ -1662,6 +1662,18 @@ fn semconv_names_with_both_sets_in_one_request() {
 #[test]
 fn semconv_names_reach_the_receiver() {
     let sink = Sink::http(0, None);
+    // The default counters plus DCGM's cumulative PCIe byte counters (hw.gpu.io).
+    let dir = tempfile::tempdir().unwrap();
+    let csv = dir.path().join("counters.csv");
+    std::fs::write(
+        &csv,
+        format!(
+            "{}DCGM_FI_PROF_PCIE_TX_BYTES_TOTAL, counter, PCIe bytes sent.\n\
+             DCGM_FI_PROF_PCIE_RX_BYTES_TOTAL, counter, PCIe bytes received.\n",
+            include_str!("../src/counters/default-counters.csv")
+        ),
+    )
+    .unwrap();
     let args = otlp_args(
         &format!("http://{}", sink.addr),
         &[
@@ -1669,6 +1681,8 @@ fn semconv_names_reach_the_receiver() {
             "http/protobuf",
             "--otel-metric-names",
             "semconv",
+            "-f",
+            csv.to_str().unwrap(),
         ],
     );
     let exporter = start_exporter(&args, &[]);
@@ -1676,6 +1690,7 @@ fn semconv_names_reach_the_receiver() {
     drop(exporter);
     let expected = expected_polls(1);
     let mut energy_before: HashMap<String, f64> = HashMap::new();
+    let mut io_before: HashMap<(String, String), f64> = HashMap::new();
     for r in &got {
         let flat = flatten(&r.req);
         let names: std::collections::BTreeSet<&str> =
@@ -1688,9 +1703,11 @@ fn semconv_names_reach_the_receiver() {
             "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
             "DCGM_FI_DEV_GPU_TEMP",
             "DCGM_FI_DEV_PCIE_REPLAY_COUNTER",
+            "DCGM_FI_PROF_PCIE_TX_BYTES_TOTAL",
         ] {
             assert!(!names.contains(gone), "{gone} sent in semconv mode");
         }
+        assert!(names.contains("hw.gpu.io"), "{names:?}");
         for kept in ["DCGM_FI_DEV_SM_CLOCK", "DCGM_FI_DEV_FB_FREE"] {
             assert!(names.contains(kept), "{kept} missing: {names:?}");
         }
@@ -1720,6 +1737,18 @@ fn semconv_names_reach_the_receiver() {
                     assert!(s.is_monotonic);
                     assert_eq!(s.aggregation_temporality, 2, "cumulative");
                     let before = energy_before.insert(res["hw.id"].clone(), *v);
+                    assert!(before.is_none_or(|b| b <= *v), "{before:?} then {v}");
+                }
+                "hw.gpu.io" => {
+                    assert_eq!(m.unit, "By");
+                    let Some(Data::Sum(s)) = &m.data else {
+                        panic!("hw.gpu.io is not a Sum")
+                    };
+                    assert!(s.is_monotonic);
+                    assert_eq!(point["nvidia.gpu.io.interconnect"], "pcie");
+                    let direction = point["network.io.direction"].clone();
+                    assert!(["transmit", "receive"].contains(&direction.as_str()));
+                    let before = io_before.insert((res["hw.id"].clone(), direction), *v);
                     assert!(before.is_none_or(|b| b <= *v), "{before:?} then {v}");
                 }
                 "hw.power" => assert_eq!(m.unit, "W"),

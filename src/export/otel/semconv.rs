@@ -357,6 +357,30 @@ pub const MAPPINGS: &[Mapping] = &[
         description: IO,
     },
     Mapping {
+        input: Input::Field("DCGM_FI_PROF_PCIE_TX_BYTES_TOTAL"),
+        name: "hw.gpu.io",
+        instrument: Instrument::Counter,
+        unit: "By",
+        scale: Scale::Times(1.0),
+        attributes: &[
+            ("network.io.direction", "transmit"),
+            ("nvidia.gpu.io.interconnect", "pcie"),
+        ],
+        description: IO,
+    },
+    Mapping {
+        input: Input::Field("DCGM_FI_PROF_PCIE_RX_BYTES_TOTAL"),
+        name: "hw.gpu.io",
+        instrument: Instrument::Counter,
+        unit: "By",
+        scale: Scale::Times(1.0),
+        attributes: &[
+            ("network.io.direction", "receive"),
+            ("nvidia.gpu.io.interconnect", "pcie"),
+        ],
+        description: IO,
+    },
+    Mapping {
         input: Input::Field("DCGM_FI_DEV_ECC_SBE_VOL_TOTAL"),
         name: "hw.errors",
         instrument: Instrument::Counter,

@@ -55,6 +55,9 @@ pub struct SimGpu {
     pcie_replays: i64,
     nvlink_bytes: f64,
     link_bytes: Vec<f64>,
+    /// PCIe bytes sent and received (the integral of the simulated PCIe rates).
+    pcie_tx_bytes: f64,
+    pcie_rx_bytes: f64,
 }
 
 /// The simulated fleet.
@@ -189,6 +192,8 @@ impl Fleet {
                     pcie_replays: 0,
                     nvlink_bytes: 0.0,
                     link_bytes: vec![0.0; nvlinks as usize],
+                    pcie_tx_bytes: 0.0,
+                    pcie_rx_bytes: 0.0,
                 });
                 index += 1;
             }
@@ -417,6 +422,8 @@ impl Fleet {
             if g.util > 50.0 && unit(seed ^ mix(step ^ (salt << 8) ^ 99)) < 0.01 {
                 g.pcie_replays += 1;
             }
+            g.pcie_tx_bytes += pcie_tx_rate(u) * dt;
+            g.pcie_rx_bytes += pcie_rx_rate(u) * dt;
             let rate = 20.0e9 * u;
             g.nvlink_bytes += rate * dt / 1024.0;
             let links = g.link_bytes.len().max(1) as f64;
@@ -595,8 +602,11 @@ impl Fleet {
             1006 => FieldValue::Double(round6(0.03 * u)),
             1007 => FieldValue::Double(round6(0.21 * u)),
             1008 => FieldValue::Double(round6(0.12 * u)),
-            1009 => FieldValue::Double((2.1e9 * u + 1.5e6).round()),
-            1010 => FieldValue::Double((6.4e9 * u + 2.5e6).round()),
+            1009 => FieldValue::Double(pcie_tx_rate(u).round()),
+            1010 => FieldValue::Double(pcie_rx_rate(u).round()),
+            // Cumulative PCIe bytes: the rates above integrated over simulated time.
+            1091 => FieldValue::Int(g.pcie_tx_bytes as i64),
+            1092 => FieldValue::Int(g.pcie_rx_bytes as i64),
             _ => match ty {
                 // Text fields the simulator has no story for are blank, as many are on real GPUs.
                 ValueType::String | ValueType::Binary => FieldValue::Absent(Absent::Blank),
@@ -604,6 +614,15 @@ impl Fleet {
             },
         }
     }
+}
+
+/// Simulated PCIe transmit and receive rates (bytes per second) at a utilization `u` in 0..=1.
+fn pcie_tx_rate(u: f64) -> f64 {
+    2.1e9 * u + 1.5e6
+}
+
+fn pcie_rx_rate(u: f64) -> f64 {
+    6.4e9 * u + 2.5e6
 }
 
 fn round6(x: f64) -> f64 {

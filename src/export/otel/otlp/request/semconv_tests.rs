@@ -61,6 +61,8 @@ fn expectations() -> Vec<(Vec<FieldValue>, Vec<WantPoint>)> {
         (vec![I(71)], vec![(None, Want::Double(71.0))]),
         (vec![I(5_000_000)], vec![(None, Want::Int(5_000_000))]),
         (vec![I(7_000_000)], vec![(None, Want::Int(7_000_000))]),
+        (vec![I(11_000_000)], vec![(None, Want::Int(11_000_000))]),
+        (vec![I(13_000_000)], vec![(None, Want::Int(13_000_000))]),
         (vec![I(3)], vec![(None, Want::Int(3))]),
         (vec![I(4)], vec![(None, Want::Int(4))]),
         (vec![I(1)], vec![(None, Want::Int(1))]),
