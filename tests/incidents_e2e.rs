@@ -447,3 +447,46 @@ fn nvml_source_shows_the_same_xid_and_clock_event_series_as_dcgm() {
         "{err}"
     );
 }
+
+/// The `demo` scenario (what `docker compose up` runs) has every kind of incident within its first 40
+/// collections, and they come again (`every:`): the XID on GPU 0 counts 2 once it recurred.
+#[test]
+fn the_compose_demo_scenario_keeps_its_incidents_coming() {
+    let e = start(
+        &["--simulate=demo", "-c", "100"],
+        &[("NODE_NAME", "golden-host")],
+    );
+    let exp = exp_lines(&scrape_after(e.port, 75));
+    let has = |prefix: &str, suffix: &str| {
+        exp.lines()
+            .any(|l| l.starts_with(prefix) && l.ends_with(suffix))
+    };
+    assert!(
+        has("DCGM_EXP_XID_ERRORS_TOTAL{gpu=\"0\"", "xid=\"31\"} 2"),
+        "{exp}"
+    );
+    assert!(
+        has("DCGM_EXP_XID_ERRORS_TOTAL{gpu=\"1\"", "xid=\"43\"} 1"),
+        "{exp}"
+    );
+    assert!(
+        has(
+            "DCGM_EXP_CLOCK_EVENTS_TOTAL{gpu=\"0\"",
+            "clock_event=\"power_cap\"} 3"
+        ),
+        "{exp}"
+    );
+    assert!(
+        has(
+            "DCGM_EXP_CLOCK_EVENTS_TOTAL{gpu=\"1\"",
+            "clock_event=\"hw_thermal\"} 1"
+        ),
+        "{exp}"
+    );
+    assert!(
+        exp.lines()
+            .any(|l| l.starts_with("DCGM_EXP_GPU_HEALTH_STATUS{gpu=\"1\"")
+                && l.contains("health_watch=\"PCIE\"")),
+        "{exp}"
+    );
+}

@@ -59,7 +59,7 @@ import yaml
 # Panels whose queries must parse and run but may return nothing in CI, with the reason. Keyed by dashboard
 # uid and panel title. Nothing else may come back empty: the OTLP-path panels get their data from
 # dcgm-otel --otlp through tests/stack/otlp_standin.py.
-# The live stack runs `-k --kubernetes-enable-pod-labels` on the simulated cluster of the default scenario,
+# The live stack runs `-k --kubernetes-enable-pod-labels` on the simulated cluster of the demo scenario,
 # so the per-pod panels have data too: nothing is skipped.
 SKIP = {}
 # Targets (not whole panels) that may be empty: (uid, panel title, refId) -> reason.

@@ -4,6 +4,7 @@
 //! scenario may have NvSwitches (`nvswitches`, an HGX baseboard) and CPUs (`cpus`, Grace).
 
 use std::path::Path;
+use std::sync::LazyLock;
 
 use serde::Deserialize;
 
@@ -160,7 +161,23 @@ const BUILTIN: &[(&str, &str)] = &[
     ("hgx-h100", include_str!("scenarios/hgx-h100.yaml")),
     ("grace-hopper", include_str!("scenarios/grace-hopper.yaml")),
     ("incidents", include_str!("scenarios/incidents.yaml")),
+    ("demo", include_str!("scenarios/demo.yaml")),
 ];
+
+/// The `demo` counters: the default counters CSV with the six `DCGM_EXP_*` rows of the `incidents`
+/// counters appended (made once, so the two files stay the only copies).
+static DEMO_COUNTERS: LazyLock<String> = LazyLock::new(|| {
+    let mut csv = String::from(include_str!("../../counters/default-counters.csv"));
+    csv.push_str("\n# The six exporter-synthesized families (the `demo` scenario's incidents).\n");
+    for row in include_str!("scenarios/incidents-counters.csv")
+        .lines()
+        .filter(|l| l.starts_with("DCGM_EXP_"))
+    {
+        csv.push_str(row);
+        csv.push('\n');
+    }
+    csv
+});
 
 /// Counters CSV of built-in counter sets named by scenarios.
 pub fn builtin_counters(name: &str) -> Option<&'static str> {
@@ -169,6 +186,7 @@ pub fn builtin_counters(name: &str) -> Option<&'static str> {
         "hgx-h100" => Some(include_str!("scenarios/hgx-h100-counters.csv")),
         "grace-hopper" => Some(include_str!("scenarios/grace-hopper-counters.csv")),
         "incidents" => Some(include_str!("scenarios/incidents-counters.csv")),
+        "demo" => Some(DEMO_COUNTERS.as_str()),
         _ => None,
     }
 }
