@@ -1884,3 +1884,61 @@ fn endless_list_page_is_cut_not_buffered() {
         "{sent} bytes of one list page accepted (bound {MAX_LIST_PAGE})"
     );
 }
+
+/// Pod labels whose names clash with an identity label (`gpu`, `device`, `Hostname`, `pid`) or begin
+/// with a digit: a second label of one name makes Prometheus reject the whole scrape, and a name that
+/// begins with a digit is not a label name. The clashing ones are left out, the other gets a leading `_`.
+#[test]
+fn pod_labels_never_repeat_an_identity_label_or_begin_with_a_digit() {
+    let dir = tempfile::tempdir().unwrap();
+    let scenario = dir.path().join("clash.yaml");
+    std::fs::write(
+        &scenario,
+        "gpus:\n  - model: H100-SXM5-80GB\n\
+         pods:\n  - { namespace: ml, pod: train-0, container: main, labels: { gpu: \"true\", device: x, Hostname: y, pid: \"1\", 3scale.net/tier: gold, team: a }, devices: [{ gpu: 0 }] }\n\
+         processes:\n  - { pid: 4242, name: python3, gpu: 0, memory_mib: 1024, sm_utilization: 50, pod: \"ml/train-0\" }\n",
+    )
+    .unwrap();
+    let ex = exporter(
+        dir.path(),
+        scenario.to_str().unwrap(),
+        &[
+            "-k",
+            "--kubernetes-enable-pod-labels",
+            "--collect-processes",
+        ],
+    );
+    let body = scrape_until(ex.port, "pod-labelled series", |b| {
+        b.contains("_3scale_net_tier=\"gold\"") && b.contains("dcgm_otel_process_gpu_memory_bytes{")
+    });
+    let mut checked = 0;
+    for line in body
+        .lines()
+        .filter(|l| !l.starts_with('#') && l.contains("team=\"a\""))
+    {
+        let labels = &line[line.find('{').unwrap() + 1..line.rfind('}').unwrap()];
+        let mut names: Vec<&str> = labels
+            .split("\",")
+            .map(|kv| kv.split_once('=').unwrap().0)
+            .collect();
+        let all = names.len();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), all, "a label name repeats in {line}");
+        assert!(line.contains("_3scale_net_tier=\"gold\""), "{line}");
+        assert!(
+            !line.contains("gpu=\"true\"") && !line.contains("device=\"x\""),
+            "{line}"
+        );
+        checked += 1;
+    }
+    assert!(checked > 10, "{body}");
+    // The pod label `pid` is a label like any other on the GPU series; the process series keep their
+    // own pid.
+    let process = series(&body, "dcgm_otel_process_gpu_memory_bytes");
+    assert_eq!(process.len(), 1, "{body}");
+    assert!(
+        process[0].contains("pid=\"4242\"") && !process[0].contains("pid=\"1\""),
+        "{process:?}"
+    );
+}

@@ -28,7 +28,7 @@ use std::sync::Arc;
 use crate::config::LabelStyle;
 use crate::snapshot::pod_split::{self, DeviceUse, PodShare};
 use crate::snapshot::{Entity, EntityKind, ProcessReading, Snapshot};
-use crate::telemetry::exposition::{push_label, write_f64};
+use crate::telemetry::exposition::{label_names, push_label, write_f64};
 
 /// One family: name, help, and how a reading gives its value.
 type Family = (
@@ -100,12 +100,14 @@ pub fn labels(p: &ProcessReading, snap: &Snapshot, style: &LabelStyle) -> String
         push_label(&mut out, &mut first, "pid", &pid.to_string());
     }
     push_label(&mut out, &mut first, "process_name", &p.name);
+    // Never a second label of a name already written (a pod label `gpu` or `pid`).
+    let written: Vec<String> = label_names(&out).into_iter().map(str::to_string).collect();
     let mut attrs: Vec<(&str, &str)> = p
         .attribution
         .sets()
         .flatten()
         .map(|a| (a.key.prometheus_name(style.use_old_namespace), &*a.value))
-        .filter(|(k, _)| !matches!(*k, "pid" | "process_name"))
+        .filter(|(k, _)| !written.iter().any(|w| w == k))
         .collect();
     attrs.sort();
     attrs.dedup_by(|a, b| a.0 == b.0);

@@ -25,7 +25,9 @@ use crate::lock::LockExt;
 use crate::snapshot::{
     Attribution, Entity, EntityKind, EntityReading, FieldValue, HostInfo, Placement, Snapshot,
 };
-use crate::telemetry::exposition::{escape_help, push_label, whole_f64, write_f64_slow};
+use crate::telemetry::exposition::{
+    escape_help, label_names, push_label, whole_f64, write_f64_slow,
+};
 use crate::telemetry::self_metrics::{Metric, SelfMetrics};
 
 /// A finished /metrics body.
@@ -528,11 +530,14 @@ impl Renderer {
                     .entry(&*s.entity)
                     .or_insert_with(|| self.identity_labels(&s.entity, &snap.host))
                     .as_str();
+                // Never a second label of an identity label's name (a pod label `gpu`).
+                let identity = label_names(base);
                 let mut attributes: Vec<(&str, &str)> = s
                     .attributes
                     .iter()
                     .filter(|a| a.key.placement == Placement::Attributes)
                     .map(|a| (a.key.prometheus_name(old), &*a.value))
+                    .filter(|(k, _)| !identity.contains(k))
                     .collect();
                 attributes.sort();
                 let mut labels: Vec<(&str, &str)> = s
@@ -542,6 +547,7 @@ impl Renderer {
                     .map(|a| (a.key.prometheus_name(old), &*a.value))
                     .chain(s.labels.iter().map(|l| (&*l.prometheus, &*l.value)))
                     .filter(|(k, _)| !attributes.iter().any(|(a, _)| a == k))
+                    .filter(|(k, _)| !identity.contains(k))
                     .collect();
                 labels.sort();
                 labels.dedup_by(|a, b| a.0 == b.0);
@@ -700,6 +706,9 @@ impl Renderer {
         label_fields.sort();
         label_fields.dedup_by(|a, b| a.0 == b.0);
         let old = self.style.use_old_namespace;
+        // An attribute or label of an identity label's name (a pod label `gpu`, `device`, `Hostname`)
+        // is left out: a second label of the same name makes Prometheus reject the whole scrape.
+        let identity = label_names(&base);
         let tails = e
             .attribution
             .sets()
@@ -708,10 +717,12 @@ impl Renderer {
                     .iter()
                     .filter(|a| a.key.placement == Placement::Attributes)
                     .map(|a| (a.key.prometheus_name(old).into(), (*a.value).into()))
+                    .filter(|(k, _): &(Box<str>, Box<str>)| !identity.contains(&&**k))
                     .collect();
                 attributes.sort();
                 // A label-class name equal to an attribute's: the attribute wins, as in dcgm-exporter.
-                let taken = |k: &str| attributes.iter().any(|(a, _)| &**a == k);
+                let taken =
+                    |k: &str| attributes.iter().any(|(a, _)| &**a == k) || identity.contains(&k);
                 let mut labels: Vec<(Box<str>, Box<str>)> = label_fields
                     .iter()
                     .map(|(k, v)| (Box::from(*k), Box::from(*v)))

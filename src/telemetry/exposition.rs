@@ -78,9 +78,48 @@ pub fn push_label(out: &mut String, first: &mut bool, name: &str, value: &str) {
     out.push('"');
 }
 
+/// The label names of a label list written by [`push_label`] (`a="x",b="y\"z"` → `a`, `b`): what an
+/// added label must not repeat (Prometheus rejects a whole scrape with a duplicate label name).
+pub fn label_names(labels: &str) -> Vec<&str> {
+    let mut names = Vec::new();
+    let mut rest = labels;
+    while let Some(eq) = rest.find("=\"") {
+        names.push(rest[..eq].trim_start_matches(','));
+        // Skip the value: up to the first quote not escaped by a backslash.
+        let value = &rest[eq + 2..];
+        let mut end = None;
+        let mut escaped = false;
+        for (i, c) in value.char_indices() {
+            match c {
+                _ if escaped => escaped = false,
+                '\\' => escaped = true,
+                '"' => {
+                    end = Some(i);
+                    break;
+                }
+                _ => {}
+            }
+        }
+        let Some(end) = end else { break };
+        rest = &value[end + 1..];
+    }
+    names
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn label_names_skip_escaped_quotes_in_values() {
+        let mut s = String::new();
+        let mut first = true;
+        push_label(&mut s, &mut first, "gpu", "0");
+        push_label(&mut s, &mut first, "modelName", "a \"quoted\",b=\"x\" name");
+        push_label(&mut s, &mut first, "Hostname", "h\\");
+        assert_eq!(label_names(&s), vec!["gpu", "modelName", "Hostname"]);
+        assert!(label_names("").is_empty());
+    }
 
     #[test]
     fn floats_are_prometheus_friendly() {

@@ -78,17 +78,21 @@ pub struct PodMeta {
     pub labels: BTreeMap<String, String>,
 }
 
-/// `[^a-zA-Z0-9_]` → `_`, as dcgm-exporter sanitizes label names.
+/// `[^a-zA-Z0-9_]` → `_`, as dcgm-exporter sanitizes label names; a name that would begin with a digit
+/// (or be empty) gets a leading `_` (dcgm-exporter writes it as is, an invalid Prometheus label name).
 pub fn sanitize(key: &str) -> String {
-    key.chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || c == '_' {
-                c
-            } else {
-                '_'
-            }
-        })
-        .collect()
+    let mut out = String::with_capacity(key.len() + 1);
+    if key.chars().next().is_none_or(|c| c.is_ascii_digit()) {
+        out.push('_');
+    }
+    out.extend(key.chars().map(|c| {
+        if c.is_ascii_alphanumeric() || c == '_' {
+            c
+        } else {
+            '_'
+        }
+    }));
+    out
 }
 
 /// A bad `--kubernetes-pod-label-allowlist-regex`.
@@ -174,6 +178,9 @@ mod tests {
     #[test]
     fn sanitized_and_filtered() {
         assert_eq!(sanitize("app.kubernetes.io/name"), "app_kubernetes_io_name");
+        // Valid Prometheus label names only: never a leading digit, never empty.
+        assert_eq!(sanitize("3scale.net/tier"), "_3scale_net_tier");
+        assert_eq!(sanitize(""), "_");
         let meta = PodMeta {
             uid: "u".into(),
             labels: [
