@@ -130,9 +130,9 @@ step "starting dcgm-otel --simulate=incidents on 127.0.0.1:$incidents_port"
 pids+=($!)
 $CHECK wait-http "http://127.0.0.1:$incidents_port/health" 20
 
-step "starting dcgm-otel --simulate --otlp --otel-metric-names semconv on 127.0.0.1:$semconv_exporter_port"
+step "starting dcgm-otel --simulate=demo --otlp --otel-metric-names semconv on 127.0.0.1:$semconv_exporter_port"
 OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf OTEL_EXPORTER_OTLP_ENDPOINT="http://127.0.0.1:$semconv_otlp_port" \
-  "$BIN" --simulate --otlp --otel-metric-names semconv -k --kubernetes-enable-pod-labels \
+  "$BIN" --simulate=demo --otlp --otel-metric-names semconv -k --kubernetes-enable-pod-labels \
   -a "127.0.0.1:$semconv_exporter_port" -c 1000 >"$work/dcgm-otel-semconv.log" 2>&1 &
 pids+=($!)
 $CHECK wait-http "http://127.0.0.1:$semconv_exporter_port/health" 20

@@ -109,27 +109,22 @@ impl ShareSource for EqualShares {
     }
 }
 
-/// Shares measured from the collection's per-process data (`--collect-processes`): a holder's share
-/// of a device is its processes' part of all the SM use on it ([`crate::snapshot::pod_split`]); when
-/// no process ran on the device (or nothing is known of it) the split stays equal.
+/// Shares measured from the collection's per-process data (`--collect-processes`), for shared devices
+/// only: a device held by one pod is all that pod's, whoever else runs on it. Between the pods holding
+/// a shared device the device-seconds (and energy) are split by their processes' SM use
+/// ([`crate::snapshot::pod_split::pod_usage`]), normalised over the holders so the device is charged
+/// whole (a process of no pod takes no share); two containers of one pod split their pod's share.
+/// When none of the holders' processes used SM (or nothing is known of them) the split stays equal.
 pub struct ProcessShares<'a> {
     pub processes: &'a [crate::snapshot::ProcessReading],
 }
 
 impl ShareSource for ProcessShares<'_> {
     fn shares(&self, entity: &Entity, holders: &[Arc<[Attribute]>]) -> Option<Vec<f64>> {
-        use crate::snapshot::pod_split::{pod_usage, split, DeviceUse};
-        let (usage, total) = pod_usage(self.processes, entity);
-        if total <= 0.0 || usage.is_empty() {
+        if holders.len() < 2 {
             return None;
         }
-        let shares = split(
-            DeviceUse {
-                total_sm_util: total,
-                ..DeviceUse::default()
-            },
-            &usage,
-        );
+        let (usage, _) = crate::snapshot::pod_split::pod_usage(self.processes, entity);
         let pod_of = |attrs: &[Attribute]| {
             let get = |name: &str| {
                 attrs
@@ -139,20 +134,23 @@ impl ShareSource for ProcessShares<'_> {
             };
             Some((get("namespace")?, get("pod")?))
         };
-        Some(
-            holders
-                .iter()
-                .map(|h| {
-                    pod_of(h)
-                        .and_then(|(ns, pod)| {
-                            shares
-                                .iter()
-                                .find(|s| s.pod.namespace == ns && s.pod.pod == pod)
-                        })
-                        .map_or(0.0, |s| s.share)
-                })
-                .collect(),
-        )
+        let pods: Vec<Option<(String, String)>> = holders.iter().map(|h| pod_of(h)).collect();
+        let raw: Vec<f64> = pods
+            .iter()
+            .map(|key| {
+                let Some((ns, pod)) = key else { return 0.0 };
+                let entries = pods
+                    .iter()
+                    .filter(|k| k.as_ref() == Some(&(ns.clone(), pod.clone())))
+                    .count();
+                usage
+                    .iter()
+                    .find(|u| u.pod.namespace == *ns && u.pod.pod == *pod)
+                    .map_or(0.0, |u| u.sm_util.max(0.0) / entries.max(1) as f64)
+            })
+            .collect();
+        let sum: f64 = raw.iter().sum();
+        (sum > 0.0).then(|| raw.iter().map(|r| r / sum).collect())
     }
 }
 
@@ -563,6 +561,7 @@ fn round(v: f64) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::snapshot::ProcessReading;
 
     #[test]
     fn profile_and_gpu_slices() {
@@ -574,5 +573,72 @@ mod tests {
         assert_eq!(gpu_slices("NVIDIA H100 80GB HBM3"), 7);
         assert_eq!(equal_shares(4), vec![0.25; 4]);
         assert!(equal_shares(0).is_empty());
+    }
+
+    fn holder(ns: &str, pod: &str) -> Arc<[Attribute]> {
+        use crate::snapshot::attribution::{NAMESPACE, POD};
+        Arc::from(vec![
+            Attribute::new(&NAMESPACE, ns),
+            Attribute::new(&POD, pod),
+        ])
+    }
+
+    fn process(gpu: &Arc<Entity>, pid: u32, sm: f64, pod: Option<(&str, &str)>) -> ProcessReading {
+        let mut p = ProcessReading::new(gpu.clone(), pid, "python3");
+        p.sm_util = Some(sm);
+        if let Some((ns, name)) = pod {
+            let mut a = crate::snapshot::Attribution::default();
+            a.add(&holder(ns, name));
+            p.attribution = Arc::new(a);
+        }
+        p
+    }
+
+    /// Shared devices split by the holders' SM use, normalised so the device is charged whole; one
+    /// holder keeps the device whatever else runs; two containers of a pod split its share.
+    #[test]
+    fn process_shares_split_shared_devices_only_and_charge_them_whole() {
+        let gpu = Arc::new(Entity::gpu(Arc::new(crate::snapshot::GpuIdentity {
+            index: 0,
+            uuid: "GPU-a".into(),
+            pci_bus_id: "0".into(),
+            model: "NVIDIA H100 80GB HBM3".into(),
+            serial: String::new(),
+            vbios: String::new(),
+        })));
+        let procs = vec![
+            process(&gpu, 1, 60.0, Some(("ml", "a"))),
+            process(&gpu, 2, 20.0, Some(("ml", "b"))),
+            process(&gpu, 3, 20.0, None),
+        ];
+        let shares = ProcessShares { processes: &procs };
+        let got = shares
+            .shares(&gpu, &[holder("ml", "a"), holder("ml", "b")])
+            .unwrap();
+        assert!(
+            (got[0] - 0.75).abs() < 1e-9 && (got[1] - 0.25).abs() < 1e-9,
+            "{got:?}"
+        );
+        // One holder: the whole device (the equal split of one), the non-pod process takes nothing.
+        assert_eq!(shares.shares(&gpu, &[holder("ml", "a")]), None);
+        // Two containers of pod a (two holder entries) and pod b: a's 60 split between its entries.
+        let got = shares
+            .shares(
+                &gpu,
+                &[holder("ml", "a"), holder("ml", "a"), holder("ml", "b")],
+            )
+            .unwrap();
+        assert!((got.iter().sum::<f64>() - 1.0).abs() < 1e-9, "{got:?}");
+        assert!(
+            (got[0] - 0.375).abs() < 1e-9 && (got[2] - 0.25).abs() < 1e-9,
+            "{got:?}"
+        );
+        // No SM use by any holder: equal split.
+        let idle = vec![process(&gpu, 3, 40.0, None)];
+        let shares = ProcessShares { processes: &idle };
+        assert_eq!(
+            shares.shares(&gpu, &[holder("ml", "a"), holder("ml", "b")]),
+            None
+        );
     }
 }

@@ -164,10 +164,16 @@ const BUILTIN: &[(&str, &str)] = &[
     ("demo", include_str!("scenarios/demo.yaml")),
 ];
 
-/// The `demo` counters: the default counters CSV with the six `DCGM_EXP_*` rows of the `incidents`
-/// counters appended (made once, so the two files stay the only copies).
+/// The `demo` counters: the default counters CSV with DCGM's cumulative PCIe byte counters (for the
+/// semantic-convention `hw.gpu.io`) and the six `DCGM_EXP_*` rows of the `incidents` counters appended
+/// (made once, so the two files stay the only copies).
 static DEMO_COUNTERS: LazyLock<String> = LazyLock::new(|| {
     let mut csv = String::from(include_str!("../../counters/default-counters.csv"));
+    csv.push_str(
+        "\n# PCIe traffic, cumulative (DCGM's profiling module).\n\
+         DCGM_FI_PROF_PCIE_TX_BYTES_TOTAL, counter, PCIe bytes sent since the GPU started.\n\
+         DCGM_FI_PROF_PCIE_RX_BYTES_TOTAL, counter, PCIe bytes received since the GPU started.\n",
+    );
     csv.push_str("\n# The six exporter-synthesized families (the `demo` scenario's incidents).\n");
     for row in include_str!("scenarios/incidents-counters.csv")
         .lines()
