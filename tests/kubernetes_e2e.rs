@@ -1942,3 +1942,31 @@ fn pod_labels_never_repeat_an_identity_label_or_begin_with_a_digit() {
         "{process:?}"
     );
 }
+
+/// Go-style booleans as dcgm-exporter's manifests write them: `--kubernetes=true`,
+/// `DCGM_EXPORTER_KUBERNETES=1` or `T` turn Kubernetes on (the simulated cluster's pods appear);
+/// `-k=false` turns it off even when the variable says on (a flag beats its variable).
+#[test]
+fn kubernetes_on_and_off_with_go_style_booleans() {
+    let dir = tempfile::tempdir().unwrap();
+    type Case<'a> = (&'a [&'a str], &'a [(&'a str, &'a str)], bool);
+    let cases: [Case; 5] = [
+        (&["--kubernetes=true"], &[], true),
+        (&[], &[("DCGM_EXPORTER_KUBERNETES", "1")], true),
+        (&[], &[("DCGM_EXPORTER_KUBERNETES", "T")], true),
+        (&["-k=false"], &[("DCGM_EXPORTER_KUBERNETES", "1")], false),
+        (&[], &[("DCGM_EXPORTER_KUBERNETES", "0")], false),
+    ];
+    for (args, env, on) in cases {
+        let ex = exporter_env(dir.path(), "default", args, env);
+        let body = scrape_until(ex.port, "GPU series", |b| {
+            b.contains("DCGM_FI_DEV_GPU_TEMP{")
+        });
+        assert_eq!(
+            body.contains("pod=\"llm-finetune-0\""),
+            on,
+            "{args:?} {env:?}:\n{}",
+            series(&body, "DCGM_FI_DEV_GPU_TEMP").join("\n")
+        );
+    }
+}

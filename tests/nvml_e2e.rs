@@ -300,3 +300,64 @@ fn a_lost_gpu_an_exiting_process_an_unsupported_call_and_an_xid() {
     let err = common::terminate(e);
     assert_eq!(err.matches("NVML: GPU is lost").count(), 1, "{err}");
 }
+
+/// `--source auto`: DCGM when libdcgm loads and answers, else NVML, said once in the log.
+#[test]
+fn source_auto_takes_dcgm_when_it_answers_else_nvml() {
+    let libs = Libs::new();
+    let missing = libs.dir.path().join("absent/libdcgm.so.4");
+    let fallback = start(
+        &[
+            "--source",
+            "auto",
+            "--dcgm-library",
+            missing.to_str().unwrap(),
+            "--nvml-library",
+            &libs.nvml(),
+            "-c",
+            "200",
+        ],
+        &[],
+    );
+    let body = scrape_until(&fallback, "NVML series", |b| {
+        b.contains("DCGM_FI_DEV_SM_CLOCK{")
+    });
+    assert!(
+        body.contains("dcgm_otel_source_up{source=\"nvml\"} 1\n"),
+        "{body}"
+    );
+    let err = common::terminate(fallback);
+    assert_eq!(
+        err.matches("--source auto: DCGM is not usable here; reading GPUs through NVML")
+            .count(),
+        1,
+        "{err}"
+    );
+    let dcgm = start(
+        &[
+            "--source",
+            "auto",
+            "--dcgm-library",
+            &libs.dcgm(),
+            "--nvml-library",
+            &libs.nvml(),
+            "-c",
+            "200",
+        ],
+        &[],
+    );
+    let body = scrape_until(&dcgm, "DCGM series", |b| {
+        b.contains("DCGM_FI_DEV_SM_CLOCK{")
+    });
+    assert!(
+        body.contains("dcgm_otel_source_up{source=\"dcgm\"} 1\n"),
+        "{body}"
+    );
+    let err = common::terminate(dcgm);
+    assert_eq!(
+        err.matches("--source auto: DCGM answers; reading GPUs through DCGM")
+            .count(),
+        1,
+        "{err}"
+    );
+}
