@@ -148,9 +148,9 @@ for path in patch_files:
     with open(out, "w") as f:
         yaml.safe_dump(merged, f)
     validate.append(out)
-if set(patched) != {"no-profiling.yaml", "pod-uid.yaml", "pod-labels.yaml"}:
-    fail.append(f"patches/ holds {sorted(patched)}; this check knows no-profiling.yaml, pod-uid.yaml and "
-                f"pod-labels.yaml (teach it what a new one must do)")
+if set(patched) != {"no-profiling.yaml", "pod-uid.yaml", "pod-labels.yaml", "processes.yaml"}:
+    fail.append(f"patches/ holds {sorted(patched)}; this check knows no-profiling.yaml, pod-uid.yaml, "
+                f"pod-labels.yaml and processes.yaml (teach it what a new one must do)")
 
 # the pod-labels variant: the token mounted, the flags on, and RBAC that reads pods (and DRA ResourceSlices)
 # and nothing else, bound to the DaemonSet's ServiceAccount
@@ -217,6 +217,22 @@ if "pod-uid.yaml" in patched:
         fail.append("patches/pod-uid.yaml replaced the DaemonSet's env instead of adding to it")
     if caps(c).get("add") != ["SYS_ADMIN"]:
         fail.append("patches/pod-uid.yaml changed the capabilities")
+if "processes.yaml" in patched:
+    spec = patched["processes.yaml"]["spec"]["template"]["spec"]
+    c = spec["containers"][0]
+    mounts = {m["name"]: m for m in c["volumeMounts"]}
+    env = {e["name"]: e.get("value") for e in c["env"]}
+    vols = {v["name"]: v for v in spec["volumes"]}
+    proc = mounts.get("host-proc", {})
+    if not proc.get("readOnly") or (vols.get("host-proc", {}).get("hostPath") or {}).get("path") != "/proc":
+        fail.append("patches/processes.yaml: the host's /proc must be mounted read-only (volume host-proc)")
+    if env.get("DCGM_OTEL_PROC_ROOT") != proc.get("mountPath"):
+        fail.append(f"patches/processes.yaml: DCGM_OTEL_PROC_ROOT ({env.get('DCGM_OTEL_PROC_ROOT')}) must be "
+                    f"where the host's /proc is mounted ({proc.get('mountPath')})")
+    if "DCGM_EXPORTER_KUBERNETES" not in env or "pod-resources" not in mounts:
+        fail.append("patches/processes.yaml replaced the DaemonSet's env or mounts instead of adding to them")
+    if spec.get("hostPID"):
+        fail.append("patches/processes.yaml: the host's /proc is enough; no hostPID")
 
 # 6. scheduling, host paths, probes
 if pod.get("nodeSelector"):
