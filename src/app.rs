@@ -23,6 +23,7 @@ use arc_swap::ArcSwap;
 
 use crate::cli::{Cli, Parsed};
 use crate::config::config_file::{self, ConfigFile, MetricsSource};
+use crate::config::CollectionArgs;
 use crate::counters::reload::CountersReloader;
 use crate::counters::watch_groups;
 use crate::counters::{self, CounterSet};
@@ -186,7 +187,7 @@ impl Plan {
             None => None,
         };
         let (counters, counters_file) = load_counters(
-            &cli,
+            &cli.collection,
             scenario.as_ref(),
             collectors_explicit,
             config_file.as_ref(),
@@ -323,7 +324,7 @@ impl Plan {
             None
         };
         let otlp = {
-            let ctx = otel_context(&cli, &counters, &host);
+            let ctx = otel_context(&cli.collection, &counters, &host);
             if cli.server.prometheus_format == PrometheusFormat::Otel {
                 // The bridge reads the same resource attributes: check them now.
                 naming::base_and_naming(
@@ -589,7 +590,7 @@ impl Plan {
             PrometheusFormat::Dcgm => vec![renderer.clone()],
             PrometheusFormat::Otel => {
                 let env = |k: &str| std::env::var(k).ok();
-                let ctx = otel_context(&cli, &counters, &host);
+                let ctx = otel_context(&cli.collection, &counters, &host);
                 let bridge = OtelPrometheus::from_args(
                     &cli.otlp,
                     &ctx,
@@ -690,7 +691,7 @@ fn nvml_reason(e: &nvml::StartError) -> String {
 /// fields); a simulated scenario's own set; `-f`'s default path (the built-in defaults when it does not
 /// exist). The config file's watch groups are then resolved against the set.
 fn load_counters(
-    cli: &Cli,
+    collection: &CollectionArgs,
     scenario: Option<&Scenario>,
     collectors_explicit: bool,
     config: Option<&ConfigFile>,
@@ -715,7 +716,7 @@ fn load_counters(
             ),
         },
         _ => {
-            let path = &cli.collection.collectors;
+            let path = &collection.collectors;
             let file = (collectors_explicit || path.exists()).then(|| path.clone());
             (counters::load(path, collectors_explicit), file)
         }
@@ -728,10 +729,14 @@ fn load_counters(
     Ok((set, file))
 }
 
-fn otel_context<'a>(cli: &Cli, counters: &'a CounterSet, host: &'a HostInfo) -> OtelContext<'a> {
+fn otel_context<'a>(
+    collection: &CollectionArgs,
+    counters: &'a CounterSet,
+    host: &'a HostInfo,
+) -> OtelContext<'a> {
     OtelContext {
         counters,
-        labels: cli.collection.label_style(),
+        labels: collection.label_style(),
         hostname: host.hostname.as_deref(),
         node_name: host.node_name.as_deref(),
     }

@@ -122,7 +122,10 @@ def graph():
     for mod_path, rel in modules.items():
         with open(os.path.join(SRC, rel), encoding="utf-8") as fh:
             text = fh.read()
-        # Unit tests (from a file's first `#[cfg(test)]` on) are not part of the module structure.
+        # Unit tests are not part of the module structure: a test-only module declaration
+        # (`#[cfg(test)] mod x;`) is dropped where it stands, and a file's test block (from its first
+        # other `#[cfg(test)]`, by convention at the end) is cut.
+        text = re.sub(r"^#\[cfg\(test\)\]\s*\n\s*(pub(\([^)]*\))?\s+)?mod\s+\w+\s*;", "", text, flags=re.M)
         cut = re.search(r"^#\[cfg\(test\)\]", text, flags=re.M)
         code = strip_comments(text[: cut.start()] if cut else text)
         current = tuple(mod_path)
