@@ -31,7 +31,8 @@ use crate::enrich::Enricher;
 use crate::export::SnapshotConsumer;
 use crate::lock::LockExt;
 use crate::snapshot::{
-    Absent, EntityReading, FieldValue, HostInfo, Incident, Snapshot, SnapshotStore,
+    Absent, Attribute, Attribution, EntityKind, EntityReading, FieldValue, HostInfo, Incident,
+    Snapshot, SnapshotStore,
 };
 use crate::source::processes::ProcessSource;
 use crate::source::{Source, SourceError, Waker};
@@ -698,6 +699,25 @@ fn attribute_incidents(mut incidents: Vec<Incident>, entities: &[EntityReading])
             .find(|r| Arc::ptr_eq(&r.entity, &incident.entity) || r.entity == incident.entity)
         {
             incident.attribution = reading.attribution.clone();
+        } else if incident.entity.kind == EntityKind::Gpu {
+            // A GPU in MIG mode has no series of its own: a clock event or health change of the
+            // whole GPU hits whoever holds its instances (each distinct attribute set once).
+            let index = incident.entity.gpu_index();
+            let mut holders: Vec<Vec<Attribute>> = Vec::new();
+            for r in entities.iter().filter(|r| {
+                r.entity.kind == EntityKind::GpuInstance && r.entity.gpu_index() == index
+            }) {
+                for set in r.attribution.sets().filter(|s| !s.is_empty()) {
+                    if !holders.iter().any(|h| h.as_slice() == set) {
+                        holders.push(set.to_vec());
+                    }
+                }
+            }
+            if !holders.is_empty() {
+                let mut attribution = Attribution::default();
+                attribution.split(&holders);
+                incident.attribution = Arc::new(attribution);
+            }
         }
     }
     incidents

@@ -141,3 +141,47 @@ fn dcgm_source_reads_incidents_for_log_records_without_exp_rows() {
         .any(|c| c.starts_with("dcgmGetValuesSince_v2 ")));
     assert!(calls.iter().any(|c| c.starts_with("dcgmHealthCheck ")));
 }
+
+/// A GPU in MIG mode has no series of its own: a clock event of the whole GPU is reported to every pod
+/// holding one of its instances (the `demo` scenario's GPU 1: `chat-api`, `embedder` and the batch job).
+#[test]
+fn a_whole_gpu_incident_on_a_mig_gpu_reaches_the_pods_on_its_instances() {
+    let logs = Sink::grpc();
+    let exporter = common::start(
+        &[
+            "--simulate=demo",
+            "-k",
+            "-c",
+            "100",
+            "--otlp-logs=true",
+            "--otlp-endpoint",
+            &logs.url(),
+        ],
+        &[("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", "http://127.0.0.1:9/")],
+    );
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let pods = loop {
+        let records = logs.wait_for_records(1);
+        let mut pods: Vec<String> = on_gpu(&records, "1", "nvidia.gpu.clock_event")
+            .iter()
+            .filter(|(_, r)| {
+                attrs(&r.attributes)
+                    .get("nvidia.clock_event.state")
+                    .is_some_and(|s| s == "started")
+            })
+            .filter_map(|(res, r)| {
+                res.get("k8s.pod.name")
+                    .cloned()
+                    .or_else(|| attrs(&r.attributes).get("k8s.pod.name").cloned())
+            })
+            .collect();
+        pods.sort();
+        pods.dedup();
+        if pods.len() >= 3 || std::time::Instant::now() > deadline {
+            break pods;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    };
+    drop(exporter);
+    assert_eq!(pods, vec!["chat-api-7d9f4", "embedder-5c2b8", "eval-job-1"]);
+}
