@@ -276,3 +276,89 @@ fn thirty_collections_of_one_second_then_retention() {
         "{text}"
     );
 }
+
+/// Churn: 25,000 short-lived pods (1,000 new ones sharing GPU 0 at each of 25 collections, each seen
+/// once) with a day of retention. The accumulator keeps at most `MAX_SERIES` (20,000) pod × device
+/// series, drops the longest-unheld beyond it (counted `reason="limit"`), and once the retention has
+/// passed with no pod left it keeps none (counted `reason="retention"`): memory is bounded by the
+/// limit whatever the churn.
+#[test]
+fn pod_churn_is_bounded_by_the_series_limit_then_the_retention() {
+    use dcgm_otel::enrich::kubernetes::cost::MAX_SERIES;
+    let counters = Arc::new(counters::parse(CSV, "test").unwrap());
+    let registry = SelfMetrics::new();
+    let mut acc = CostAccumulator::new(
+        CostSettings {
+            idle_threshold_percent: 5.0,
+            retention: Duration::from_secs(86_400),
+        },
+        &registry,
+    );
+    let whole = Arc::new(Entity::gpu(gpu(0)));
+    let reading = |k: u32, a: Arc<Attribution>| EntityReading {
+        entity: whole.clone(),
+        values: vec![
+            FieldValue::Int(50),
+            FieldValue::Double(300.0),
+            FieldValue::Int(1_000_000 + 300_000 * i64::from(k)),
+            FieldValue::Double(0.5),
+        ],
+        attribution: a,
+    };
+    let gauge = |text: &str, series: &str| -> f64 {
+        text.lines()
+            .find(|l| l.starts_with(series))
+            .and_then(|l| l.rsplit_once(' ')?.1.parse().ok())
+            .unwrap_or(0.0)
+    };
+    let mut most = 0usize;
+    for k in 0..=25u32 {
+        let attribution = if k < 25 {
+            let names: Vec<String> = (0..1000).map(|i| format!("job-{k}-{i}")).collect();
+            let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+            attribution(&refs)
+        } else {
+            attribution(&[])
+        };
+        let families = acc.collect(
+            &[reading(k, attribution)],
+            &counters,
+            f64::from(k),
+            &EqualShares,
+        );
+        most = most.max(families.iter().map(|f| f.samples.len()).max().unwrap_or(0));
+    }
+    let mut text = String::new();
+    registry.render(&mut text);
+    assert_eq!(
+        gauge(&text, "dcgm_otel_pod_cost_series "),
+        MAX_SERIES as f64,
+        "{text}"
+    );
+    assert_eq!(
+        gauge(
+            &text,
+            "dcgm_otel_pod_cost_series_dropped_total{reason=\"limit\"}"
+        ),
+        5000.0
+    );
+    assert!(most <= MAX_SERIES, "{most} series in one collection");
+    // A day later, nobody on the GPU: every series has expired.
+    let families = acc.collect(
+        &[reading(26, attribution(&[]))],
+        &counters,
+        86_500.0,
+        &EqualShares,
+    );
+    assert!(families.iter().all(|f| f.samples.is_empty()));
+    let mut text = String::new();
+    registry.render(&mut text);
+    assert_eq!(gauge(&text, "dcgm_otel_pod_cost_series "), 0.0, "{text}");
+    assert_eq!(
+        gauge(
+            &text,
+            "dcgm_otel_pod_cost_series_dropped_total{reason=\"retention\"}"
+        ),
+        MAX_SERIES as f64
+    );
+}
