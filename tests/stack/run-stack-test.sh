@@ -15,7 +15,7 @@
 #      pinned collector image, datasource uid, paths
 #   4. Grafana dashboards: the 12239-equivalent keeps the original's panels/queries; every dashboard
 #      type-checks against @grafana/schema with tsc
-#   5. live: starts `dcgm-otel --simulate=demo --otlp -k --kubernetes-enable-pod-labels` (the scenario's simulated
+#   5. live: starts `dcgm-otel --simulate=demo --otlp -k --kubernetes-enable-pod-labels --collect-processes` (the scenario's simulated
 #      cluster) and a second `dcgm-otel --simulate=incidents` (XIDs, clock events and health incidents in its
 #      first minute, with tests/fixtures/counters/incidents.csv listing the DCGM_EXP_* rows), a collector stand-in (otlp_standin.py: OTLP/HTTP in,
 #      Prometheus text out, as collector.yaml's prometheus exporter) and Debian's Prometheus 2.42 on 127.0.0.1
@@ -119,7 +119,7 @@ $CHECK wait-http "http://127.0.0.1:$semconv_otlp_port/metrics" 10
 # What docker-compose.yaml runs: the demo scenario (the default node with recurring incidents).
 step "starting dcgm-otel --simulate=demo --otlp on 127.0.0.1:$exporter_port"
 OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf OTEL_EXPORTER_OTLP_ENDPOINT="http://127.0.0.1:$otlp_port" \
-  "$BIN" --simulate=demo --otlp -k --kubernetes-enable-pod-labels -a "127.0.0.1:$exporter_port" -c 1000 >"$work/dcgm-otel.log" 2>&1 &
+  "$BIN" --simulate=demo --otlp -k --kubernetes-enable-pod-labels --collect-processes -a "127.0.0.1:$exporter_port" -c 1000 >"$work/dcgm-otel.log" 2>&1 &
 pids+=($!)
 $CHECK wait-http "http://127.0.0.1:$exporter_port/health" 20
 # The Incidents row (XID, health, clock events) and the alerting rules read the DCGM_EXP_* families, which the
