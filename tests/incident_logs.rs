@@ -409,12 +409,16 @@ fn records_wait_while_the_collector_is_down() {
     for s in snapshots(&base) {
         consumer.on_snapshot(&s);
     }
-    // Nothing listens yet: the sender retries while the records wait.
+    // Nothing listens yet: the sender retries (more times than a metrics request would be, which gives
+    // up after MAX_RETRIES) while the records wait.
     let deadline = Instant::now() + WAIT;
-    while !rendered(&registry)
-        .lines()
-        .any(|l| l.starts_with("dcgm_otel_otlp_log_retries_total{") && !l.ends_with(" 0"))
-    {
+    let retries = |text: &str| -> u32 {
+        text.lines()
+            .find(|l| l.starts_with("dcgm_otel_otlp_log_retries_total{"))
+            .and_then(|l| l.rsplit_once(' ')?.1.parse().ok())
+            .unwrap_or(0)
+    };
+    while retries(&rendered(&registry)) <= dcgm_otel::export::otel::otlp::queue::MAX_RETRIES {
         assert!(
             Instant::now() < deadline,
             "no retry:\n{}",
@@ -427,8 +431,17 @@ fn records_wait_while_the_collector_is_down() {
     export.shutdown();
     assert_eq!(records.len(), 5);
     assert_the_five_records(&records);
-    assert!(rendered(&registry)
-        .contains("dcgm_otel_otlp_log_records_dropped_total{protocol=\"http/protobuf\"} 0"));
+    let text = rendered(&registry);
+    assert!(
+        text.contains("dcgm_otel_otlp_log_records_dropped_total{protocol=\"http/protobuf\"} 0"),
+        "{text}"
+    );
+    assert!(
+        text.contains(
+            "dcgm_otel_otlp_log_export_failures_total{protocol=\"http/protobuf\",reason=\"retries_exhausted\"} 0"
+        ),
+        "{text}"
+    );
 }
 
 #[test]

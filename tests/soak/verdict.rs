@@ -238,20 +238,30 @@ fn engine_back_after(engine: &[(f64, f64)], t: f64) -> Option<f64> {
 fn judge_event(e: &mut Event, ticks: &[Tick], arrivals: &Arrivals<'_>, engine: &[(f64, f64)]) {
     let limit = e.end.unwrap_or(e.start) + 10.0 * HEAL_LIMIT_S + 30.0;
     // Pod labels ride on DCGM series and exports and incident records on what the source reads: when
-    // the host engine is away at such a peer's return, its heal is counted from the engine's return.
-    if matches!(
+    // the host engine is away at such a peer's return (or leaves before a heal could be seen), a heal
+    // that comes only after the engine's return is counted from there.
+    let engine_back = if matches!(
         e.what,
         "kubelet" | "OTLP collector" | "OTLP collector (logs)"
     ) {
-        if let Some(back) = e.end.and_then(|t| engine_back_after(engine, t)) {
-            let _ = write!(
-                e.note,
-                "host engine away until {back:.1} s: healed counted from there; "
-            );
-            e.heal_from = Some(back);
+        e.end.and_then(|t| engine_back_after(engine, t))
+    } else {
+        None
+    };
+    // The heal at `healed_at`, counted from the return or, when it came after it, the engine's return.
+    let mut reference = |healed_at: f64, returned: f64| -> f64 {
+        match engine_back {
+            Some(back) if healed_at >= back => {
+                let _ = write!(
+                    e.note,
+                    "host engine away until {back:.1} s: healed counted from there; "
+                );
+                e.heal_from = Some(back);
+                healed_at - back
+            }
+            _ => healed_at - returned,
         }
-    }
-    let heal_from = e.heal_from.or(e.end).unwrap_or(e.start);
+    };
     match (e.what, e.end) {
         ("host engine", Some(end)) => {
             let before = last_before(ticks, e.start).map_or(0.0, |k| k.collect_errors);
@@ -261,14 +271,15 @@ fn judge_event(e: &mut Event, ticks: &[Tick], arrivals: &Arrivals<'_>, engine: &
                 .filter(|k| k.t <= limit)
                 .map(|k| k.t - end);
         }
-        ("kubelet", Some(returned)) => {
+        ("kubelet", Some(end)) => {
             let before = last_before(ticks, e.start).map_or(0.0, |k| k.kubelet_bad);
-            e.visible = during(ticks, e.start, returned).any(|k| k.kubelet_bad > before);
-            let end = heal_from;
+            let visible = during(ticks, e.start, end).any(|k| k.kubelet_bad > before);
             let at_end = last_before(ticks, end).map_or(0.0, |k| k.kubelet_ok);
-            e.heal_s = first_after(ticks, end, |k| k.kubelet_ok > at_end && k.pod_series > 0)
+            let healed = first_after(ticks, end, |k| k.kubelet_ok > at_end && k.pod_series > 0)
                 .filter(|k| k.t <= limit)
-                .map(|k| k.t - end);
+                .map(|k| k.t);
+            e.heal_s = healed.map(|t| reference(t, end));
+            e.visible = visible;
         }
         ("Kubernetes API", Some(end)) => {
             let before = last_before(ticks, e.start).map_or(0.0, |k| k.api_err);
@@ -283,18 +294,18 @@ fn judge_event(e: &mut Event, ticks: &[Tick], arrivals: &Arrivals<'_>, engine: &
             let peak = during(ticks, e.start, end)
                 .map(|k| k.pending)
                 .fold(0.0, f64::max);
-            e.visible = during(ticks, e.start, end).any(|k| k.otlp_trouble > before);
-            e.heal_s = (arrivals.any)(heal_from)
-                .filter(|&t| t <= limit)
-                .map(|t| t - heal_from);
+            let visible = during(ticks, e.start, end).any(|k| k.otlp_trouble > before);
+            let healed = (arrivals.any)(end).filter(|&t| t <= limit);
+            e.heal_s = healed.map(|t| reference(t, end));
+            e.visible = visible;
             let _ = write!(e.note, "pending peaked at {peak}");
         }
         ("OTLP collector (logs)", Some(end)) => {
             let before = last_before(ticks, e.start).map_or(0.0, |k| k.log_trouble);
-            e.visible = during(ticks, e.start, end).any(|k| k.log_trouble > before);
-            e.heal_s = (arrivals.logs)(heal_from)
-                .filter(|&t| t <= limit)
-                .map(|t| t - heal_from);
+            let visible = during(ticks, e.start, end).any(|k| k.log_trouble > before);
+            let healed = (arrivals.logs)(end).filter(|&t| t <= limit);
+            e.heal_s = healed.map(|t| reference(t, end));
+            e.visible = visible;
             let at_end = last_before(ticks, end).map_or(0.0, |k| k.log_trouble);
             let _ = write!(
                 e.note,
@@ -318,6 +329,7 @@ fn judge_event(e: &mut Event, ticks: &[Tick], arrivals: &Arrivals<'_>, engine: &
     }
     // The same heal counted in collections: from the last reading before the return (or reload)
     // to the first reading at or after the heal.
+    let heal_from = e.heal_from.or(e.end).unwrap_or(e.start);
     if let (Some(h), Some(before)) = (e.heal_s, last_before(ticks, heal_from)) {
         let healed_at = heal_from + h;
         e.heal_collections = ticks

@@ -7,9 +7,11 @@
 //! hands it every snapshot. There it only turns the incidents into records ([`super::log_records`],
 //! nothing when there are none) and appends them to a bounded buffer — never a network wait, so a down
 //! collector never delays a collection. Its own thread moves the buffer into requests (at most
-//! [`MAX_RECORDS_PER_REQUEST`] each) whenever the sender's queue has room; while the collector is down
-//! records wait in the buffer. Beyond [`MAX_PENDING_RECORDS`] the oldest are dropped, as are the records
-//! of a request the full queue drops; both are counted in `dcgm_otel_otlp_log_records_dropped_total`.
+//! [`MAX_RECORDS_PER_REQUEST`] each) whenever the sender's queue has room and its request in flight is
+//! not failing; while the collector is down that request is retried until it answers and the records
+//! wait in the buffer. Beyond [`MAX_PENDING_RECORDS`] the oldest are dropped, as are the records of a
+//! request the full queue drops or the collector rejects; all are counted in
+//! `dcgm_otel_otlp_log_records_dropped_total`.
 //! `dcgm_otel_otlp_log_buffered_records` is the buffer's depth.
 
 use std::collections::VecDeque;
@@ -156,7 +158,9 @@ pub fn start_with_capacity(
         Protocol::HttpProtobuf => "http/protobuf",
     };
     let metrics = Arc::new(ExportMetrics::for_logs(self_metrics, protocol));
-    let queue = Queue::new(cfg.max_pending, metrics.clone());
+    let queue = Queue::for_records(cfg.max_pending, metrics.clone());
+    // Records come every collection: a collector that returns gets them within an interval.
+    queue.cap_retry_delay(cfg.interval);
     let done = super::spawn_sender(cfg, queue.clone(), metrics.clone())?;
     let pending = Arc::new(Pending::new(
         max_records,
@@ -201,7 +205,7 @@ fn run(pending: &Pending, queue: &Queue, metrics: &ExportMetrics) {
                     if closing {
                         return;
                     }
-                } else if closing || queue.has_room() {
+                } else if closing || (queue.has_room() && !queue.is_failing()) {
                     break;
                 }
                 b = if b.records.is_empty() {
@@ -211,7 +215,8 @@ fn run(pending: &Pending, queue: &Queue, metrics: &ExportMetrics) {
                         Err(poisoned) => poisoned.into_inner(),
                     }
                 } else {
-                    // The sender is behind (collector down): look again shortly.
+                    // The sender is behind or its request is failing (collector down): the records
+                    // wait here, bounded; look again shortly.
                     match pending.wake.wait_timeout(b, FULL_QUEUE_RECHECK) {
                         Ok((b, _)) => b,
                         Err(poisoned) => poisoned.into_inner().0,

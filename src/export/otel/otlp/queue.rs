@@ -11,9 +11,15 @@
 //! random factor in [0.5, 1]: a collector that returns gets the next attempt within an interval), or after
 //! the delay the server asked for (capped at 60 s), at most [`MAX_RETRIES`] times per request; a
 //! permanent failure is not retried. Failures are logged when the state changes, not on every attempt.
+//!
+//! A queue of log records ([`Queue::for_records`]) differs in one way: records are events, not a state a
+//! later request supersedes, so its request in flight is retried until the collector answers (or the
+//! exporter shuts down) and [`Queue::is_failing`] tells the producer to keep further records in its
+//! own bounded buffer meanwhile. Records of a request given up (rejected, or unsent at shutdown) are
+//! counted as dropped.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -174,7 +180,7 @@ impl ExportMetrics {
             dropped_items: count_drops.then(|| {
                 r.counter(
                     &format!("{prefix}{items}_dropped_total"),
-                    &format!("{items_text} dropped unsent because a bounded buffer was full (oldest first)."),
+                    &format!("{items_text} dropped unsent: a bounded buffer was full (oldest first), or their request was rejected or still unsent at shutdown."),
                     &p,
                 )
             }),
@@ -196,10 +202,23 @@ pub struct Queue {
     metrics: Arc<ExportMetrics>,
     /// Longest backoff between retries, ms ([`Queue::cap_retry_delay`]).
     retry_cap_ms: AtomicU64,
+    /// Retry a retryable failure until it succeeds (log records), not [`MAX_RETRIES`] times.
+    persistent: bool,
+    /// The request in flight is failing (set by the sender; cleared by a delivery).
+    failing: AtomicBool,
 }
 
 impl Queue {
     pub fn new(max: usize, metrics: Arc<ExportMetrics>) -> Arc<Queue> {
+        Self::build(max, metrics, false)
+    }
+
+    /// The queue of a log-record exporter: its request in flight is retried until delivered.
+    pub fn for_records(max: usize, metrics: Arc<ExportMetrics>) -> Arc<Queue> {
+        Self::build(max, metrics, true)
+    }
+
+    fn build(max: usize, metrics: Arc<ExportMetrics>, persistent: bool) -> Arc<Queue> {
         Arc::new(Queue {
             inner: Mutex::new(QueueInner {
                 items: VecDeque::new(),
@@ -209,7 +228,22 @@ impl Queue {
             max: max.max(1),
             metrics,
             retry_cap_ms: AtomicU64::new(BACKOFF_MAX.as_millis() as u64),
+            persistent,
+            failing: AtomicBool::new(false),
         })
+    }
+
+    /// Whether the request in flight is failing (the collector is away): a producer of records keeps
+    /// new ones in its own buffer until it is delivered.
+    pub fn is_failing(&self) -> bool {
+        self.failing.load(Ordering::Relaxed)
+    }
+
+    /// Count the items of a request that will not be delivered.
+    fn lost(&self, items: usize) {
+        if let (true, Some(m)) = (items > 0, &self.metrics.dropped_items) {
+            m.add(items as f64);
+        }
     }
 
     /// Never wait longer than `interval` (the export interval) between retries: retries then come no
@@ -267,14 +301,14 @@ impl Queue {
         self.lock().closed
     }
 
-    /// The next request, or `None` once closed and drained.
-    async fn next(&self) -> Option<Bytes> {
+    /// The next request and its item count, or `None` once closed and drained.
+    async fn next(&self) -> Option<(Bytes, usize)> {
         loop {
             {
                 let mut q = self.lock();
-                if let Some((b, _)) = q.items.pop_front() {
+                if let Some(next) = q.items.pop_front() {
                     self.metrics.pending.set(q.items.len() as f64);
-                    return Some(b);
+                    return Some(next);
                 }
                 if q.closed {
                     return None;
@@ -326,7 +360,7 @@ pub async fn run_sender(
     let mut jitter = Jitter::new();
     let mut failing = false;
     let mut last_permanent: Option<String> = None;
-    while let Some(body) = queue.next().await {
+    while let Some((body, items)) = queue.next().await {
         let mut retry = 0u32;
         loop {
             let started = Instant::now();
@@ -346,11 +380,14 @@ pub async fn run_sender(
                         tracing::info!(%endpoint, "OTLP exports delivered again");
                     }
                     failing = false;
+                    queue.failing.store(false, Ordering::Relaxed);
                     last_permanent = None;
                     break;
                 }
                 Err(SendError::Permanent(message)) => {
                     metrics.failed_permanent.inc();
+                    queue.lost(items);
+                    queue.failing.store(false, Ordering::Relaxed);
                     if last_permanent.as_deref() != Some(message.as_str()) {
                         tracing::error!(%endpoint, error = %message, "OTLP export rejected; not retried (further identical errors are only counted)");
                         last_permanent = Some(message);
@@ -361,11 +398,13 @@ pub async fn run_sender(
                     message,
                     retry_after,
                 }) => {
-                    if retry >= MAX_RETRIES || queue.is_closed() {
+                    if (retry >= MAX_RETRIES && !queue.persistent) || queue.is_closed() {
                         metrics.failed_exhausted.inc();
+                        queue.lost(items);
                         tracing::debug!(%endpoint, error = %message, retries = retry, "OTLP export given up");
                         break;
                     }
+                    queue.failing.store(true, Ordering::Relaxed);
                     retry += 1;
                     metrics.retries.inc();
                     let delay = match retry_after {
@@ -445,7 +484,7 @@ mod tests {
         q.close();
         let got: Vec<u8> = rt.block_on(async {
             let mut v = Vec::new();
-            while let Some(b) = q.next().await {
+            while let Some((b, _)) = q.next().await {
                 v.push(b[0]);
             }
             v
