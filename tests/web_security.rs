@@ -203,20 +203,16 @@ fn raw(port: u16, request: &[u8]) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
-/// Send a hand-made ClientHello and return the first bytes the server answers. `tls12`: legacy version
-/// 3.3 with the extensions an ECDHE handshake needs and AES-GCM suites; otherwise TLS 1.1 (version 3.2,
-/// no extensions, CBC suites), which no current client library will offer.
+/// Send a hand-made ClientHello and return the first bytes the server answers: the extensions an ECDHE
+/// handshake needs and AES-GCM suites the server has, with version 3.3 (`tls12`) or 3.2 (TLS 1.1, which
+/// no current client library will offer) — the same hello but for the version.
 fn hello_answer(port: u16, tls12: bool) -> Vec<u8> {
     let mut body = vec![3u8, if tls12 { 3 } else { 2 }];
     body.extend([7u8; 32]); // random
     body.push(0); // no session id
-    if tls12 {
-        body.extend([0, 4, 0xc0, 0x2b, 0xc0, 0x2f]); // ECDHE_{ECDSA,RSA}_AES128_GCM_SHA256
-    } else {
-        body.extend([0, 4, 0xc0, 0x13, 0x00, 0x2f]); // ECDHE_RSA / RSA _AES128_CBC_SHA
-    }
+    body.extend([0, 4, 0xc0, 0x2b, 0xc0, 0x2f]); // ECDHE_{ECDSA,RSA}_AES128_GCM_SHA256
     body.extend([1, 0]); // null compression only
-    if tls12 {
+    {
         let ext: Vec<u8> = [
             &[0x00, 0x0a, 0, 6, 0, 4, 0x00, 0x1d, 0x00, 0x17][..], // groups: x25519, P-256
             &[0x00, 0x0b, 0, 2, 1, 0][..],                         // point formats: uncompressed
@@ -498,6 +494,12 @@ fn tls_mtls_and_sighup_reload() {
         "an alert record, not a handshake: {answer:?}"
     );
     assert_eq!(answer.get(5), Some(&2u8), "a fatal alert: {answer:?}");
+    // ... for the version (protocol_version, 70), not for a cipher mismatch (handshake_failure, 40).
+    assert_eq!(
+        answer.get(6),
+        Some(&70u8),
+        "alert protocol_version: {answer:?}"
+    );
     let answer = hello_answer(s.port, true);
     assert!(
         answer.len() >= 6 && answer[..3] == [22, 3, 3] && answer[5] == 2,
