@@ -201,6 +201,29 @@ fn failing_environment_is_one_line_and_exit_1() {
         1,
         &format!("cannot listen on {addr}: Address already in use (os error 98)"),
     );
+    // The port is taken before anything else starts: not one OTLP export goes out first.
+    let collector = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let endpoint = format!("http://{}", collector.local_addr().unwrap());
+    expect(
+        &[
+            "--simulate",
+            "-a",
+            &addr,
+            "--otlp",
+            "--otlp-protocol",
+            "http/protobuf",
+            "--otlp-endpoint",
+            &endpoint,
+        ],
+        &[],
+        1,
+        &format!("cannot listen on {addr}: Address already in use (os error 98)"),
+    );
+    collector.set_nonblocking(true).unwrap();
+    assert!(
+        matches!(collector.accept(), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock),
+        "the exporter reached the collector before failing on the port"
+    );
 }
 
 #[test]
