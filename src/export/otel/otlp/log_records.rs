@@ -13,7 +13,8 @@
 //! `nvidia.health.watch`, `nvidia.health.result`, `nvidia.health.previous_result`,
 //! `nvidia.health.error_code`.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use opentelemetry::KeyValue;
@@ -28,6 +29,7 @@ use super::proto::pkv;
 use super::severity;
 use crate::export::otel::naming::{Naming, ResourceSplit};
 use crate::fields::xid;
+use crate::lock::LockExt;
 use crate::snapshot::{EntityReading, Incident, IncidentKind, Snapshot};
 
 /// `event.name` of XID records.
@@ -42,15 +44,25 @@ pub const HEALTH_EVENT: &str = "nvidia.gpu.health";
 pub struct PendingRecord {
     /// The Resource's identity (its attributes, in order): records with equal keys share it.
     pub resource_key: Arc<[(String, String)]>,
-    pub resource: Resource,
+    /// Shared by every record of the same Resource (a buffered record holds only its own fields: a
+    /// Resource copy per record made 10,000 waiting records cost about 65 MiB in the soak).
+    pub resource: Arc<Resource>,
     pub record: LogRecord,
 }
+
+/// Resources already built, by identity key (cleared past this many).
+const MAX_INTERNED_RESOURCES: usize = 4096;
+
+/// A Resource's identity: its identity attributes, in order.
+type ResourceKey = Arc<[(String, String)]>;
 
 /// Builds the records of a snapshot's incidents.
 pub struct RecordBuilder {
     naming: Naming,
     split: ResourceSplit,
     base: Vec<PKeyValue>,
+    /// Identity key → the key and Resource made for it, reused by later records and snapshots.
+    interned: Mutex<HashMap<ResourceKey, Arc<Resource>>>,
 }
 
 fn nanos(t: SystemTime) -> u64 {
@@ -162,6 +174,7 @@ impl RecordBuilder {
             naming,
             split,
             base: base.iter().map(pkv).collect(),
+            interned: Mutex::new(HashMap::new()),
         }
     }
 
@@ -187,6 +200,35 @@ impl RecordBuilder {
         out
     }
 
+    /// The interned key and Resource of an identity (built once, then shared).
+    fn resource_for(
+        &self,
+        key: Arc<[(String, String)]>,
+        identity: &[&KeyValue],
+    ) -> (Arc<[(String, String)]>, Arc<Resource>) {
+        let mut interned = self.interned.lock_unpoisoned();
+        if let Some((k, r)) = interned.get_key_value(&key) {
+            return (k.clone(), r.clone());
+        }
+        let mut attributes: Vec<PKeyValue> = self
+            .base
+            .iter()
+            .filter(|b| !identity.iter().any(|kv| kv.key.as_str() == b.key))
+            .cloned()
+            .collect();
+        attributes.extend(identity.iter().map(|kv| pkv(kv)));
+        let resource = Arc::new(Resource {
+            attributes,
+            dropped_attributes_count: 0,
+            entity_refs: Vec::new(),
+        });
+        if interned.len() >= MAX_INTERNED_RESOURCES {
+            interned.clear();
+        }
+        interned.insert(key.clone(), resource.clone());
+        (key, resource)
+    }
+
     fn incident_records(
         &self,
         incident: &Incident,
@@ -209,23 +251,13 @@ impl RecordBuilder {
                 .iter()
                 .map(|kv| (kv.key.as_str().to_string(), kv.value.as_str().into_owned()))
                 .collect();
-            let mut resource_attributes: Vec<PKeyValue> = self
-                .base
-                .iter()
-                .filter(|b| !identity.iter().any(|kv| kv.key.as_str() == b.key))
-                .cloned()
-                .collect();
-            resource_attributes.extend(identity.iter().map(|kv| pkv(kv)));
+            let (key, resource) = self.resource_for(key, &identity);
             let mut attributes = vec![text("event.name", event)];
             attributes.extend(event_attributes.iter().cloned());
             attributes.extend(rest.into_iter().map(pkv));
             out.push(PendingRecord {
                 resource_key: key,
-                resource: Resource {
-                    attributes: resource_attributes,
-                    dropped_attributes_count: 0,
-                    entity_refs: Vec::new(),
-                },
+                resource,
                 record: LogRecord {
                     time_unix_nano: nanos(incident.at),
                     observed_time_unix_nano: observed,
@@ -270,7 +302,7 @@ pub fn request(records: Vec<PendingRecord>) -> ExportLogsRequest {
             None => {
                 keys.push(r.resource_key.clone());
                 resource_logs.push(ResourceLogs {
-                    resource: Some(r.resource),
+                    resource: Some(Arc::unwrap_or_clone(r.resource)),
                     scope_logs: vec![ScopeLogs {
                         scope: Some(scope.clone()),
                         log_records: Vec::new(),

@@ -270,7 +270,7 @@ mod tests {
     fn record(t: u64) -> PendingRecord {
         PendingRecord {
             resource_key: Arc::from(Vec::new()),
-            resource: Resource::default(),
+            resource: Arc::new(Resource::default()),
             record: LogRecord {
                 time_unix_nano: t,
                 ..LogRecord::default()
