@@ -580,3 +580,24 @@ fn rotel_receives_the_records_over_grpc_and_http() {
         );
     }
 }
+
+/// Waiting records share their Resource: records of the same entity, in one snapshot or in later ones,
+/// point at one Resource (a copy per record made 10,000 waiting records cost about 65 MiB in the soak),
+/// and a request still carries it in full.
+#[test]
+fn records_of_one_entity_share_their_resource() {
+    let (counters, base) = fleet();
+    let builder = builder(&counters);
+    let snaps = snapshots(&base);
+    let first = builder.records(&snaps[0]);
+    let again = builder.records(&snaps[0]);
+    assert!(!first.is_empty());
+    for (a, b) in first.iter().zip(&again) {
+        assert!(Arc::ptr_eq(&a.resource, &b.resource), "a second copy");
+        assert!(Arc::ptr_eq(&a.resource_key, &b.resource_key));
+    }
+    let request = dcgm_otel::export::otel::otlp::log_records::request(again);
+    let resource = request.request.resource_logs[0].resource.as_ref().unwrap();
+    assert_eq!(resource, &*first[0].resource);
+    assert!(resource.attributes.iter().any(|kv| kv.key == "host.name"));
+}
