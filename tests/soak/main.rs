@@ -171,15 +171,9 @@ fn storm_scenario() -> String {
 
 /// The `large` counters with the six `DCGM_EXP_*` rows of the `incidents` scenario added.
 fn large_counters_with_incidents() -> String {
-    let mut csv = include_str!("../../src/source/sim/scenarios/large-counters.csv").to_string();
-    for row in include_str!("../../src/source/sim/scenarios/incidents-counters.csv")
-        .lines()
-        .filter(|l| l.starts_with("DCGM_EXP_"))
-    {
-        csv.push_str(row);
-        csv.push('\n');
-    }
-    csv
+    dcgm_otel::source::sim::scenario::with_incident_rows(include_str!(
+        "../../src/source/sim/scenarios/large-counters.csv"
+    ))
 }
 
 const WEB_CONFIGS: [&str; 2] = [

@@ -164,25 +164,34 @@ const BUILTIN: &[(&str, &str)] = &[
     ("demo", include_str!("scenarios/demo.yaml")),
 ];
 
-/// The `demo` counters: the default counters CSV with DCGM's cumulative PCIe byte counters (for the
-/// semantic-convention `hw.gpu.io`) and the six `DCGM_EXP_*` rows of the `incidents` counters appended
-/// (made once, so the two files stay the only copies).
-static DEMO_COUNTERS: LazyLock<String> = LazyLock::new(|| {
-    let mut csv = String::from(include_str!("../../counters/default-counters.csv"));
-    csv.push_str(
-        "\n# PCIe traffic, cumulative (DCGM's profiling module).\n\
-         DCGM_FI_PROF_PCIE_TX_BYTES_TOTAL, counter, PCIe bytes sent since the GPU started.\n\
-         DCGM_FI_PROF_PCIE_RX_BYTES_TOTAL, counter, PCIe bytes received since the GPU started.\n",
-    );
-    csv.push_str("\n# The six exporter-synthesized families (the `demo` scenario's incidents).\n");
+/// `csv` with the six `DCGM_EXP_*` rows of the built-in `incidents` counters appended (what turns
+/// dcgm-exporter's synthesized families on).
+pub fn with_incident_rows(csv: &str) -> String {
+    let mut out = String::from(csv);
+    if !out.ends_with('\n') {
+        out.push('\n');
+    }
     for row in include_str!("scenarios/incidents-counters.csv")
         .lines()
         .filter(|l| l.starts_with("DCGM_EXP_"))
     {
-        csv.push_str(row);
-        csv.push('\n');
+        out.push_str(row);
+        out.push('\n');
     }
-    csv
+    out
+}
+
+/// The `demo` counters: the default counters CSV with DCGM's cumulative PCIe byte counters (for the
+/// semantic-convention `hw.gpu.io`) and the six `DCGM_EXP_*` rows (made once, so the two files stay the
+/// only copies).
+static DEMO_COUNTERS: LazyLock<String> = LazyLock::new(|| {
+    with_incident_rows(&format!(
+        "{}\n# PCIe traffic, cumulative (DCGM's profiling module).\n\
+         DCGM_FI_PROF_PCIE_TX_BYTES_TOTAL, counter, PCIe bytes sent since the GPU started.\n\
+         DCGM_FI_PROF_PCIE_RX_BYTES_TOTAL, counter, PCIe bytes received since the GPU started.\n\
+         # The six exporter-synthesized families (the `demo` scenario's incidents).\n",
+        include_str!("../../counters/default-counters.csv")
+    ))
 });
 
 /// Counters CSV of built-in counter sets named by scenarios.

@@ -25,7 +25,7 @@ use opentelemetry_proto::tonic::common::v1::{
 use opentelemetry_proto::tonic::logs::v1::{LogRecord, ResourceLogs, ScopeLogs};
 use opentelemetry_proto::tonic::resource::v1::Resource;
 
-use super::proto::pkv;
+use super::proto::{entity_resource, pkv};
 use super::severity;
 use crate::export::otel::naming::{Naming, ResourceSplit};
 use crate::fields::xid;
@@ -210,18 +210,7 @@ impl RecordBuilder {
         if let Some((k, r)) = interned.get_key_value(&key) {
             return (k.clone(), r.clone());
         }
-        let mut attributes: Vec<PKeyValue> = self
-            .base
-            .iter()
-            .filter(|b| !identity.iter().any(|kv| kv.key.as_str() == b.key))
-            .cloned()
-            .collect();
-        attributes.extend(identity.iter().map(|kv| pkv(kv)));
-        let resource = Arc::new(Resource {
-            attributes,
-            dropped_attributes_count: 0,
-            entity_refs: Vec::new(),
-        });
+        let resource = Arc::new(entity_resource(&self.base, identity));
         if interned.len() >= MAX_INTERNED_RESOURCES {
             interned.clear();
         }

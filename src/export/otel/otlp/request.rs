@@ -48,7 +48,7 @@ use opentelemetry_proto::tonic::metrics::v1::{
 use opentelemetry_proto::tonic::resource::v1::Resource;
 use opentelemetry_sdk::metrics::Temporality;
 
-use super::proto::pkv;
+use super::proto::{entity_resource, pkv};
 use super::queue::{ExportMetrics, Queue};
 use crate::counters::{CounterSet, MetricKind};
 use crate::export::otel::naming::{Naming, ResourceSplit};
@@ -312,18 +312,7 @@ impl DirectBuilder {
                         .map(|kv| (kv.key.as_str().to_string(), kv.value.as_str().into_owned()))
                         .collect();
                     let resource = *index.entry(key).or_insert_with(|| {
-                        let mut attributes: Vec<PKeyValue> = self
-                            .base
-                            .iter()
-                            .filter(|b| !identity.iter().any(|kv| kv.key.as_str() == b.key))
-                            .cloned()
-                            .collect();
-                        attributes.extend(identity.iter().map(|kv| pkv(kv)));
-                        resources.push(Resource {
-                            attributes,
-                            dropped_attributes_count: 0,
-                            entity_refs: Vec::new(),
-                        });
+                        resources.push(entity_resource(&self.base, &identity));
                         resources.len() - 1
                     });
                     SetLayout {
