@@ -426,18 +426,25 @@ pub fn judge(mut i: Inputs<'_>) -> Report {
         }
     }
 
-    // No stale pod: the last kubelet mapping is kept 3 collections (KEEP_INTERVALS), then dropped.
+    // No stale pod: the last kubelet mapping is kept for KEEP_INTERVALS failed kubelet calls, then
+    // dropped. The calls are counted, not seconds: while the host engine is away no collection asks
+    // the kubelet. A reading is stale when it still names pods after more failed calls than that (one
+    // more for the snapshot being published) and after as many intervals.
     for e in i.events.iter().filter(|e| e.what == "kubelet") {
         let end = e.end.unwrap_or(e.start);
-        let keep = f64::from(dcgm_otel::enrich::kubernetes::KEEP_INTERVALS) * INTERVAL_S;
-        let first = collects_at(e.start);
-        let served = during(i.ticks, e.start + keep + 2.0 * INTERVAL_S + 0.3, end - 0.3)
-            .filter(|k| k.collects >= first + keep / INTERVAL_S + 3.0)
-            .filter(|k| k.pod_series > 0)
-            .count();
+        let keep = f64::from(dcgm_otel::enrich::kubernetes::KEEP_INTERVALS);
+        let bad_before = last_before(i.ticks, e.start).map_or(0.0, |k| k.kubelet_bad);
+        let served = during(
+            i.ticks,
+            e.start + keep * INTERVAL_S + 2.0 * INTERVAL_S + 0.3,
+            end - 0.3,
+        )
+        .filter(|k| k.kubelet_bad - bad_before > keep + 1.0)
+        .filter(|k| k.pod_series > 0)
+        .count();
         if served > 0 {
             failures.push(format!(
-                "kubelet away t={:.1}..{end:.1}s: {served} readings still named pods after {keep:.0}s",
+                "kubelet away t={:.1}..{end:.1}s: {served} readings still named pods after {keep:.0} failed calls",
                 e.start
             ));
         }
