@@ -101,14 +101,15 @@ pub fn labels(p: &ProcessReading, snap: &Snapshot, style: &LabelStyle) -> String
     }
     push_label(&mut out, &mut first, "process_name", &p.name);
     // Never a second label of a name already written (a pod label `gpu` or `pid`).
-    let written: Vec<String> = label_names(&out).into_iter().map(str::to_string).collect();
-    let mut attrs: Vec<(&str, &str)> = p
-        .attribution
-        .sets()
-        .flatten()
-        .map(|a| (a.key.prometheus_name(style.use_old_namespace), &*a.value))
-        .filter(|(k, _)| !written.iter().any(|w| w == k))
-        .collect();
+    let mut attrs: Vec<(&str, &str)> = {
+        let written = label_names(&out);
+        p.attribution
+            .sets()
+            .flatten()
+            .map(|a| (a.key.prometheus_name(style.use_old_namespace), &*a.value))
+            .filter(|(k, _)| !written.contains(k))
+            .collect()
+    };
     attrs.sort();
     attrs.dedup_by(|a, b| a.0 == b.0);
     for (k, v) in attrs {

@@ -503,7 +503,7 @@ impl Renderer {
     /// each, every sample with its entity's identity labels, then its attributes placed and sorted as
     /// on DCGM series (label-class first, then attribute-class; on a name clash the attribute wins).
     fn render_derived(&self, snap: &Snapshot, out: &mut String, fmt: &mut ValueFormatter) -> usize {
-        let mut identities: std::collections::HashMap<&Entity, String> =
+        let mut identities: std::collections::HashMap<&Entity, (String, Vec<Box<str>>)> =
             std::collections::HashMap::new();
         let old = self.style.use_old_namespace;
         let mut samples = 0;
@@ -526,18 +526,21 @@ impl Renderer {
                     out.push('\n');
                     wrote_header = true;
                 }
-                let base = identities
-                    .entry(&*s.entity)
-                    .or_insert_with(|| self.identity_labels(&s.entity, &snap.host))
-                    .as_str();
-                // Never a second label of an identity label's name (a pod label `gpu`).
-                let identity = label_names(base);
+                // The entity's identity labels and their names (made once per entity and render):
+                // never a second label of an identity label's name (a pod label `gpu`).
+                let (base, identity) = identities.entry(&*s.entity).or_insert_with(|| {
+                    let base = self.identity_labels(&s.entity, &snap.host);
+                    let names = label_names(&base).into_iter().map(Box::from).collect();
+                    (base, names)
+                });
+                let base = base.as_str();
+                let identity: &[Box<str>] = identity;
                 let mut attributes: Vec<(&str, &str)> = s
                     .attributes
                     .iter()
                     .filter(|a| a.key.placement == Placement::Attributes)
                     .map(|a| (a.key.prometheus_name(old), &*a.value))
-                    .filter(|(k, _)| !identity.contains(k))
+                    .filter(|(k, _)| !identity.iter().any(|n| &**n == *k))
                     .collect();
                 attributes.sort();
                 let mut labels: Vec<(&str, &str)> = s
@@ -547,7 +550,7 @@ impl Renderer {
                     .map(|a| (a.key.prometheus_name(old), &*a.value))
                     .chain(s.labels.iter().map(|l| (&*l.prometheus, &*l.value)))
                     .filter(|(k, _)| !attributes.iter().any(|(a, _)| a == k))
-                    .filter(|(k, _)| !identity.contains(k))
+                    .filter(|(k, _)| !identity.iter().any(|n| &**n == *k))
                     .collect();
                 labels.sort();
                 labels.dedup_by(|a, b| a.0 == b.0);
