@@ -89,6 +89,15 @@ impl EntityLevel {
         )
     }
 
+    /// Whether DCGM measures a field of this level per MIG GPU instance (its framebuffer, its BAR1,
+    /// its profiling activity, the XIDs raised in it: DCGM's `GPU_I`/`GPU_CI` scopes) rather than for
+    /// the whole board (power, energy, temperatures, clocks, ECC, PCIe, NvLink: `GPU` scope). On a GPU
+    /// in MIG mode the OTLP entity model writes the former on each instance's Resource and the latter
+    /// once, on the GPU's.
+    pub fn measured_per_gpu_instance(self) -> bool {
+        matches!(self, Self::GpuInstance | Self::ComputeInstance)
+    }
+
     /// Whether a field of this level is read on NvLink entities.
     pub fn applies_to_links(self) -> bool {
         matches!(self, Self::Link)

@@ -45,6 +45,23 @@ pub struct DerivedInfo {
     /// UCUM unit for OTLP (`s`, `J`).
     pub unit: &'static str,
     pub kind: DerivedKind,
+    /// The metric name on OTLP: dcgm-exporter's own for its families (`DCGM_EXP_*`), an OTel name
+    /// (dotted, no unit or `_total` suffix: `nvidia.pod.gpu.time`) for dcgm-otel's.
+    pub otel_name: &'static str,
+    /// Whose measurement a sample is, which decides its OTLP Resource.
+    pub subject: DerivedSubject,
+}
+
+/// Whose measurement a derived sample is (the OTLP entity model: every measurement leaves once, on the
+/// Resource of what was measured).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DerivedSubject {
+    /// The device's (an XID count, a health result): on the entity's Resource, once per entity even
+    /// when several pods share it (on :9400 the series repeats per pod, as dcgm-exporter's does).
+    Device,
+    /// The holder's share of a device (a pod's GPU-seconds): on the holder's own Resource (its
+    /// attribution attributes), with the device's identity on the data point.
+    Holder,
 }
 
 /// One series of a derived family.

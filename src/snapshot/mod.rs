@@ -27,7 +27,9 @@ use std::time::SystemTime;
 use arc_swap::ArcSwapOption;
 
 pub use attribution::{Attribute, AttributeKey, Attribution, Placement};
-pub use derived::{DerivedFamily, DerivedInfo, DerivedKind, DerivedSample, SeriesLabel};
+pub use derived::{
+    DerivedFamily, DerivedInfo, DerivedKind, DerivedSample, DerivedSubject, SeriesLabel,
+};
 pub use entity::{CpuIdentity, Entity, EntityKind, GpuIdentity, MigIdentity};
 pub use incident::{HealthResult, Incident, IncidentKind};
 pub use p2p::P2pLink;

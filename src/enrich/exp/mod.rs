@@ -23,8 +23,8 @@ use crate::counters::exporter::{ExpFamily, ExpRow};
 use crate::counters::{CounterSet, MetricKind};
 use crate::fields::{health, p2p};
 use crate::snapshot::{
-    DerivedFamily, DerivedInfo, DerivedKind, DerivedSample, Entity, EntityKind, EntityReading,
-    FieldValue, Incident, IncidentKind, P2pLink, SeriesLabel,
+    DerivedFamily, DerivedInfo, DerivedKind, DerivedSample, DerivedSubject, Entity, EntityKind,
+    EntityReading, FieldValue, Incident, IncidentKind, P2pLink, SeriesLabel,
 };
 
 use super::Enricher;
@@ -185,6 +185,8 @@ fn info(row: &ExpRow) -> DerivedInfo {
             MetricKind::Counter => DerivedKind::Counter,
             _ => DerivedKind::Gauge,
         },
+        otel_name: row.family.name(),
+        subject: DerivedSubject::Device,
     }
 }
 

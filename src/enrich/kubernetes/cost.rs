@@ -47,8 +47,8 @@ use std::time::Duration;
 use crate::counters::CounterSet;
 use crate::snapshot::attribution::POD;
 use crate::snapshot::{
-    Attribute, DerivedFamily, DerivedInfo, DerivedKind, DerivedSample, Entity, EntityKind,
-    EntityReading, FieldValue,
+    Attribute, DerivedFamily, DerivedInfo, DerivedKind, DerivedSample, DerivedSubject, Entity,
+    EntityKind, EntityReading, FieldValue,
 };
 use crate::telemetry::self_metrics::{Metric, SelfMetrics};
 
@@ -58,6 +58,8 @@ pub static GPU_SECONDS: DerivedInfo = DerivedInfo {
     help: Cow::Borrowed("GPU-seconds held by the pod: seconds held times the pod's share of the GPU (1 for a whole GPU, compute slices / GPU slices for a MIG instance, 1/N for one of N pods sharing a device)."),
     unit: "s",
     kind: DerivedKind::Counter,
+    otel_name: "nvidia.pod.gpu.time",
+    subject: DerivedSubject::Holder,
 };
 
 /// `dcgm_otel_pod_gpu_energy_joules_total`.
@@ -66,6 +68,8 @@ pub static GPU_ENERGY: DerivedInfo = DerivedInfo {
     help: Cow::Borrowed("Energy of the GPU while the pod held it, times the pod's share, in joules (from the GPU's energy counter)."),
     unit: "J",
     kind: DerivedKind::Counter,
+    otel_name: "nvidia.pod.gpu.energy",
+    subject: DerivedSubject::Holder,
 };
 
 /// `dcgm_otel_pod_gpu_idle_seconds_total`.
@@ -74,6 +78,8 @@ pub static GPU_IDLE_SECONDS: DerivedInfo = DerivedInfo {
     help: Cow::Borrowed("GPU-seconds held by the pod while the device's utilization stayed below the idle threshold."),
     unit: "s",
     kind: DerivedKind::Counter,
+    otel_name: "nvidia.pod.gpu.idle_time",
+    subject: DerivedSubject::Holder,
 };
 
 /// Most pod × device series kept at once (beyond it the longest-unheld are dropped first).

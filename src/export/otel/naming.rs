@@ -60,6 +60,26 @@ impl ResourceSplit {
     }
 }
 
+/// The attributes that identify (rather than describe) a device on a holder's data point, in either
+/// style: the hardware id and type, the GPU index, the MIG instance, the switch or CPU index.
+const DEVICE_POINT_KEYS: &[&str] = &[
+    "hw.id",
+    "hw.type",
+    "hw.parent",
+    "nvidia.gpu.index",
+    "nvidia.mig.instance_id",
+    "nvidia.mig.profile",
+    "nvidia.nvswitch.index",
+    "nvidia.cpu.index",
+    "gpu",
+    "UUID",
+    "device",
+    "GPU_I_ID",
+    "GPU_I_PROFILE",
+    "nvswitch",
+    "cpu",
+];
+
 /// DCGM field id of the driver version (`DCGM_FI_DRIVER_VERSION`).
 const DRIVER_VERSION_FIELD: u16 = 1;
 
@@ -271,6 +291,15 @@ impl Naming {
                 owners.insert(key, label_attrs(&keys, e));
             }
         }
+        // A GPU in MIG mode is not monitored itself: its links take its first instance's label
+        // rows (the same driver), as its board's Resource does.
+        for e in &snap.entities {
+            if let (EntityKind::GpuInstance, Some(g)) = (e.entity.kind, e.entity.gpu_index()) {
+                owners
+                    .entry((EntityKind::Gpu, g))
+                    .or_insert_with(|| label_attrs(&keys, e));
+            }
+        }
         snap.entities
             .iter()
             .map(|e| {
@@ -314,6 +343,77 @@ impl Naming {
             set.sort_by(|a, b| a.key.cmp(&b.key));
         }
         sets
+    }
+
+    /// The ONE attribute set of an entity under the entity model (each measurement leaves once, on the
+    /// Resource of what was measured): its identity and `label`-row attributes, plus its attribution
+    /// when exactly one party holds it (a GPU held by one pod is that pod's). A device held by several
+    /// (time slicing, MPS, a shared MIG instance) gets none: the per-pod view travels on the pods' own
+    /// Resources ([`Naming::attribution_attributes`]). Sorted by key.
+    pub fn entity_set(&self, e: &EntityReading, labels: Vec<KeyValue>) -> Vec<KeyValue> {
+        let shared = e.attribution.series() > 1;
+        let mut set = if shared {
+            let probe = EntityReading {
+                entity: e.entity.clone(),
+                values: Vec::new(),
+                attribution: Arc::new(Attribution::default()),
+            };
+            self.entity_sets(&probe, labels)
+        } else {
+            self.entity_sets(e, labels)
+        }
+        .into_iter()
+        .next()
+        .unwrap_or_default();
+        set.sort_by(|a, b| a.key.cmp(&b.key));
+        set
+    }
+
+    /// The set of a whole GPU (the board of a GPU in MIG mode, whose instances are the monitored
+    /// entities): the GPU's identity and the given `label`-row attributes, no attribution. Sorted.
+    pub fn gpu_set(
+        &self,
+        gpu: &Arc<crate::snapshot::GpuIdentity>,
+        labels: Vec<KeyValue>,
+    ) -> Vec<KeyValue> {
+        let probe = EntityReading {
+            entity: Arc::new(crate::snapshot::Entity::gpu(gpu.clone())),
+            values: Vec::new(),
+            attribution: Arc::new(Attribution::default()),
+        };
+        self.entity_set(&probe, labels)
+    }
+
+    /// A device's identity alone (no `label` rows, no attribution), sorted: what a holder's data point
+    /// names the device it describes by (`hw.id`, `nvidia.gpu.index`, the MIG profile, ...).
+    pub fn device_attributes(&self, entity: &Arc<crate::snapshot::Entity>) -> Vec<KeyValue> {
+        let probe = EntityReading {
+            entity: entity.clone(),
+            values: Vec::new(),
+            attribution: Arc::new(Attribution::default()),
+        };
+        let mut set = self.entity_set(&probe, Vec::new());
+        set.retain(|kv| DEVICE_POINT_KEYS.contains(&kv.key.as_str()));
+        set
+    }
+
+    /// Attribution attributes (a pod's `k8s.*`, a job) in this style, sorted by key: the identity of
+    /// the Resource that carries a party's own view of a device it shares.
+    pub fn attribution_attributes(
+        &self,
+        attributes: &[crate::snapshot::Attribute],
+    ) -> Vec<KeyValue> {
+        let mut out: Vec<KeyValue> = attributes
+            .iter()
+            .map(|a| {
+                KeyValue::new(
+                    self.attribute_key(&a.key),
+                    Value::String(StringValue::from(a.value.clone())),
+                )
+            })
+            .collect();
+        out.sort_by(|a, b| a.key.cmp(&b.key));
+        out
     }
 
     /// Attributes a data point takes from its own value: the XID code and its meaning on

@@ -8,6 +8,9 @@
 //! `hw.temperature`, `hw.errors`, `hw.status`; stability: development).
 //!
 //! Rules the table follows:
+//! - One DCGM source per series: `hw.errors{error.type=corrected|uncorrected}` counts the lifetime
+//!   aggregate ECC counters (`*_AGG_TOTAL`); the volatile ones (`*_VOL_TOTAL`, reset at each driver
+//!   load) keep their DCGM names, so no error is counted twice.
 //! - A value is the raw one (after the inputs are combined) times or divided by the row's [`Scale`]:
 //!   `%` → ratio (÷100), MiB → By (×1,048,576), mJ → J (÷1000).
 //! - Several rows may give the same metric and attributes (fallbacks: memory limit from
@@ -26,6 +29,12 @@ use crate::fields::FieldId;
 
 /// The semantic-conventions release the table follows.
 pub const SEMCONV_VERSION: &str = "1.44.0";
+
+/// The schema URL of [`SEMCONV_VERSION`], on every ResourceMetrics, ScopeMetrics and log request
+/// whose attribute names follow the conventions.
+pub fn schema_url() -> String {
+    format!("https://opentelemetry.io/schemas/{SEMCONV_VERSION}")
+}
 
 /// Which metric names OTLP requests carry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -381,30 +390,12 @@ pub const MAPPINGS: &[Mapping] = &[
         description: IO,
     },
     Mapping {
-        input: Input::Field("DCGM_FI_DEV_ECC_SBE_VOL_TOTAL"),
-        name: "hw.errors",
-        instrument: Instrument::Counter,
-        unit: "{error}",
-        scale: Scale::Times(1.0),
-        attributes: &[("error.type", "corrected")],
-        description: ERRORS,
-    },
-    Mapping {
         input: Input::Field("DCGM_FI_DEV_ECC_SBE_AGG_TOTAL"),
         name: "hw.errors",
         instrument: Instrument::Counter,
         unit: "{error}",
         scale: Scale::Times(1.0),
         attributes: &[("error.type", "corrected")],
-        description: ERRORS,
-    },
-    Mapping {
-        input: Input::Field("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL"),
-        name: "hw.errors",
-        instrument: Instrument::Counter,
-        unit: "{error}",
-        scale: Scale::Times(1.0),
-        attributes: &[("error.type", "uncorrected")],
         description: ERRORS,
     },
     Mapping {

@@ -89,32 +89,40 @@ fn process_points_carry_pid_and_name_under_their_device_and_pod_resource() {
                 })
                 .collect()
         };
-        let mem = with("dcgm_otel_process_gpu_memory_bytes");
+        let mem = with("nvidia.process.gpu.memory.usage");
         assert_eq!(mem.len(), 2, "{style:?}");
-        // The pod's process: its pod in the resource (as a pod's GPU series), pid and name on the point.
-        let (res, point, v) = &mem[0];
-        assert_eq!(*v, (1u64 << 30) as f64);
-        let mut expected = vec![
-            (pid_key.to_string(), "4242".to_string()),
-            (name_key.to_string(), "python3".to_string()),
-        ];
-        expected.sort();
-        assert_eq!(point, &expected);
-        let pod_key = if style == OtelAttributeStyle::Otel {
-            "k8s.pod.name"
+        let (pod_key, device_key) = if style == OtelAttributeStyle::Otel {
+            ("k8s.pod.name", "hw.id")
         } else {
-            "pod"
+            ("pod", "UUID")
         };
+        // The pod's process: on its pod's Resource (a holder's view, not the device's), with the
+        // device's identity, pid and name on the point.
+        let (res, point, v) = mem
+            .iter()
+            .find(|(_, p, _)| p.contains(&(pid_key.to_string(), "4242".to_string())))
+            .expect("the pod's process");
+        assert_eq!(*v, (1u64 << 30) as f64);
         assert!(
             res.contains(&(pod_key.to_string(), "a".to_string())),
             "{res:?}"
         );
-        // The host process: the device's resource without a pod.
-        assert!(!mem[1].0.iter().any(|(k, _)| k == pod_key));
-        assert!(mem[1]
-            .1
-            .contains(&(pid_key.to_string(), "5120".to_string())));
-        // No SM sample for the host process: one SM point.
-        assert_eq!(with("dcgm_otel_process_sm_utilization_percent").len(), 1);
+        assert!(!res.iter().any(|(k, _)| k == device_key), "{res:?}");
+        assert!(point.contains(&(name_key.to_string(), "python3".to_string())));
+        assert!(
+            point.contains(&(device_key.to_string(), "GPU-aaa".to_string())),
+            "{point:?}"
+        );
+        // The host process: the host's Resource (no pod, no device identity), the device on the point.
+        let (res, point, _) = mem
+            .iter()
+            .find(|(_, p, _)| p.contains(&(pid_key.to_string(), "5120".to_string())))
+            .expect("the host process");
+        assert!(!res.iter().any(|(k, _)| k == pod_key || k == device_key));
+        assert!(point.contains(&(device_key.to_string(), "GPU-aaa".to_string())));
+        // No SM sample for the host process: one SM point, a ratio (55 % → 0.55).
+        let sm = with("nvidia.process.gpu.sm.utilization");
+        assert_eq!(sm.len(), 1);
+        assert!((sm[0].2 - 0.55).abs() < 1e-12);
     }
 }

@@ -51,16 +51,19 @@ use opentelemetry_sdk::metrics::Temporality;
 use super::proto::{entity_resource, pkv};
 use super::queue::{ExportMetrics, Queue};
 use crate::counters::{CounterSet, MetricKind};
-use crate::export::otel::naming::{Naming, ResourceSplit};
+use crate::export::otel::naming::{Naming, OtelAttributeStyle, ResourceSplit};
 use crate::export::otel::semconv::{self, MetricNames};
 use crate::export::otel::units::unit_for;
 use crate::fields::{FieldId, ValueType};
 use crate::snapshot::SnapshotStore;
-use crate::snapshot::{Attribution, DerivedKind, Entity, FieldValue, Snapshot};
+use crate::snapshot::{
+    Attribution, DerivedKind, DerivedSubject, Entity, EntityKind, FieldValue, Snapshot,
+};
+use holders::{HolderMetric, Holders};
 
 /// How one instrument reads its row.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Kind {
+pub(crate) enum Kind {
     /// f64 gauge.
     Gauge,
     /// Monotonic sum of an integer field: non-negative ints only, int points.
@@ -72,6 +75,9 @@ enum Kind {
 /// One instrument: a counters-CSV metric row (the first row of a name wins, as in the SDK path).
 struct Instrument {
     row: usize,
+    /// Whether DCGM measures the field per MIG instance (else it is the board's: written once per
+    /// GPU, see [`Role`]).
+    per_instance: bool,
     /// The DCGM field: some give their points attributes of their own ([`Naming::value_attributes`]).
     field_id: u16,
     kind: Kind,
@@ -99,6 +105,7 @@ fn instruments(counters: &CounterSet, replaced: &[FieldId]) -> Vec<Instrument> {
         };
         out.push(Instrument {
             row,
+            per_instance: c.field.level.measured_per_gpu_instance(),
             field_id: c.field.id,
             kind,
             name: c.name.clone(),
@@ -137,8 +144,44 @@ struct SetLayout {
     resource: usize,
     /// The data-point attributes: the non-identity ones (per-entity mode) or all of them (host mode).
     point_attributes: Vec<PKeyValue>,
-    /// The whole set rendered, sorted by key: the series' key for delta temporality.
+    /// `hw.id` and `hw.type` of the set when they are Resource attributes: the hardware conventions
+    /// make them attributes of every `hw.*` data point too (empty in host mode, where the points
+    /// carry them already, and in the dcgm attribute style).
+    hw_point: Vec<PKeyValue>,
+    /// The whole set rendered, sorted by key: the series' key for counter state.
     series: Arc<str>,
+}
+
+/// What an entity's readings are written as under the entity model.
+#[derive(Clone, Debug, PartialEq)]
+enum Role {
+    /// Every row on its own set (a GPU, a link, a switch, a CPU).
+    Whole,
+    /// A MIG instance: only the fields DCGM measures per instance; its GPU's board-level readings
+    /// are written by the GPU itself or by another instance.
+    Instance,
+    /// A MIG instance that also speaks for its GPU's board (the GPU is not monitored itself, as in
+    /// dcgm-exporter's flex mode): board-level rows go on its second set, the GPU's, read once.
+    InstanceAndBoard(Arc<Entity>),
+}
+
+impl Role {
+    /// Whether a row (per-instance field or not) is written on set `s` of an entity of this role.
+    fn writes(&self, s: usize, per_instance: bool) -> bool {
+        match self {
+            Role::Whole => s == 0,
+            Role::Instance => s == 0 && per_instance,
+            Role::InstanceAndBoard(_) => (s == 0) == per_instance,
+        }
+    }
+
+    /// The entity set `s` describes (derived inputs are looked up by it).
+    fn subject<'a>(&'a self, own: &'a Arc<Entity>, s: usize) -> &'a Arc<Entity> {
+        match (self, s) {
+            (Role::InstanceAndBoard(gpu), 1) => gpu,
+            _ => own,
+        }
+    }
 }
 
 /// The cached layout of one entity and what it was built from.
@@ -147,7 +190,9 @@ struct EntityLayout {
     attribution: Arc<Attribution>,
     /// Its label-row attributes when built (an NvLink's are its GPU's).
     labels: Vec<KeyValue>,
+    /// Its own set, and for [`Role::InstanceAndBoard`] its GPU's.
     sets: Vec<SetLayout>,
+    role: Role,
 }
 
 /// The per-entity work of the last export, valid while every entity still matches.
@@ -160,26 +205,35 @@ struct Layout {
     members: Vec<Vec<(usize, usize)>>,
     /// Per resource: its identity (sorted key/value pairs), to place derived series.
     keys: HashMap<Vec<(String, String)>, usize>,
-    /// Each entity's label-row attributes (what its resources were built with).
-    labels: Vec<Vec<KeyValue>>,
+    /// GPUs in MIG mode spoken for by one of their instances: the GPU entity → (entity, set 1).
+    boards: HashMap<Arc<Entity>, (usize, usize)>,
 }
 
-/// Builds requests from snapshots; keeps the cached layout and, for delta temporality, the previous
-/// value of every counter series.
+/// Counter state of one series: (last value, its time, the start time of its current stream).
+type SeriesState = (number_data_point::Value, u64, u64);
+
+/// Counter state of every series, keyed by (instrument, series).
+type CounterState = HashMap<(usize, Arc<str>), SeriesState>;
+
+/// Builds requests from snapshots; keeps the cached layout and the last value of every counter
+/// series (for delta temporality and for resets).
 pub struct DirectBuilder {
     naming: Naming,
     /// Which attributes move into the Resource.
     split: ResourceSplit,
     base: Vec<PKeyValue>,
     scope: InstrumentationScope,
+    /// `https://opentelemetry.io/schemas/<version>` with semantic-convention attribute names; empty
+    /// with dcgm-exporter's label names (which follow no schema).
+    schema_url: String,
     instruments: Vec<Instrument>,
     /// The counter set `instruments` was made from.
     counters: Arc<CounterSet>,
     start_nanos: u64,
     delta: bool,
     layout: Layout,
-    /// Delta temporality: (instrument, series) → (last value, its time).
-    previous: HashMap<(usize, Arc<str>), (number_data_point::Value, u64)>,
+    /// Every counter series' last value, time and stream start.
+    previous: CounterState,
     /// Size of the last encoded request (the next one's buffer is sized from it).
     last_len: usize,
     /// Which metric names the requests carry.
@@ -194,6 +248,39 @@ pub struct Built {
     pub data_points: usize,
 }
 
+/// An attribute set split into its Resource identity (sorted key/value pairs) and the rest.
+fn split_set<'a>(
+    split: &ResourceSplit,
+    set: &'a [KeyValue],
+) -> (Vec<&'a KeyValue>, Vec<&'a KeyValue>) {
+    set.iter()
+        .partition(|kv| split.is_identity(kv.key.as_str()))
+}
+
+fn identity_key(identity: &[&KeyValue]) -> Vec<(String, String)> {
+    identity
+        .iter()
+        .map(|kv| (kv.key.as_str().to_string(), kv.value.as_str().into_owned()))
+        .collect()
+}
+
+fn series_key(set: &[KeyValue]) -> Arc<str> {
+    let series: String = set
+        .iter()
+        .map(|kv| format!("{}={}\u{1}", kv.key.as_str(), kv.value.as_str()))
+        .collect();
+    Arc::from(series)
+}
+
+/// The `hw.id` / `hw.type` of an identity, as data-point attributes.
+fn hw_point(identity: &[&KeyValue]) -> Vec<PKeyValue> {
+    identity
+        .iter()
+        .filter(|kv| matches!(kv.key.as_str(), "hw.id" | "hw.type"))
+        .map(|kv| pkv(kv))
+        .collect()
+}
+
 impl DirectBuilder {
     /// `base`: the host resource attributes; `split`: which attributes move into per-entity
     /// resources (none in host mode); `temporality`: the exporter's preference (delta applies to
@@ -206,6 +293,11 @@ impl DirectBuilder {
         temporality: Temporality,
         start: SystemTime,
     ) -> DirectBuilder {
+        let schema_url = if naming.style() == OtelAttributeStyle::Otel {
+            semconv::schema_url()
+        } else {
+            String::new()
+        };
         DirectBuilder {
             naming,
             split,
@@ -216,6 +308,7 @@ impl DirectBuilder {
                 attributes: Vec::new(),
                 dropped_attributes_count: 0,
             },
+            schema_url,
             instruments: instruments(&counters, &[]),
             counters,
             start_nanos: nanos(start),
@@ -287,46 +380,74 @@ impl DirectBuilder {
                 })
     }
 
+    /// The role of every entity: MIG instances keep the per-instance fields; the board-level ones
+    /// are the GPU's, written by the GPU entity when it is monitored, else by its first instance.
+    fn roles(snap: &Snapshot) -> Vec<Role> {
+        let monitored_gpus: HashSet<&str> = snap
+            .entities
+            .iter()
+            .filter(|e| e.entity.kind == EntityKind::Gpu)
+            .filter_map(|e| e.entity.gpu.as_ref().map(|g| g.uuid.as_str()))
+            .collect();
+        let mut spoken_for: HashSet<&str> = HashSet::new();
+        snap.entities
+            .iter()
+            .map(|e| match (e.entity.kind, &e.entity.gpu) {
+                (EntityKind::GpuInstance, Some(gpu)) => {
+                    if monitored_gpus.contains(gpu.uuid.as_str())
+                        || !spoken_for.insert(gpu.uuid.as_str())
+                    {
+                        Role::Instance
+                    } else {
+                        Role::InstanceAndBoard(Arc::new(Entity::gpu(gpu.clone())))
+                    }
+                }
+                _ => Role::Whole,
+            })
+            .collect()
+    }
+
+    /// A set's layout, its resource found (or made) by identity.
+    fn place_set(
+        &self,
+        set: &[KeyValue],
+        resources: &mut Vec<Resource>,
+        index: &mut HashMap<Vec<(String, String)>, usize>,
+    ) -> SetLayout {
+        let (identity, rest) = split_set(&self.split, set);
+        let resource = *index.entry(identity_key(&identity)).or_insert_with(|| {
+            resources.push(entity_resource(&self.base, &identity));
+            resources.len() - 1
+        });
+        SetLayout {
+            resource,
+            point_attributes: rest.into_iter().map(pkv).collect(),
+            hw_point: hw_point(&identity),
+            series: series_key(set),
+        }
+    }
+
     /// Rebuild the whole layout (entities, attribution or label values changed).
     fn rebuild_layout(&mut self, snap: &Snapshot, labels: Vec<Vec<KeyValue>>) {
         let mut resources: Vec<Resource> = Vec::new();
         let mut index: HashMap<Vec<(String, String)>, usize> = HashMap::new();
         let mut entities = Vec::with_capacity(snap.entities.len());
-        let all_labels = labels.clone();
-        for (e, labels) in snap.entities.iter().zip(labels) {
-            let sets = self
-                .naming
-                .entity_attribute_sets(e, labels.clone())
-                .into_iter()
-                .map(|set| {
-                    let series: String = set
-                        .iter()
-                        .map(|kv| format!("{}={}\u{1}", kv.key.as_str(), kv.value.as_str()))
-                        .collect();
-                    let (identity, rest): (Vec<&KeyValue>, Vec<&KeyValue>) = set
-                        .iter()
-                        .partition(|kv| self.split.is_identity(kv.key.as_str()));
-                    // Sets are sorted by key, so the identity is too.
-                    let key: Vec<(String, String)> = identity
-                        .iter()
-                        .map(|kv| (kv.key.as_str().to_string(), kv.value.as_str().into_owned()))
-                        .collect();
-                    let resource = *index.entry(key).or_insert_with(|| {
-                        resources.push(entity_resource(&self.base, &identity));
-                        resources.len() - 1
-                    });
-                    SetLayout {
-                        resource,
-                        point_attributes: rest.into_iter().map(pkv).collect(),
-                        series: Arc::from(series),
-                    }
-                })
-                .collect();
+        let mut boards = HashMap::new();
+        let roles = Self::roles(snap);
+        for (i, ((e, labels), role)) in snap.entities.iter().zip(labels).zip(roles).enumerate() {
+            let own = self.naming.entity_set(e, labels.clone());
+            let mut sets = vec![self.place_set(&own, &mut resources, &mut index)];
+            if let (Role::InstanceAndBoard(board), Some(gpu)) = (&role, &e.entity.gpu) {
+                let set = self.naming.gpu_set(gpu, labels.clone());
+                sets.push(self.place_set(&set, &mut resources, &mut index));
+                boards.insert(board.clone(), (i, 1));
+            }
             entities.push(EntityLayout {
                 entity: e.entity.clone(),
                 attribution: e.attribution.clone(),
                 labels,
                 sets,
+                role,
             });
         }
         let mut members: Vec<Vec<(usize, usize)>> = vec![Vec::new(); resources.len()];
@@ -342,7 +463,7 @@ impl DirectBuilder {
             resources,
             members,
             keys: index,
-            labels: all_labels,
+            boards,
         };
     }
 
@@ -353,8 +474,8 @@ impl DirectBuilder {
                 self.instruments = instruments(&snap.counters, &self.replaced_fields());
                 self.semconv = self.plan_for(&snap.counters);
                 self.layout = Layout::default();
-                // Delta state is keyed by instrument index, which a reloaded set renumbers: the next
-                // export of each counter series starts over (sends its value since the start).
+                // Counter state is keyed by instrument index, which a reloaded set renumbers: the
+                // next export of each counter series starts over (sends its value since the start).
                 self.previous.clear();
             }
             // Equal or not, keep the snapshot's Arc: the next export compares pointers only.
@@ -363,6 +484,19 @@ impl DirectBuilder {
         let labels = self.labels(snap);
         if !self.layout_matches(snap, &labels) {
             self.rebuild_layout(snap, labels);
+        }
+    }
+
+    /// A `ResourceMetrics` of one scope.
+    fn resource_metrics(&self, resource: Resource, metrics: Vec<Metric>) -> ResourceMetrics {
+        ResourceMetrics {
+            resource: Some(resource),
+            scope_metrics: vec![ScopeMetrics {
+                scope: Some(self.scope.clone()),
+                metrics,
+                schema_url: self.schema_url.clone(),
+            }],
+            schema_url: self.schema_url.clone(),
         }
     }
 
@@ -380,15 +514,23 @@ impl DirectBuilder {
             delta: self.delta,
             previous: &self.previous,
         };
-        let mut next_previous = if self.delta {
-            HashMap::with_capacity(self.previous.len())
-        } else {
-            HashMap::new()
-        };
+        let mut next_previous: CounterState = HashMap::with_capacity(self.previous.len());
         let mut data_points = 0usize;
-        let (mut placed, extras) = self.place_derived(snap);
         let first_derived = self.instruments.len();
+        let (mut placed, extras, mut holders) =
+            self.place_derived(snap, &ctx, first_derived, &mut next_previous);
+        // Per-process points and the per-pod split (`--collect-processes`): the holders' own view.
+        super::processes::emit(
+            &super::processes::Context {
+                naming: &self.naming,
+                time: nanos(snap.taken_at),
+                start: self.start_nanos,
+            },
+            snap,
+            &mut holders,
+        );
         let semconv_derived = semconv_metrics::derived_inputs(&self.semconv, snap);
+        let host_mode = matches!(self.split, ResourceSplit::Host);
         for (r, (resource, members)) in self
             .layout
             .resources
@@ -405,6 +547,9 @@ impl DirectBuilder {
                     else {
                         continue;
                     };
+                    if !layout.role.writes(s, inst.per_instance) {
+                        continue;
+                    }
                     let Some(raw) = reading.values.get(inst.row) else {
                         continue;
                     };
@@ -433,11 +578,7 @@ impl DirectBuilder {
                 } else {
                     Data::Sum(Sum {
                         data_points: points,
-                        aggregation_temporality: if self.delta {
-                            AggregationTemporality::Delta as i32
-                        } else {
-                            AggregationTemporality::Cumulative as i32
-                        },
+                        aggregation_temporality: temporality(self.delta),
                         is_monotonic: true,
                     })
                 };
@@ -472,20 +613,19 @@ impl DirectBuilder {
                     &mut metrics,
                 );
             }
+            if host_mode && r == 0 {
+                // One host Resource: the holders' points join it.
+                for (_, own) in holders.take() {
+                    data_points += own.iter().map(metric_points).sum::<usize>();
+                    metrics.extend(own);
+                }
+            }
             if metrics.is_empty() {
                 continue;
             }
-            sink(ResourceMetrics {
-                resource: Some(resource.clone()),
-                scope_metrics: vec![ScopeMetrics {
-                    scope: Some(self.scope.clone()),
-                    metrics,
-                    schema_url: String::new(),
-                }],
-                schema_url: String::new(),
-            });
+            sink(self.resource_metrics(resource.clone(), metrics));
         }
-        // Derived series of entities or attribute sets the readings no longer have (a departed pod).
+        // Derived series of entities the readings no longer have (a departed device).
         for (resource, own) in extras {
             let mut metrics = Vec::new();
             data_points += derived_metrics(
@@ -500,42 +640,37 @@ impl DirectBuilder {
             if metrics.is_empty() {
                 continue;
             }
-            sink(ResourceMetrics {
-                resource: Some(resource),
-                scope_metrics: vec![ScopeMetrics {
-                    scope: Some(self.scope.clone()),
-                    metrics,
-                    schema_url: String::new(),
-                }],
-                schema_url: String::new(),
-            });
+            sink(self.resource_metrics(resource, metrics));
         }
-        if self.delta {
-            self.previous = next_previous;
+        // The holders' Resources (pods, jobs; the host for processes of no pod).
+        for (resource, metrics) in holders.take() {
+            if metrics.is_empty() {
+                continue;
+            }
+            data_points += metrics.iter().map(metric_points).sum::<usize>();
+            sink(self.resource_metrics(resource, metrics));
         }
-        // Per-process points (`--collect-processes`), one resource per device (and pod).
-        data_points += super::processes::emit(
-            &super::processes::Context {
-                naming: &self.naming,
-                split: &self.split,
-                base: &self.base,
-                scope: &self.scope,
-                time: nanos(snap.taken_at),
-                start: self.start_nanos,
-            },
-            snap,
-            &mut sink,
-        );
+        self.previous = next_previous;
         data_points
     }
 
-    /// Where each derived sample goes: per layout resource, and the resources of samples whose entity
-    /// and attribute set the readings no longer have (a departed pod's retained series), built here.
-    fn place_derived(&self, snap: &Snapshot) -> (Vec<Vec<DerivedPoint>>, ExtraResources) {
+    /// Where each derived sample goes. A device's sample (an XID count, a health result): on its
+    /// entity's Resource, once per entity and series (on :9400 a shared device repeats it per pod),
+    /// or, for a device the readings no longer have, on a Resource built here. A holder's sample (a
+    /// pod's GPU-seconds): onto the holder's Resource in `holders`, written here.
+    fn place_derived(
+        &self,
+        snap: &Snapshot,
+        ctx: &PointContext<'_>,
+        first: usize,
+        next: &mut CounterState,
+    ) -> (Vec<Vec<DerivedPoint>>, ExtraResources, Holders) {
         let mut placed: Vec<Vec<DerivedPoint>> = vec![Vec::new(); self.layout.resources.len()];
         let mut extras: Vec<(Resource, Vec<DerivedPoint>)> = Vec::new();
+        let mut holders =
+            Holders::new(self.base.clone(), matches!(self.split, ResourceSplit::Host));
         if snap.derived.is_empty() {
-            return (placed, extras);
+            return (placed, extras, holders);
         }
         let mut extra_index: HashMap<Vec<(String, String)>, usize> = HashMap::new();
         let by_entity: HashMap<&Entity, usize> = snap
@@ -548,27 +683,34 @@ impl DirectBuilder {
             if !self.sends_family(fam.info.name) {
                 continue;
             }
+            if fam.info.subject == DerivedSubject::Holder {
+                self.place_holder_family(snap, f, ctx, first, next, &mut holders);
+                continue;
+            }
+            // (entity, set, series labels) already given a point: a shared device's repeats.
+            let mut seen: HashSet<(usize, usize, String)> = HashSet::new();
             for (k, sample) in fam.samples.iter().enumerate() {
-                let found = by_entity.get(&*sample.entity).copied();
-                let in_layout = found.and_then(|e| {
-                    let reading = snap.entities.get(e)?;
-                    let s = reading
-                        .attribution
-                        .sets()
-                        .position(|set| set == &sample.attributes[..])?;
-                    let set = self.layout.entities.get(e)?.sets.get(s)?;
-                    Some((e, s, set.resource))
-                });
-                if let Some((e, s, r)) = in_layout {
-                    if let Some(list) = placed.get_mut(r) {
+                let in_layout = by_entity
+                    .get(&*sample.entity)
+                    .map(|&e| (e, 0))
+                    .or_else(|| self.layout.boards.get(&*sample.entity).copied());
+                if let Some((e, s)) = in_layout {
+                    let labels: String = sample.labels.iter().map(|l| &*l.value).collect();
+                    if !seen.insert((e, s, labels)) {
+                        continue;
+                    }
+                    let r = self
+                        .layout
+                        .entities
+                        .get(e)
+                        .and_then(|l| l.sets.get(s))
+                        .map(|set| set.resource);
+                    if let Some(list) = r.and_then(|r| placed.get_mut(r)) {
                         list.push((f, k, Placed::Layout(e, s)));
                     }
                     continue;
                 }
-                // Not among the readings' sets: build its attributes as the readings' would be.
-                let labels = found
-                    .and_then(|e| self.layout.labels.get(e).cloned())
-                    .unwrap_or_default();
+                // A device the readings no longer have: its set as the readings' would be.
                 let mut attribution = Attribution::default();
                 attribution.add(&sample.attributes);
                 let reading = crate::snapshot::EntityReading {
@@ -576,29 +718,14 @@ impl DirectBuilder {
                     values: Vec::new(),
                     attribution: Arc::new(attribution),
                 };
-                let Some(set) = self
-                    .naming
-                    .entity_attribute_sets(&reading, labels)
-                    .into_iter()
-                    .next()
-                else {
-                    continue;
-                };
-                let series: String = set
-                    .iter()
-                    .map(|kv| format!("{}={}\u{1}", kv.key.as_str(), kv.value.as_str()))
-                    .collect();
-                let (identity, rest): (Vec<&KeyValue>, Vec<&KeyValue>) = set
-                    .iter()
-                    .partition(|kv| self.split.is_identity(kv.key.as_str()));
-                let key: Vec<(String, String)> = identity
-                    .iter()
-                    .map(|kv| (kv.key.as_str().to_string(), kv.value.as_str().into_owned()))
-                    .collect();
+                let set = self.naming.entity_set(&reading, Vec::new());
+                let (identity, rest) = split_set(&self.split, &set);
+                let key = identity_key(&identity);
                 let own = SetLayout {
                     resource: 0,
                     point_attributes: rest.into_iter().map(pkv).collect(),
-                    series: Arc::from(series),
+                    hw_point: hw_point(&identity),
+                    series: series_key(&set),
                 };
                 if let Some(&r) = self.layout.keys.get(&key) {
                     if let Some(list) = placed.get_mut(r) {
@@ -607,21 +734,7 @@ impl DirectBuilder {
                     continue;
                 }
                 let slot = *extra_index.entry(key).or_insert_with(|| {
-                    let mut attributes: Vec<PKeyValue> = self
-                        .base
-                        .iter()
-                        .filter(|b| !identity.iter().any(|kv| kv.key.as_str() == b.key))
-                        .cloned()
-                        .collect();
-                    attributes.extend(identity.iter().map(|kv| pkv(kv)));
-                    extras.push((
-                        Resource {
-                            attributes,
-                            dropped_attributes_count: 0,
-                            entity_refs: Vec::new(),
-                        },
-                        Vec::new(),
-                    ));
+                    extras.push((entity_resource(&self.base, &identity), Vec::new()));
                     extras.len() - 1
                 });
                 if let Some((_, list)) = extras.get_mut(slot) {
@@ -629,7 +742,61 @@ impl DirectBuilder {
                 }
             }
         }
-        (placed, extras)
+        (placed, extras, holders)
+    }
+
+    /// A holder family's samples onto the holders' Resources: the holder's attribution is the
+    /// Resource, the device's identity (no `label` rows) and the series labels the point.
+    fn place_holder_family(
+        &self,
+        snap: &Snapshot,
+        f: usize,
+        ctx: &PointContext<'_>,
+        first: usize,
+        next: &mut CounterState,
+        holders: &mut Holders,
+    ) {
+        let Some(fam) = snap.derived.get(f) else {
+            return;
+        };
+        let kind = match fam.info.kind {
+            DerivedKind::Counter => Kind::DoubleCounter,
+            DerivedKind::Gauge => Kind::Gauge,
+        };
+        for sample in &fam.samples {
+            let Some(v) = observe(kind, &FieldValue::Double(sample.value)) else {
+                continue;
+            };
+            let holder = self.naming.attribution_attributes(&sample.attributes);
+            let device = self.naming.device_attributes(&sample.entity);
+            let mut point: Vec<KeyValue> = device;
+            if holders.host_mode() {
+                point.extend(holder.iter().cloned());
+            }
+            point.sort_by(|a, b| a.key.cmp(&b.key));
+            let mut full = point.clone();
+            full.extend(holder.iter().cloned());
+            full.sort_by(|a, b| a.key.cmp(&b.key));
+            let set = SetLayout {
+                resource: 0,
+                point_attributes: point.iter().map(pkv).collect(),
+                hw_point: Vec::new(),
+                series: series_key(&full),
+            };
+            let set = with_series_labels(&set, &sample.labels).unwrap_or(set);
+            let p = ctx.point(first + f, kind, &set, v, next);
+            holders.push(
+                &holder,
+                HolderMetric {
+                    name: fam.info.otel_name,
+                    description: &fam.info.help,
+                    unit: fam.info.unit,
+                    kind,
+                    delta: ctx.delta,
+                },
+                p,
+            );
+        }
     }
 
     /// The request for `snap`: one ResourceMetrics per identity that has at least one point.
@@ -667,35 +834,64 @@ impl DirectBuilder {
     }
 }
 
+/// The temporality of monotonic sums.
+fn temporality(delta: bool) -> i32 {
+    if delta {
+        AggregationTemporality::Delta as i32
+    } else {
+        AggregationTemporality::Cumulative as i32
+    }
+}
+
+/// The data points of a metric.
+fn metric_points(m: &Metric) -> usize {
+    match &m.data {
+        Some(Data::Gauge(g)) => g.data_points.len(),
+        Some(Data::Sum(s)) => s.data_points.len(),
+        _ => 0,
+    }
+}
+
 /// What one data point needs besides its value.
 struct PointContext<'a> {
     time: u64,
     start: u64,
     delta: bool,
-    previous: &'a HashMap<(usize, Arc<str>), (number_data_point::Value, u64)>,
+    previous: &'a CounterState,
 }
 
 impl PointContext<'_> {
-    /// The point of instrument `k` for one attribute set; for a delta counter, the difference to the
-    /// series' previous value (recorded in `next`).
+    /// The point of instrument `k` for one attribute set. A counter (monotonic sum) keeps its
+    /// series' state in `next`: a value below the previous one is a reset (driver reload, GPU reset)
+    /// and starts a new stream whose start time is the previous point's time (OTel's reset
+    /// semantics); with delta temporality the point is the difference to the previous value (after
+    /// a reset, the new value), starting at the previous point.
     fn point(
         &self,
         k: usize,
         kind: Kind,
         set: &SetLayout,
         v: number_data_point::Value,
-        next: &mut HashMap<(usize, Arc<str>), (number_data_point::Value, u64)>,
+        next: &mut CounterState,
     ) -> NumberDataPoint {
-        let (value, start_time) = if kind != Kind::Gauge && self.delta {
-            let key = (k, set.series.clone());
-            let out = match self.previous.get(&key) {
-                Some((prev, prev_time)) => (difference(v, *prev), *prev_time),
-                None => (v, self.start),
-            };
-            next.insert(key, (v, self.time));
-            out
-        } else {
+        let (value, start_time) = if kind == Kind::Gauge {
             (v, self.start)
+        } else {
+            let key = (k, set.series.clone());
+            let (value, start_time, stream_start) = match self.previous.get(&key) {
+                Some(&(prev, prev_time, prev_start)) => {
+                    let reset = below(v, prev);
+                    let stream_start = if reset { prev_time } else { prev_start };
+                    if self.delta {
+                        (difference(v, prev), prev_time, stream_start)
+                    } else {
+                        (v, stream_start, stream_start)
+                    }
+                }
+                None => (v, self.start, self.start),
+            };
+            next.insert(key, (v, self.time, stream_start));
+            (value, start_time)
         };
         NumberDataPoint {
             attributes: set.point_attributes.clone(),
@@ -745,9 +941,11 @@ fn with_series_labels(
         point_attributes.push(pkv(&kv));
         series.push_str(&format!("{k}={v}\u{1}"));
     }
+    point_attributes.sort_by(|a, b| a.key.cmp(&b.key));
     Some(SetLayout {
         resource: set.resource,
         point_attributes,
+        hw_point: set.hw_point.clone(),
         series: Arc::from(series),
     })
 }
@@ -761,7 +959,7 @@ fn derived_metrics(
     layout: &Layout,
     ctx: &PointContext<'_>,
     first: usize,
-    next: &mut HashMap<(usize, Arc<str>), (number_data_point::Value, u64)>,
+    next: &mut CounterState,
     metrics: &mut Vec<Metric>,
 ) -> usize {
     points.sort_by_key(|(f, k, _)| (*f, *k));
@@ -804,16 +1002,12 @@ fn derived_metrics(
         } else {
             Data::Sum(Sum {
                 data_points,
-                aggregation_temporality: if ctx.delta {
-                    AggregationTemporality::Delta as i32
-                } else {
-                    AggregationTemporality::Cumulative as i32
-                },
+                aggregation_temporality: temporality(ctx.delta),
                 is_monotonic: true,
             })
         };
         metrics.push(Metric {
-            name: fam.info.name.to_string(),
+            name: fam.info.otel_name.to_string(),
             description: fam.info.help.to_string(),
             unit: fam.info.unit.to_string(),
             metadata: Vec::new(),
@@ -832,6 +1026,16 @@ pub struct Encoded {
     pub build_time: Duration,
     /// Protobuf encoding.
     pub encode_time: Duration,
+}
+
+/// Whether a counter's value is below its previous one: a reset.
+fn below(v: number_data_point::Value, prev: number_data_point::Value) -> bool {
+    use number_data_point::Value::{AsDouble, AsInt};
+    match (v, prev) {
+        (AsInt(now), AsInt(before)) => now < before,
+        (AsDouble(now), AsDouble(before)) => now < before,
+        _ => false,
+    }
 }
 
 /// A counter's delta; a value below the previous one is a reset (the delta is the new value).
@@ -950,6 +1154,7 @@ impl DirectExport {
     }
 }
 
+pub(super) mod holders;
 mod semconv_metrics;
 
 #[cfg(test)]
@@ -1041,7 +1246,11 @@ mod tests {
         );
         let mut pairs = Vec::new();
         for (i, e) in energy.iter().enumerate() {
-            let snap = Arc::new(snapshot(counters.clone(), i as u64 + 1, *e));
+            // GPU 0 held by one pod: the SDK path keeps the model before the entity model (one
+            // Resource per pod of a shared device), so the two agree only where nothing is shared.
+            let mut snap = snapshot(counters.clone(), i as u64 + 1, *e);
+            snap.entities[0].attribution = Arc::new(crate::export::otel::test_fleet::pods(&["a"]));
+            let snap = Arc::new(snap);
             store.publish(snap.clone());
             provider.force_flush().unwrap();
             let sdk = out.lock().unwrap().pop().unwrap();
@@ -1059,7 +1268,10 @@ mod tests {
             if let Some(r) = rm.resource.as_mut() {
                 sort_kv(&mut r.attributes);
             }
+            // The SDK path sends no schema URL.
+            rm.schema_url.clear();
             for sm in &mut rm.scope_metrics {
+                sm.schema_url.clear();
                 sm.metrics.sort_by(|a, b| a.name.cmp(&b.name));
                 for m in &mut sm.metrics {
                     let dps = match &mut m.data {
@@ -1131,10 +1343,10 @@ mod tests {
             v.sort();
             v
         };
-        // GPU-aaa × 2 pods and GPU-ccc: whole value first, then differences (GPU-bbb is negative).
-        assert_eq!(energy(&pairs[0].0), vec![5000, 5000, 10000]);
-        assert_eq!(energy(&pairs[1].0), vec![2000, 2000, 4000]);
-        assert_eq!(energy(&pairs[2].0), vec![500, 500, 1000]);
+        // GPU-aaa and GPU-ccc: whole value first, then differences (GPU-bbb is negative).
+        assert_eq!(energy(&pairs[0].0), vec![5000, 10000]);
+        assert_eq!(energy(&pairs[1].0), vec![2000, 4000]);
+        assert_eq!(energy(&pairs[2].0), vec![500, 1000]);
         for (direct, sdk) in pairs {
             assert_eq!(normalized(direct), normalized(sdk));
         }
@@ -1184,14 +1396,75 @@ mod tests {
             v.sort();
             v
         };
+        // GPU 0 is shared by two pods: its energy is one series (the entity model), not one per pod.
         assert_eq!(
             sum(&first.request),
-            vec![(1000, 1010, 5000), (1000, 1010, 5000), (1000, 1010, 10000)]
+            vec![(1000, 1010, 5000), (1000, 1010, 10000)]
         );
         assert_eq!(
             sum(&second.request),
-            vec![(1010, 1020, 100), (1010, 1020, 100), (1010, 1020, 200)],
+            vec![(1010, 1020, 100), (1010, 1020, 200)],
             "lower than before: a reset, the delta is the new value"
+        );
+    }
+
+    /// A cumulative counter that goes backwards (driver reload, GPU reset) starts a new stream: its
+    /// start time moves to the previous point's time and stays there while the stream lasts.
+    #[test]
+    fn a_cumulative_reset_starts_a_new_stream() {
+        let counters = test_counters();
+        let start = UNIX_EPOCH + Duration::from_secs(1000);
+        let mut b = DirectBuilder::new(
+            naming(&counters, OtelAttributeStyle::Otel),
+            ResourceSplit::Host,
+            &base(),
+            counters.clone(),
+            Temporality::Cumulative,
+            start,
+        );
+        let mut got = Vec::new();
+        for (seq, energy) in [(1u64, 5000i64), (2, 7000), (3, 100), (4, 300)] {
+            let mut snap = snapshot(counters.clone(), seq, energy);
+            snap.taken_at = UNIX_EPOCH + Duration::from_secs(1000 + 10 * seq);
+            let req = b.build(&snap).request;
+            let m = req.resource_metrics[0].scope_metrics[0]
+                .metrics
+                .iter()
+                .find(|m| m.name == "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION")
+                .unwrap()
+                .clone();
+            let Some(Data::Sum(s)) = m.data else { panic!() };
+            assert_eq!(
+                s.aggregation_temporality,
+                AggregationTemporality::Cumulative as i32
+            );
+            // GPU-aaa's series (GPU-ccc reads twice as much).
+            let dp = s
+                .data_points
+                .iter()
+                .min_by_key(|dp| match dp.value {
+                    Some(number_data_point::Value::AsInt(i)) => i,
+                    _ => i64::MAX,
+                })
+                .unwrap()
+                .clone();
+            let Some(number_data_point::Value::AsInt(v)) = dp.value else {
+                panic!()
+            };
+            got.push((
+                dp.start_time_unix_nano / 1_000_000_000,
+                dp.time_unix_nano / 1_000_000_000,
+                v,
+            ));
+        }
+        assert_eq!(
+            got,
+            vec![
+                (1000, 1010, 5000),
+                (1000, 1020, 7000),
+                (1020, 1030, 100),
+                (1020, 1040, 300)
+            ]
         );
     }
 

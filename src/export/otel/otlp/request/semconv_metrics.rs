@@ -11,7 +11,7 @@ use std::collections::HashMap;
 
 use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, KeyValue as PKeyValue};
 
-use super::{Kind, Layout, PointContext};
+use super::{CounterState, Kind, Layout, PointContext};
 use crate::export::otel::semconv::{self, Input, Instrument, MetricPlan, Plan, Source};
 use crate::snapshot::{Entity, Snapshot};
 use opentelemetry_proto::tonic::metrics::v1::{
@@ -88,7 +88,7 @@ pub(super) fn write(
     members: &[(usize, usize)],
     derived: &DerivedInputs<'_>,
     ctx: &PointContext<'_>,
-    next: &mut HashMap<(usize, std::sync::Arc<str>), (number_data_point::Value, u64)>,
+    next: &mut CounterState,
     out: &mut Vec<Metric>,
 ) -> usize {
     let mut written = 0;
@@ -131,21 +131,35 @@ fn metric_points(
     members: &[(usize, usize)],
     derived: &DerivedInputs<'_>,
     ctx: &PointContext<'_>,
-    next: &mut HashMap<(usize, std::sync::Arc<str>), (number_data_point::Value, u64)>,
+    next: &mut CounterState,
 ) -> Vec<NumberDataPoint> {
     let mut points = Vec::new();
     for &(e, s) in members {
-        let (Some(reading), Some(set)) = (
-            snap.entities.get(e),
-            layout.entities.get(e).and_then(|l| l.sets.get(s)),
-        ) else {
+        let (Some(reading), Some(entity)) = (snap.entities.get(e), layout.entities.get(e)) else {
             continue;
         };
+        let Some(set) = entity.sets.get(s) else {
+            continue;
+        };
+        let subject = entity.role.subject(&reading.entity, s);
         // Attribute sets already given a point for this member (fallback rows come later).
         let mut done: Vec<&[(&str, &str)]> = Vec::new();
         for row in &metric.rows {
             let m = row.mapping;
             if done.contains(&m.attributes) {
+                continue;
+            }
+            // A MIG instance's per-instance fields on its own Resource, its board's on the GPU's.
+            let per_instance = match &row.source {
+                Source::Rows(rows) => rows.first().is_some_and(|r| {
+                    snap.counters
+                        .rows
+                        .get(*r)
+                        .is_some_and(|c| c.field.level.measured_per_gpu_instance())
+                }),
+                Source::Derived(_) => s == 0,
+            };
+            if !entity.role.writes(s, per_instance) {
                 continue;
             }
             let values: Vec<RowPoint> = match &row.source {
@@ -156,9 +170,7 @@ fn metric_points(
                     None => continue,
                 },
                 Source::Derived(_) => {
-                    let Some(v) = derived
-                        .get(&row.index)
-                        .and_then(|per| per.get(&*reading.entity))
+                    let Some(v) = derived.get(&row.index).and_then(|per| per.get(&**subject))
                     else {
                         continue;
                     };
@@ -173,7 +185,11 @@ fn metric_points(
                                 })
                                 .collect()
                         }
-                        _ => vec![(m.scale.apply(*v), false, None)],
+                        // Sums of counts stay integers (`hw.errors` is an int sum).
+                        _ => {
+                            let v = m.scale.apply(*v);
+                            vec![(v, v.fract() == 0.0 && v.abs() < 9.0e15, None)]
+                        }
                     }
                 }
             };
@@ -190,6 +206,11 @@ fn metric_points(
                 point
                     .attributes
                     .extend(m.attributes.iter().map(|(k, v)| attr(k, v)));
+                // The hardware conventions make `hw.id` and `hw.type` attributes of every `hw.*`
+                // point (they stay on the Resource too).
+                if metric.name.starts_with("hw.") {
+                    point.attributes.extend(set.hw_point.iter().cloned());
+                }
                 if let Some((k, v)) = extra {
                     point.attributes.push(attr(k, v));
                 }

@@ -63,13 +63,12 @@ fn expectations() -> Vec<(Vec<FieldValue>, Vec<WantPoint>)> {
         (vec![I(7_000_000)], vec![(None, Want::Int(7_000_000))]),
         (vec![I(11_000_000)], vec![(None, Want::Int(11_000_000))]),
         (vec![I(13_000_000)], vec![(None, Want::Int(13_000_000))]),
-        (vec![I(3)], vec![(None, Want::Int(3))]),
+        // ECC: the lifetime aggregate counters only (the volatile ones keep their DCGM names).
         (vec![I(4)], vec![(None, Want::Int(4))]),
-        (vec![I(1)], vec![(None, Want::Int(1))]),
         (vec![I(2)], vec![(None, Want::Int(2))]),
         (vec![I(9)], vec![(None, Want::Int(9))]),
         // XID totals: two XIDs on the GPU, 2 and 3 times.
-        (vec![D(2.0), D(3.0)], vec![(None, Want::Double(5.0))]),
+        (vec![D(2.0), D(3.0)], vec![(None, Want::Int(5))]),
         // Health: one watch passes, one warns → degraded.
         (
             vec![D(0.0), D(10.0)],
@@ -98,12 +97,16 @@ static XID_TOTALS: DerivedInfo = DerivedInfo {
     help: std::borrow::Cow::Borrowed("XID errors."),
     unit: "{error}",
     kind: DerivedKind::Counter,
+    otel_name: "DCGM_EXP_XID_ERRORS_TOTAL",
+    subject: crate::snapshot::DerivedSubject::Device,
 };
 static HEALTH: DerivedInfo = DerivedInfo {
     name: "DCGM_EXP_GPU_HEALTH_STATUS",
     help: std::borrow::Cow::Borrowed("Health result per watch."),
     unit: "",
     kind: DerivedKind::Gauge,
+    otel_name: "DCGM_EXP_GPU_HEALTH_STATUS",
+    subject: crate::snapshot::DerivedSubject::Device,
 };
 
 fn snapshot_of(counters: Arc<CounterSet>, entities: Vec<EntityReading>) -> Snapshot {
@@ -281,10 +284,12 @@ fn every_row_of_the_table_gives_its_point() {
             .collect();
         assert_eq!(got.len(), expected.len(), "row {i}: {got:?}");
         for ((point_attrs, value), (extra, want)) in got.iter().zip(&expected) {
+            // Every `hw.*` point names its hardware: `hw.id` and `hw.type` (as on the Resource).
             let mut want_attrs: Vec<(String, String)> = m
                 .attributes
                 .iter()
                 .chain(extra.iter())
+                .chain([("hw.id", "GPU-aaa"), ("hw.type", "gpu")].iter())
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect();
             want_attrs.sort();
@@ -520,10 +525,12 @@ fn health_is_the_worst_watch_per_gpu_and_mig_instances_have_none() {
     let states: Vec<(String, String)> = points(status[0].1)
         .iter()
         .map(|dp| {
-            (
-                attrs(&dp.attributes)[0].1.clone(),
-                format!("{:?}", dp.value),
-            )
+            let state = attrs(&dp.attributes)
+                .into_iter()
+                .find(|(k, _)| k == "hw.state")
+                .map(|(_, v)| v)
+                .unwrap_or_default();
+            (state, format!("{:?}", dp.value))
         })
         .collect();
     assert_eq!(
