@@ -33,8 +33,11 @@ pub const SEMCONV_VERSION: &str = "1.44.0";
 /// The schema URL of [`SEMCONV_VERSION`], on every ResourceMetrics, ScopeMetrics and log request
 /// whose attribute names follow the conventions.
 pub fn schema_url() -> String {
-    format!("https://opentelemetry.io/schemas/{SEMCONV_VERSION}")
+    SCHEMA_URL.to_string()
 }
+
+/// `https://opentelemetry.io/schemas/` and [`SEMCONV_VERSION`] (a test keeps them together).
+pub const SCHEMA_URL: &str = "https://opentelemetry.io/schemas/1.44.0";
 
 /// Which metric names OTLP requests carry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -614,6 +617,14 @@ mod tests {
                 assert!(field_id(f).is_some(), "{f} ({})", m.name);
             }
         }
+    }
+
+    #[test]
+    fn the_schema_url_names_the_version_followed() {
+        assert_eq!(
+            SCHEMA_URL,
+            format!("https://opentelemetry.io/schemas/{SEMCONV_VERSION}")
+        );
     }
 
     #[test]

@@ -2,12 +2,13 @@
 //! ending, and health-watch transition, under the Resource of the entity it hit — built from the same
 //! attribute sets as that entity's metrics ([`Naming`], both resource modes and attribute styles), so
 //! the GPU or MIG instance, the host and the `k8s.*` attributes of the pod holding the device at that
-//! collection are the metrics' ones. A device shared by several pods gives each pod's Resource its
-//! record. [`ExportLogsRequest`] groups records by Resource for one `ExportLogsServiceRequest`.
+//! collection are the metrics' ones. Under the entity model an incident is one record, on its
+//! entity's Resource: a device shared by several pods (and the board of a GPU in MIG mode) has no pod
+//! attributes there; a device held by one pod has that pod's. [`ExportLogsRequest`] groups records by Resource for one `ExportLogsServiceRequest`.
 //!
 //! Each record carries the event's own DCGM time (`time_unix_nano`), the collection that saw it
-//! (`observed_time_unix_nano`), `event_name` and the `event.name` attribute (for receivers older than
-//! the `event_name` field), a severity ([`super::severity`]), a short body and the event's attributes:
+//! (`observed_time_unix_nano`), `event_name` (the deprecated `event.name` attribute is not sent), a
+//! severity ([`super::severity`]), a short body and the event's attributes:
 //! `nvidia.xid.code`, `nvidia.xid.message`, `nvidia.xid.class`; `nvidia.clock_event.reason`,
 //! `nvidia.clock_event.state` (`started`/`ended`), `nvidia.clock_event.duration` (seconds, at the end);
 //! `nvidia.health.watch`, `nvidia.health.result`, `nvidia.health.previous_result`,
@@ -27,7 +28,7 @@ use opentelemetry_proto::tonic::resource::v1::Resource;
 
 use super::proto::{entity_resource, pkv};
 use super::severity;
-use crate::export::otel::naming::{Naming, ResourceSplit};
+use crate::export::otel::naming::{Naming, OtelAttributeStyle, ResourceSplit};
 use crate::fields::xid;
 use crate::lock::LockExt;
 use crate::snapshot::{EntityReading, Incident, IncidentKind, Snapshot};
@@ -48,6 +49,8 @@ pub struct PendingRecord {
     /// Resource copy per record made 10,000 waiting records cost about 65 MiB in the soak).
     pub resource: Arc<Resource>,
     pub record: LogRecord,
+    /// The request's schema URL (empty with dcgm-exporter's attribute names).
+    pub schema_url: &'static str,
 }
 
 /// Resources already built, by identity key (cleared past this many).
@@ -187,15 +190,26 @@ impl RecordBuilder {
         let observed = nanos(snap.taken_at);
         let mut out = Vec::with_capacity(snap.incidents.len());
         for incident in &snap.incidents {
-            let own_labels = snap
-                .entities
-                .iter()
-                .position(|e| {
-                    Arc::ptr_eq(&e.entity, &incident.entity) || e.entity == incident.entity
-                })
-                .and_then(|i| labels.get(i).cloned())
-                .unwrap_or_default();
-            self.incident_records(incident, own_labels, observed, &mut out);
+            let position = snap.entities.iter().position(|e| {
+                Arc::ptr_eq(&e.entity, &incident.entity) || e.entity == incident.entity
+            });
+            let own_labels = match position {
+                Some(i) => labels.get(i).cloned().unwrap_or_default(),
+                // The board of a GPU in MIG mode: its first instance's label rows, as its metrics.
+                None => snap
+                    .entities
+                    .iter()
+                    .position(|e| {
+                        e.entity.kind == crate::snapshot::EntityKind::GpuInstance
+                            && e.entity.gpu == incident.entity.gpu
+                    })
+                    .and_then(|i| labels.get(i).cloned())
+                    .unwrap_or_default(),
+            };
+            // A device the readings do not list (the board of a GPU in MIG mode) is held by no pod
+            // itself: its Resource is the GPU's, as its metrics'.
+            let monitored = position.is_some();
+            self.incident_records(incident, own_labels, monitored, observed, &mut out);
         }
         out
     }
@@ -222,17 +236,28 @@ impl RecordBuilder {
         &self,
         incident: &Incident,
         labels: Vec<KeyValue>,
+        monitored: bool,
         observed: u64,
         out: &mut Vec<PendingRecord>,
     ) {
         let reading = EntityReading {
             entity: incident.entity.clone(),
             values: Vec::new(),
-            attribution: incident.attribution.clone(),
+            attribution: if monitored {
+                incident.attribution.clone()
+            } else {
+                Arc::default()
+            },
         };
         let (event, body, event_attributes) = describe(&incident.kind);
         let sev = severity::of(&incident.kind);
-        for set in self.naming.entity_attribute_sets(&reading, labels) {
+        let schema_url = if self.naming.style() == OtelAttributeStyle::Otel {
+            crate::export::otel::semconv::SCHEMA_URL
+        } else {
+            ""
+        };
+        {
+            let set = self.naming.entity_set(&reading, labels);
             let (identity, rest): (Vec<&KeyValue>, Vec<&KeyValue>) = set
                 .iter()
                 .partition(|kv| self.split.is_identity(kv.key.as_str()));
@@ -241,8 +266,7 @@ impl RecordBuilder {
                 .map(|kv| (kv.key.as_str().to_string(), kv.value.as_str().into_owned()))
                 .collect();
             let (key, resource) = self.resource_for(key, &identity);
-            let mut attributes = vec![text("event.name", event)];
-            attributes.extend(event_attributes.iter().cloned());
+            let mut attributes: Vec<PKeyValue> = event_attributes.to_vec();
             attributes.extend(rest.into_iter().map(pkv));
             out.push(PendingRecord {
                 resource_key: key,
@@ -262,6 +286,7 @@ impl RecordBuilder {
                     span_id: Vec::new(),
                     event_name: event.to_string(),
                 },
+                schema_url,
             });
         }
     }
@@ -295,9 +320,9 @@ pub fn request(records: Vec<PendingRecord>) -> ExportLogsRequest {
                     scope_logs: vec![ScopeLogs {
                         scope: Some(scope.clone()),
                         log_records: Vec::new(),
-                        schema_url: String::new(),
+                        schema_url: r.schema_url.to_string(),
                     }],
-                    schema_url: String::new(),
+                    schema_url: r.schema_url.to_string(),
                 });
                 resource_logs.len() - 1
             }

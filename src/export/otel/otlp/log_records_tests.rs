@@ -89,24 +89,20 @@ fn per_entity_records_carry_the_pod_resource_and_the_event() {
     let snap = with_incidents();
     let b = builder(OtelAttributeStyle::Otel, OtelResourceMode::PerEntity);
     let records = b.records(&snap);
-    // GPU 0 is shared by two pods: each pod's resource gets the XID.
-    assert_eq!(records.len(), 4);
+    // GPU 0 is shared by two pods: the XID is one record, on the GPU's Resource (no pod there).
+    assert_eq!(records.len(), 3);
     let built = request(records);
-    assert_eq!((built.records, built.resources), (4, 3));
+    assert_eq!((built.records, built.resources), (3, 2));
     let rl = &built.request.resource_logs;
-    let pods: Vec<String> = rl
+    assert!(rl.iter().all(|r| {
+        !attrs(&r.resource.as_ref().unwrap().attributes).contains_key("k8s.pod.name")
+    }));
+    assert!(rl
         .iter()
-        .map(|r| {
-            attrs(&r.resource.as_ref().unwrap().attributes)
-                .get("k8s.pod.name")
-                .cloned()
-                .unwrap_or_default()
-        })
-        .collect();
-    assert_eq!(pods, vec!["a", "b", ""]);
+        .all(|r| r.schema_url == crate::export::otel::semconv::SCHEMA_URL
+            && r.scope_logs[0].schema_url == r.schema_url));
     let res_a = attrs(&rl[0].resource.as_ref().unwrap().attributes);
     assert_eq!(res_a["hw.id"], "GPU-aaa");
-    assert_eq!(res_a["k8s.namespace.name"], "ml");
     assert_eq!(res_a["service.name"], "t");
     assert_eq!(res_a["nvidia.driver.version"], "550.1");
     let xid = &rl[0].scope_logs[0].log_records[0];
@@ -123,7 +119,6 @@ fn per_entity_records_carry_the_pod_resource_and_the_event() {
     assert_eq!(
         attrs(&xid.attributes),
         BTreeMap::from([
-            ("event.name".into(), "nvidia.gpu.xid".into()),
             ("nvidia.xid.class".into(), "uncorrectable_memory".into()),
             ("nvidia.xid.code".into(), "int:48".into()),
             ("nvidia.xid.message".into(), "Double Bit ECC Error".into()),
@@ -137,16 +132,15 @@ fn per_entity_records_carry_the_pod_resource_and_the_event() {
         ))
     );
     // GPU 2: the clock event's end and the health failure, in their order, on one resource.
-    let res_c = attrs(&rl[2].resource.as_ref().unwrap().attributes);
+    let res_c = attrs(&rl[1].resource.as_ref().unwrap().attributes);
     assert_eq!(res_c["hw.id"], "GPU-ccc");
-    let logs = &rl[2].scope_logs[0].log_records;
+    let logs = &rl[1].scope_logs[0].log_records;
     assert_eq!(logs.len(), 2);
     assert_eq!(logs[0].event_name, "nvidia.gpu.clock_event");
     assert_eq!(logs[0].severity_text, "INFO");
     assert_eq!(
         attrs(&logs[0].attributes),
         BTreeMap::from([
-            ("event.name".into(), "nvidia.gpu.clock_event".into()),
             ("nvidia.clock_event.duration".into(), "double:2.5".into()),
             ("nvidia.clock_event.reason".into(), "hw_thermal".into()),
             ("nvidia.clock_event.state".into(), "ended".into()),
@@ -161,7 +155,6 @@ fn per_entity_records_carry_the_pod_resource_and_the_event() {
     assert_eq!(
         attrs(&logs[1].attributes),
         BTreeMap::from([
-            ("event.name".into(), "nvidia.gpu.health".into()),
             (
                 "nvidia.health.error_code".into(),
                 "DCGM_FR_VOLATILE_DBE_DETECTED".into()
@@ -192,9 +185,14 @@ fn host_mode_puts_the_entity_on_the_record_and_dcgm_style_names_it_like_the_labe
             ("service.name".into(), "t".into()),
         ])
     );
+    assert!(
+        rl.schema_url.is_empty(),
+        "dcgm-exporter's names follow no schema"
+    );
     let first = attrs(&rl.scope_logs[0].log_records[0].attributes);
     assert_eq!(first["UUID"], "GPU-aaa");
-    assert_eq!(first["pod"], "a");
+    // Shared by two pods: the device's record names neither.
+    assert!(!first.contains_key("pod"));
     assert_eq!(first["nvidia.xid.code"], "int:48");
 }
 

@@ -275,6 +275,7 @@ mod tests {
                 time_unix_nano: t,
                 ..LogRecord::default()
             },
+            schema_url: "",
         }
     }
 
