@@ -257,7 +257,6 @@ fn assert_the_five_records(records: &[(BTreeMap<String, String>, LogRecord)]) {
     assert_eq!(
         attrs(&xid31.attributes),
         BTreeMap::from([
-            ("event.name".into(), "nvidia.gpu.xid".into()),
             ("nvidia.xid.class".into(), "other".into()),
             ("nvidia.xid.code".into(), "int:31".into()),
             ("nvidia.xid.message".into(), "GPU memory page fault".into()),
@@ -272,7 +271,6 @@ fn assert_the_five_records(records: &[(BTreeMap<String, String>, LogRecord)]) {
     assert_eq!(
         attrs(&ended.attributes),
         BTreeMap::from([
-            ("event.name".into(), "nvidia.gpu.clock_event".into()),
             ("nvidia.clock_event.duration".into(), "double:2".into()),
             ("nvidia.clock_event.reason".into(), "hw_thermal".into()),
             ("nvidia.clock_event.state".into(), "ended".into()),
@@ -282,7 +280,6 @@ fn assert_the_five_records(records: &[(BTreeMap<String, String>, LogRecord)]) {
     assert_eq!(
         attrs(&health.attributes),
         BTreeMap::from([
-            ("event.name".into(), "nvidia.gpu.health".into()),
             (
                 "nvidia.health.error_code".into(),
                 "DCGM_FR_VOLATILE_DBE_DETECTED".into()

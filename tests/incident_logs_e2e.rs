@@ -142,10 +142,11 @@ fn dcgm_source_reads_incidents_for_log_records_without_exp_rows() {
     assert!(calls.iter().any(|c| c.starts_with("dcgmHealthCheck ")));
 }
 
-/// A GPU in MIG mode has no series of its own: a clock event of the whole GPU is reported to every pod
-/// holding one of its instances (the `demo` scenario's GPU 1: `chat-api`, `embedder` and the batch job).
+/// A GPU in MIG mode has no :9400 series of its own, but it has its own OTLP Resource (the entity
+/// model): a clock event of the whole GPU is one record on the GPU's Resource — not one per pod
+/// holding an instance, and with no pod or MIG attributes (the `demo` scenario's GPU 1).
 #[test]
-fn a_whole_gpu_incident_on_a_mig_gpu_reaches_the_pods_on_its_instances() {
+fn a_whole_gpu_incident_on_a_mig_gpu_is_one_record_on_the_gpu() {
     let logs = Sink::grpc();
     let exporter = common::start(
         &[
@@ -160,28 +161,35 @@ fn a_whole_gpu_incident_on_a_mig_gpu_reaches_the_pods_on_its_instances() {
         &[("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", "http://127.0.0.1:9/")],
     );
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    let pods = loop {
+    let started = loop {
         let records = logs.wait_for_records(1);
-        let mut pods: Vec<String> = on_gpu(&records, "1", "nvidia.gpu.clock_event")
-            .iter()
+        let started: Vec<Received> = on_gpu(&records, "1", "nvidia.gpu.clock_event")
+            .into_iter()
             .filter(|(_, r)| {
                 attrs(&r.attributes)
                     .get("nvidia.clock_event.state")
                     .is_some_and(|s| s == "started")
             })
-            .filter_map(|(res, r)| {
-                res.get("k8s.pod.name")
-                    .cloned()
-                    .or_else(|| attrs(&r.attributes).get("k8s.pod.name").cloned())
-            })
+            .cloned()
             .collect();
-        pods.sort();
-        pods.dedup();
-        if pods.len() >= 3 || std::time::Instant::now() > deadline {
-            break pods;
+        if !started.is_empty() || std::time::Instant::now() > deadline {
+            break started;
         }
         std::thread::sleep(std::time::Duration::from_millis(200));
     };
     drop(exporter);
-    assert_eq!(pods, vec!["chat-api-7d9f4", "embedder-5c2b8", "eval-job-1"]);
+    assert!(!started.is_empty(), "no clock event on GPU 1");
+    for (res, r) in &started {
+        assert!(
+            !res.keys()
+                .any(|k| k.starts_with("k8s.pod") || k.starts_with("nvidia.mig")),
+            "the GPU's Resource names no pod or instance: {res:?}"
+        );
+        assert!(!attrs(&r.attributes).contains_key("k8s.pod.name"));
+    }
+    // One record per event start (each start at its own time), not one per pod.
+    let mut times: Vec<u64> = started.iter().map(|(_, r)| r.time_unix_nano).collect();
+    let n = times.len();
+    times.dedup();
+    assert_eq!(times.len(), n, "an event start arrived more than once");
 }

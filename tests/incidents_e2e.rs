@@ -351,9 +351,18 @@ fn incident_families_feed_the_semconv_status_and_errors() {
                     Some(number_data_point::Value::AsInt(i)) => i as f64,
                     None => continue,
                 };
+                // `hw.*` points name their hardware (`hw.id`, `hw.type`); keyed here by the rest.
+                if m.name.starts_with("hw.") {
+                    assert!(
+                        p.attributes.iter().any(|kv| kv.key == "hw.id"),
+                        "{}",
+                        m.name
+                    );
+                }
                 let mut a: Vec<String> = p
                     .attributes
                     .iter()
+                    .filter(|kv| kv.key != "hw.id" && kv.key != "hw.type")
                     .map(|kv| format!("{}={:?}", kv.key, kv.value.as_ref().unwrap().value))
                     .collect();
                 a.sort();

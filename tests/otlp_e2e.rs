@@ -469,6 +469,12 @@ fn expected_polls(n: usize) -> Expected {
                     values.entry(row.name.clone()).or_insert(f);
                 }
             }
+            // A GPU in MIG mode: its board's Resource (no instance id) carries the board-level
+            // values, read once from its first instance (the entity model).
+            if e.entity.kind == EntityKind::GpuInstance {
+                poll.entry((key.0.clone(), None))
+                    .or_insert_with(|| values.clone());
+            }
             poll.insert(key, values);
         }
         out.push(poll);
@@ -496,8 +502,11 @@ fn poll_of(req: &ExportMetricsServiceRequest, style: &Style, expected: &Expected
     let flat = flatten(req);
     let matches = |poll: &HashMap<(String, Option<u32>), HashMap<String, f64>>| {
         flat.iter().all(|(r, p, m, v)| {
+            // A MIG instance's `hw.id` is its own; its GPU is `hw.parent`.
             let uuid = r
-                .get(style.uuid)
+                .get("hw.parent")
+                .or_else(|| p.get("hw.parent"))
+                .or_else(|| r.get(style.uuid))
                 .or_else(|| p.get(style.uuid))
                 .cloned()
                 .unwrap_or_default();
@@ -542,6 +551,16 @@ fn own_attributes(metric: &str, style: &Style) -> BTreeMap<String, String> {
         (code.to_string(), "0".to_string()),
         (message.to_string(), "No Error".to_string()),
     ])
+}
+
+/// Resources of the default scenario's bare fleet: GPU 0, GPU 1's board (the entity model; the SDK
+/// path has none) and GPU 1's three MIG instances.
+fn gpu_resources(pipeline: &str) -> usize {
+    if pipeline == "sdk" {
+        4
+    } else {
+        5
+    }
 }
 
 fn otlp_args(endpoint: &str, extra: &[&str]) -> Vec<String> {
@@ -611,14 +630,15 @@ fn grpc_per_entity_otel_attributes_case(pipeline: &str) {
     let r = &got[1];
     assert_eq!(r.via, "grpc");
     assert!(!r.gzip);
-    // default scenario: GPU 0 and the three MIG instances of GPU 1 (flex mode) → four resources, one request.
+    // default scenario: GPU 0, GPU 1's board and its three MIG instances (flex mode) → five
+    // resources, one request (the SDK path, before the entity model, has no board Resource: four).
     let resources: Vec<BTreeMap<String, String>> = r
         .req
         .resource_metrics
         .iter()
         .map(|rm| attrs(&rm.resource.as_ref().unwrap().attributes))
         .collect();
-    assert_eq!(resources.len(), 4, "{resources:#?}");
+    assert_eq!(resources.len(), gpu_resources(pipeline), "{resources:#?}");
     for res in &resources {
         assert_eq!(res["service.name"], "dcgm-otel");
         assert_eq!(res["service.version"], env!("CARGO_PKG_VERSION"));
@@ -627,7 +647,14 @@ fn grpc_per_entity_otel_attributes_case(pipeline: &str) {
         assert_eq!(res["deployment.environment"], "ci");
         assert_eq!(res["hw.type"], "gpu");
         assert_eq!(res["hw.vendor"], "NVIDIA");
-        assert!(res["hw.id"].starts_with("GPU-"), "{res:?}");
+        // A MIG instance is a component of its own: its MIG UUID, its GPU as `hw.parent`.
+        match res.get("hw.parent") {
+            Some(parent) => {
+                assert!(res["hw.id"].starts_with("MIG-"), "{res:?}");
+                assert!(parent.starts_with("GPU-"), "{res:?}");
+            }
+            None => assert!(res["hw.id"].starts_with("GPU-"), "{res:?}"),
+        }
         assert!(res["hw.model"].contains("H100"), "{res:?}");
         assert_eq!(
             res["nvidia.gpu.device"],
@@ -824,12 +851,16 @@ fn grpc_host_mode_otel_and_http_per_entity_dcgm_case(pipeline: &str) {
     for (r, p, _, _) in flatten(&got[1].req) {
         assert_eq!(r["host.name"], "test-node");
         assert!(!r.contains_key("hw.id"));
-        assert!(p["hw.id"].starts_with("GPU-"));
+        assert!(
+            p["hw.id"].starts_with("GPU-")
+                || (p["hw.id"].starts_with("MIG-") && p["hw.parent"].starts_with("GPU-")),
+            "{p:?}"
+        );
         assert_eq!(p["hw.type"], "gpu");
     }
     assert_values_from_one_poll(&got[1].req, &OTEL, &expected);
 
-    // HTTP, per-entity, dcgm names: four resources keyed by dcgm labels.
+    // HTTP, per-entity, dcgm names: one resource per GPU, board and MIG instance, keyed by dcgm labels.
     let sink = Sink::http(0, None);
     let args = piped(
         otlp_args(
@@ -846,7 +877,7 @@ fn grpc_host_mode_otel_and_http_per_entity_dcgm_case(pipeline: &str) {
     let exporter = start_exporter(&args, &[]);
     let got = sink.wait_for(2, WAIT);
     drop(exporter);
-    assert_eq!(got[1].req.resource_metrics.len(), 4);
+    assert_eq!(got[1].req.resource_metrics.len(), gpu_resources(pipeline));
     for (r, p, m, _) in flatten(&got[1].req) {
         assert_eq!(p, own_attributes(&m.name, &DCGM));
         assert!(r["UUID"].starts_with("GPU-"));
@@ -874,7 +905,7 @@ fn gzip_on_both_transports() {
         "grpc-encoding: gzip expected, headers {:?}",
         got[0].headers
     );
-    assert_eq!(got[0].req.resource_metrics.len(), 4);
+    assert_eq!(got[0].req.resource_metrics.len(), gpu_resources("direct"));
 
     let h = Sink::http(0, None);
     let exporter = start_exporter(
@@ -887,7 +918,7 @@ fn gzip_on_both_transports() {
     let got = h.wait_for(1, WAIT);
     drop(exporter);
     assert!(got[0].gzip);
-    assert_eq!(got[0].req.resource_metrics.len(), 4);
+    assert_eq!(got[0].req.resource_metrics.len(), gpu_resources("direct"));
 }
 
 fn write(dir: &Path, name: &str, text: &str) -> String {
@@ -927,7 +958,7 @@ fn tls_and_mtls_with_a_test_ca() {
     );
     let got = g.wait_for(1, WAIT);
     drop(exporter);
-    assert_eq!(got[0].req.resource_metrics.len(), 4);
+    assert_eq!(got[0].req.resource_metrics.len(), gpu_resources("direct"));
 
     // HTTP over TLS with mTLS, everything from the standard variables.
     let h = Sink::http(0, Some(server));
@@ -946,7 +977,7 @@ fn tls_and_mtls_with_a_test_ca() {
     );
     let got = h.wait_for(1, WAIT);
     drop(exporter);
-    assert_eq!(got[0].req.resource_metrics.len(), 4);
+    assert_eq!(got[0].req.resource_metrics.len(), gpu_resources("direct"));
 
     // Without the client certificate the mTLS receiver gets nothing, and the exporter counts failures.
     let h = Sink::http(
@@ -1038,7 +1069,7 @@ fn collector_down_at_start_then_up_case(pipeline: &str) {
     // Collector up on the same port: data arrives.
     let sink = Sink::grpc(port, None);
     let got = sink.wait_for(2, WAIT);
-    assert_eq!(got[1].req.resource_metrics.len(), 4);
+    assert_eq!(got[1].req.resource_metrics.len(), gpu_resources(pipeline));
     let rss_up = vm_rss_kib(pid);
     eprintln!("VmRSS: collector down {rss_down} KiB, 2 s later {rss_down_later} KiB, after recovery {rss_up} KiB");
     assert!(
@@ -1049,8 +1080,9 @@ fn collector_down_at_start_then_up_case(pipeline: &str) {
     drop(exporter);
 }
 
-/// Timestamps out (each process has its own clock and start), everything sorted: resources by their
-/// attributes, metrics by name, data points by their attributes, attribute lists by key.
+/// Timestamps and schema URLs out (each process has its own clock and start; the SDK path sends no
+/// schema URL), everything sorted: resources by their attributes, metrics by name, data points by
+/// their attributes, attribute lists by key.
 fn normalized(req: &ExportMetricsServiceRequest) -> ExportMetricsServiceRequest {
     let mut req = req.clone();
     let sort_kv = |kvs: &mut Vec<KeyValue>| kvs.sort_by(|a, b| a.key.cmp(&b.key));
@@ -1058,7 +1090,9 @@ fn normalized(req: &ExportMetricsServiceRequest) -> ExportMetricsServiceRequest 
         if let Some(r) = rm.resource.as_mut() {
             sort_kv(&mut r.attributes);
         }
+        rm.schema_url.clear();
         for sm in &mut rm.scope_metrics {
+            sm.schema_url.clear();
             sm.metrics.sort_by(|a, b| a.name.cmp(&b.name));
             for m in &mut sm.metrics {
                 let dps = match &mut m.data {
@@ -1083,12 +1117,16 @@ fn normalized(req: &ExportMetricsServiceRequest) -> ExportMetricsServiceRequest 
 #[test]
 fn direct_and_sdk_pipelines_send_equal_requests() {
     // Both pipelines side by side on the same simulated fleet: a request of each made from the same
-    // poll must be equal once timestamps are set aside and the order is normalized.
+    // poll must be equal once timestamps are set aside and the order is normalized. GPU 0 only
+    // (`-d g:0`): the SDK path predates the entity model, so a GPU in MIG mode (GPU 1: a board
+    // Resource of its own) is where the two differ by design.
     let expected = expected_polls(400);
     for (extra, style) in [
-        (&[][..], &OTEL),
+        (&["-d", "g:0"][..], &OTEL),
         (
             &[
+                "-d",
+                "g:0",
                 "--otel-resource-mode",
                 "host",
                 "--otel-attribute-style",
@@ -1395,7 +1433,7 @@ fn retryable_failures_are_retried_and_partial_success_counted_case(pipeline: &st
             &[],
         );
         let got = sink.wait_for(2, WAIT);
-        assert_eq!(got[0].req.resource_metrics.len(), 4);
+        assert_eq!(got[0].req.resource_metrics.len(), gpu_resources(pipeline));
         let deadline = Instant::now() + WAIT;
         loop {
             let retries = self_metric(exporter.port, "dcgm_otel_otlp_retries_total{");
@@ -1443,7 +1481,7 @@ fn shutdown_sends_the_last_collection_case(pipeline: &str) {
     let code = exporter.child.wait().unwrap();
     assert!(code.success(), "{code:?}");
     let got = sink.wait_for(1, WAIT);
-    assert_eq!(got[0].req.resource_metrics.len(), 4);
+    assert_eq!(got[0].req.resource_metrics.len(), gpu_resources(pipeline));
 }
 
 both_pipelines!(
@@ -1452,7 +1490,9 @@ both_pipelines!(
 );
 
 fn hpc_jobs_make_one_resource_per_gpu_and_job_case(pipeline: &str) {
-    // Attribution end to end: GPU 0 runs two HPC jobs (--hpc-job-mapping-dir) → two resources for it.
+    // Attribution end to end: GPU 0 runs two HPC jobs (--hpc-job-mapping-dir). Under the entity
+    // model GPU 0 is one Resource without job attributes (shared by two jobs: its readings leave
+    // once); the SDK path, before that model, makes one Resource per job.
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("0"), "job-a\njob-b\n").unwrap();
     let sink = Sink::grpc(0, None);
@@ -1480,7 +1520,7 @@ fn hpc_jobs_make_one_resource_per_gpu_and_job_case(pipeline: &str) {
         }
         assert!(
             Instant::now() < deadline,
-            "no request with 5 resources (GPU 0 × 2 jobs + 3 MIG): {:?}",
+            "no request with 5 resources (GPU 0 × 2 jobs, or GPU 0 and GPU 1's board, + 3 MIG): {:?}",
             got.last().map(|r| r.req.resource_metrics.len())
         );
         std::thread::sleep(Duration::from_millis(50));
@@ -1492,7 +1532,11 @@ fn hpc_jobs_make_one_resource_per_gpu_and_job_case(pipeline: &str) {
         .map(|r| r.get("hpc.job.id").map(String::as_str).unwrap_or("-"))
         .collect();
     jobs.sort();
-    assert_eq!(jobs, vec!["job-a", "job-b"]);
+    if pipeline == "sdk" {
+        assert_eq!(jobs, vec!["job-a", "job-b"]);
+    } else {
+        assert_eq!(jobs, vec!["-"], "a GPU shared by two jobs is one Resource");
+    }
     assert!(resources
         .iter()
         .filter(|r| r["nvidia.gpu.index"] == "1")
@@ -1611,12 +1655,19 @@ fn semconv_names_with_both_sets_in_one_request() {
         .collect();
     ids.sort();
     ids.dedup();
-    // GPU 0 and the three MIG instances of GPU 1.
-    assert_eq!(ids.len(), 4, "{ids:?}");
+    // GPU 0, GPU 1's board and the three MIG instances of GPU 1.
+    assert_eq!(ids.len(), 5, "{ids:?}");
     const MIB: f64 = 1_048_576.0;
+    let mut boards_without_memory = 0;
     for id in ids {
         let dcgm = |name: &str| point_value(&flat, id, name, &[]);
-        let used = dcgm("DCGM_FI_DEV_FB_USED").unwrap();
+        // The framebuffer is measured per MIG instance: a MIG GPU's board Resource has none.
+        let Some(used) = dcgm("DCGM_FI_DEV_FB_USED") else {
+            assert!(id.starts_with("GPU-"), "{id}");
+            assert_eq!(dcgm("hw.gpu.memory.usage"), None, "{id}");
+            boards_without_memory += 1;
+            continue;
+        };
         let free = dcgm("DCGM_FI_DEV_FB_FREE").unwrap();
         let reserved = dcgm("DCGM_FI_DEV_FB_RESERVED").unwrap();
         assert_eq!(dcgm("hw.gpu.memory.usage"), Some(used * MIB), "{id}");
@@ -1655,7 +1706,24 @@ fn semconv_names_with_both_sets_in_one_request() {
                 dcgm("DCGM_FI_DEV_PCIE_REPLAY_COUNTER"),
                 "{id}"
             );
+        } else {
+            // MIG instances: no board readings of their own (they are their GPU's, once).
+            assert_eq!(dcgm("hw.power"), None, "{id}");
+            assert_eq!(dcgm("DCGM_FI_DEV_POWER_USAGE"), None, "{id}");
         }
+    }
+    assert_eq!(boards_without_memory, 1, "GPU 1's board");
+    // The board of GPU 1 (MIG mode): power, energy and temperature once, on its own Resource.
+    let gpu1 = flat
+        .iter()
+        .find(|(r, _, _, _)| {
+            r.get("nvidia.gpu.index").map(String::as_str) == Some("1")
+                && !r.contains_key("nvidia.mig.profile")
+        })
+        .map(|(r, _, _, _)| r["hw.id"].clone())
+        .expect("GPU 1's board Resource");
+    for name in ["hw.power", "hw.energy", "DCGM_FI_DEV_POWER_USAGE"] {
+        assert!(point_value(&flat, &gpu1, name, &[]).is_some(), "{name}");
     }
 }
 
@@ -1977,5 +2045,216 @@ fn semconv_resources_carry_serial_and_vbios_from_dcgm_and_nvml() {
             seen += 1;
         }
         assert!(seen > 0, "{source:?}");
+    }
+}
+
+// ---- the entity model: every measurement leaves once, on the Resource of what was measured -------
+
+/// The physical GPUs a :9400 scrape shows (dcgm-exporter's shape: a MIG series carries its parent's
+/// `UUID`), by their power series.
+fn physical_gpus(port: u16) -> std::collections::BTreeSet<String> {
+    let body = common::get(port, "/metrics").unwrap().text();
+    body.lines()
+        .filter(|l| l.starts_with("DCGM_FI_DEV_POWER_USAGE{"))
+        .filter_map(|l| {
+            let start = l.find("UUID=\"")? + 6;
+            let len = l[start..].find('"')?;
+            Some(l[start..start + len].to_string())
+        })
+        .collect()
+}
+
+/// The hardware a point describes: its own `hw.id`, else its Resource's.
+fn hw_id<'a>(r: &'a BTreeMap<String, String>, p: &'a BTreeMap<String, String>) -> Option<&'a str> {
+    p.get("hw.id")
+        .or_else(|| r.get("hw.id"))
+        .map(String::as_str)
+}
+
+/// The rule over one request: no two Resources alike or sharing a hardware identity, no stream
+/// (metric, Resource, point attributes) twice, and each physical GPU's power and energy exactly once
+/// (per sensor location for temperatures) — in per-entity mode on the GPU's own Resource — so that
+/// summing `hw.power` over the request gives the physical total.
+fn assert_one_measurement_once(
+    req: &ExportMetricsServiceRequest,
+    gpus: &std::collections::BTreeSet<String>,
+    host_mode: bool,
+    what: &str,
+) {
+    let resources: Vec<BTreeMap<String, String>> = req
+        .resource_metrics
+        .iter()
+        .map(|rm| attrs(&rm.resource.as_ref().unwrap().attributes))
+        .collect();
+    for (i, a) in resources.iter().enumerate() {
+        for b in &resources[i + 1..] {
+            assert_ne!(a, b, "{what}: two ResourceMetrics with one Resource");
+            if let (Some(x), Some(y)) = (a.get("hw.id"), b.get("hw.id")) {
+                assert_ne!(x, y, "{what}: two Resources share hw.id");
+            }
+        }
+    }
+    if host_mode {
+        assert_eq!(resources.len(), 1, "{what}: host mode has one Resource");
+    }
+    let flat = flatten(req);
+    let mut streams = std::collections::HashSet::new();
+    for (r, p, m, _) in &flat {
+        assert!(
+            streams.insert((m.name.clone(), r.clone(), p.clone())),
+            "{what}: stream {} {r:?} {p:?} twice",
+            m.name
+        );
+    }
+    assert!(!gpus.is_empty(), "{what}: no GPU on :9400");
+    let names: std::collections::BTreeSet<&str> =
+        flat.iter().map(|(_, _, m, _)| m.name.as_str()).collect();
+    let board = [
+        "hw.power",
+        "hw.energy",
+        "DCGM_FI_DEV_POWER_USAGE",
+        "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
+    ];
+    let checked: Vec<&str> = board.into_iter().filter(|n| names.contains(n)).collect();
+    assert!(
+        checked.contains(&"hw.power") || checked.contains(&"DCGM_FI_DEV_POWER_USAGE"),
+        "{what}: no power metric in {names:?}"
+    );
+    for name in &checked {
+        let points: Vec<&Point<'_>> = flat.iter().filter(|(_, _, m, _)| m.name == *name).collect();
+        assert_eq!(
+            points.len(),
+            gpus.len(),
+            "{what}: {name} has {} points for {} GPUs",
+            points.len(),
+            gpus.len()
+        );
+        for gpu in gpus {
+            let on: Vec<_> = points
+                .iter()
+                .filter(|(r, p, _, _)| hw_id(r, p) == Some(gpu.as_str()))
+                .collect();
+            assert_eq!(on.len(), 1, "{what}: {name} of {gpu}");
+            if !host_mode {
+                assert_eq!(
+                    on[0].0.get("hw.id"),
+                    Some(gpu),
+                    "{what}: {name} of {gpu} is not on the GPU's own Resource"
+                );
+            }
+        }
+    }
+    // Temperatures: one stream per GPU and sensor location.
+    let mut temps = std::collections::HashSet::new();
+    for (r, p, m, _) in &flat {
+        if m.name == "hw.temperature" {
+            let key = (
+                hw_id(r, p).map(str::to_string),
+                p.get("hw.sensor_location").cloned(),
+            );
+            assert!(
+                temps.insert(key.clone()),
+                "{what}: temperature {key:?} twice"
+            );
+            assert!(
+                key.0.as_ref().is_some_and(|id| gpus.contains(id)),
+                "{what}: a temperature on {key:?}, not a physical GPU"
+            );
+        }
+    }
+    // What a backend summing hw.power per host gets is the physical total.
+    if checked.contains(&"hw.power") && checked.contains(&"DCGM_FI_DEV_POWER_USAGE") {
+        let total = |n: &str| -> f64 {
+            flat.iter()
+                .filter(|(_, _, m, _)| m.name == n)
+                .map(|(_, _, _, v)| v)
+                .sum()
+        };
+        let (semconv, dcgm) = (total("hw.power"), total("DCGM_FI_DEV_POWER_USAGE"));
+        assert!(
+            (semconv - dcgm).abs() < 1e-6,
+            "{what}: {semconv} W vs {dcgm} W"
+        );
+    }
+}
+
+/// One run of the rule: `source` args (a scenario, or the fake libdcgm), a resource mode and a
+/// metric-names mode, over gRPC or HTTP; the second request with data is checked (the first
+/// collection has no cost counters yet).
+fn entity_model_case(source: &[&str], env: &[(&str, &str)], names: &str, host: bool, grpc: bool) {
+    let sink = if grpc {
+        Sink::grpc(0, None)
+    } else {
+        Sink::http(0, None)
+    };
+    let endpoint = format!("http://{}", sink.addr);
+    let mut args: Vec<&str> = source.to_vec();
+    args.extend([
+        "-c",
+        "250",
+        "--otlp-endpoint",
+        &endpoint,
+        "--otlp-export-interval",
+        "300",
+        "--otel-metric-names",
+        names,
+        "--otel-resource-mode",
+        if host { "host" } else { "per-entity" },
+    ]);
+    if !grpc {
+        args.extend(["--otlp-protocol", "http/protobuf"]);
+    }
+    // As a user runs it: a built-in scenario's pods (a time-sliced GPU, pods on MIG instances) on.
+    let exporter = common::start_as_user(&args, env);
+    let gpus = physical_gpus(exporter.port);
+    let got = sink.wait_for(3, WAIT);
+    drop(exporter);
+    let what = format!("{source:?} {names} host={host} grpc={grpc}");
+    for r in &got[1..3] {
+        assert_one_measurement_once(&r.req, &gpus, host, &what);
+    }
+}
+
+macro_rules! entity_model_scenarios {
+    ($($name:ident: $scenario:literal,)*) => {
+        $(
+            #[test]
+            fn $name() {
+                let source = concat!("--simulate=", $scenario);
+                entity_model_case(&[source], &[], "both", false, true);
+                entity_model_case(&[source], &[], "both", true, false);
+            }
+        )*
+    };
+}
+
+entity_model_scenarios! {
+    entity_model_default: "default",
+    entity_model_dgx_h100_mig: "dgx-h100-mig",
+    entity_model_large: "large",
+    entity_model_hgx_h100: "hgx-h100",
+    entity_model_grace_hopper: "grace-hopper",
+    entity_model_incidents: "incidents",
+    entity_model_demo: "demo",
+}
+
+/// Every naming mode keeps the rule (the default scenario: a time-sliced GPU, a GPU in MIG mode).
+#[test]
+fn entity_model_in_every_naming_mode() {
+    for names in ["dcgm", "semconv"] {
+        entity_model_case(&["--simulate"], &[], names, false, false);
+        entity_model_case(&["--simulate"], &[], names, true, true);
+    }
+}
+
+/// The fake libdcgm's MIG fleets through the real DCGM path.
+#[test]
+fn entity_model_through_the_fake_libdcgm() {
+    let dir = tempfile::tempdir().unwrap();
+    let dcgm = fake_library(dir.path(), "libfake_libdcgm.so", "libdcgm.so.4");
+    for scenario in ["default", "dgx-h100-mig"] {
+        let env = [("FAKE_DCGM_SCENARIO", scenario)];
+        entity_model_case(&["--dcgm-library", &dcgm], &env, "both", false, true);
+        entity_model_case(&["--dcgm-library", &dcgm], &env, "both", true, false);
     }
 }

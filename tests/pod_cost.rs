@@ -20,9 +20,11 @@ use dcgm_otel::telemetry::self_metrics::SelfMetrics;
 use opentelemetry_proto::tonic::common::v1::any_value;
 use opentelemetry_proto::tonic::metrics::v1::{metric::Data, number_data_point};
 
-/// On OTLP the cost counters are monotonic cumulative sums on the pod's resource: the same resource
-/// as the pod's DCGM metrics while it holds the device (collection 30), a resource of their own once
-/// it is gone (collection 31).
+/// On OTLP the cost counters are monotonic cumulative sums on the pod's own Resource (the holder's
+/// view: `k8s.*` attributes, no hardware identity) with the GPU's `hw.id` on the point, under OTel
+/// names; the GPU's own readings stay on the GPU's Resource (which carries pod `a` while `a` alone
+/// holds it, collection 30). Once the pod is gone (collection 31) its retained series still arrive
+/// on its Resource.
 fn otlp_checks(snap: &Snapshot, k: u32) {
     use dcgm_otel::export::otel::naming::{Naming, OtelAttributeStyle, OtelResourceMode};
     use dcgm_otel::export::otel::otlp::request::DirectBuilder;
@@ -41,44 +43,49 @@ fn otlp_checks(snap: &Snapshot, k: u32) {
         SystemTime::now(),
     );
     let request = builder.build(snap).request;
-    let attr = |rm: &opentelemetry_proto::tonic::metrics::v1::ResourceMetrics, key: &str| {
-        rm.resource.as_ref().and_then(|r| {
-            r.attributes.iter().find(|kv| kv.key == key).and_then(|kv| {
-                match kv.value.as_ref()?.value.as_ref()? {
-                    any_value::Value::StringValue(s) => Some(s.clone()),
-                    _ => None,
-                }
-            })
+    let text = |kvs: &[opentelemetry_proto::tonic::common::v1::KeyValue], key: &str| {
+        kvs.iter().find(|kv| kv.key == key).and_then(|kv| {
+            match kv.value.as_ref()?.value.as_ref()? {
+                any_value::Value::StringValue(s) => Some(s.clone()),
+                _ => None,
+            }
         })
     };
-    let pod_a: Vec<_> = request
+    let attr = |rm: &opentelemetry_proto::tonic::metrics::v1::ResourceMetrics, key: &str| {
+        rm.resource.as_ref().and_then(|r| text(&r.attributes, key))
+    };
+    let gpu0: Vec<_> = request
+        .resource_metrics
+        .iter()
+        .filter(|rm| attr(rm, "hw.id").as_deref() == Some("GPU-0"))
+        .collect();
+    let holder: Vec<_> = request
         .resource_metrics
         .iter()
         .filter(|rm| {
-            attr(rm, "k8s.pod.name").as_deref() == Some("a")
-                && attr(rm, "hw.id").as_deref() == Some("GPU-0")
+            attr(rm, "k8s.pod.name").as_deref() == Some("a") && attr(rm, "hw.id").is_none()
         })
         .collect();
-    assert_eq!(
-        pod_a.len(),
-        1,
-        "one resource for pod a on GPU 0 at collection {k}"
-    );
-    assert_eq!(attr(pod_a[0], "k8s.namespace.name").as_deref(), Some("ml"));
-    let metrics = &pod_a[0].scope_metrics[0].metrics;
+    assert_eq!(holder.len(), 1, "one Resource of pod a at collection {k}");
+    assert_eq!(attr(holder[0], "k8s.namespace.name").as_deref(), Some("ml"));
+    let metrics = &holder[0].scope_metrics[0].metrics;
     let names: Vec<&str> = metrics.iter().map(|m| m.name.as_str()).collect();
     let cost = [
-        "dcgm_otel_pod_gpu_seconds_total",
-        "dcgm_otel_pod_gpu_energy_joules_total",
-        "dcgm_otel_pod_gpu_idle_seconds_total",
+        "nvidia.pod.gpu.time",
+        "nvidia.pod.gpu.energy",
+        "nvidia.pod.gpu.idle_time",
     ];
+    assert_eq!(names, cost, "the pod's Resource carries its cost counters");
     if k == 30 {
-        assert!(names.contains(&"DCGM_FI_DEV_GPU_UTIL"), "{names:?}");
-    } else {
-        assert_eq!(
-            names, cost,
-            "only the retained cost series once the pod is gone"
-        );
+        assert_eq!(gpu0.len(), 1, "GPU 0 is one Resource");
+        assert_eq!(attr(gpu0[0], "k8s.pod.name").as_deref(), Some("a"));
+        let own: Vec<&str> = gpu0[0].scope_metrics[0]
+            .metrics
+            .iter()
+            .map(|m| m.name.as_str())
+            .collect();
+        assert!(own.contains(&"DCGM_FI_DEV_GPU_UTIL"), "{own:?}");
+        assert!(!own.iter().any(|n| cost.contains(n)), "{own:?}");
     }
     let seconds = metrics
         .iter()
@@ -90,8 +97,13 @@ fn otlp_checks(snap: &Snapshot, k: u32) {
     };
     assert!(sum.is_monotonic);
     assert_eq!(sum.aggregation_temporality, 2, "cumulative");
+    let point = sum
+        .data_points
+        .iter()
+        .find(|p| text(&p.attributes, "hw.id").as_deref() == Some("GPU-0"))
+        .expect("pod a's GPU-0 series, the GPU named on the point");
     assert_eq!(
-        sum.data_points[0].value,
+        point.value,
         Some(number_data_point::Value::AsDouble(if k == 30 {
             29.0
         } else {

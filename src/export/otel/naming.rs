@@ -465,6 +465,15 @@ impl Naming {
         base.push(kv(n.gpu_index, gpu.index.to_string()));
         if self.hw {
             hw_gpu_identity(&mut base, e);
+        } else if let (true, EntityKind::GpuInstance, Some(m)) = (
+            self.style == OtelAttributeStyle::Otel,
+            e.entity.kind,
+            &e.entity.mig,
+        ) {
+            // A MIG instance is a hardware component of its own: its `hw.id` is its MIG UUID (never
+            // its GPU's, which the board's Resource has), `hw.parent` its GPU's.
+            base.push(kv(n.uuid, mig_hw_id(gpu, m)));
+            base.push(kv("hw.parent", gpu.uuid.as_str()));
         } else {
             base.push(kv(n.uuid, gpu.uuid.as_str()));
         }
@@ -507,6 +516,15 @@ impl Naming {
     }
 }
 
+/// The `hw.id` of a MIG instance: its MIG UUID, or `<GPU UUID>/gi<id>` when the source has none.
+fn mig_hw_id(gpu: &crate::snapshot::GpuIdentity, m: &crate::snapshot::MigIdentity) -> String {
+    if m.uuid.is_empty() {
+        format!("{}/gi{}", gpu.uuid, m.gi_id)
+    } else {
+        m.uuid.clone()
+    }
+}
+
 /// The hardware conventions' identity of a GPU-side entity ([`Naming::with_hw_attributes`]).
 fn hw_gpu_identity(out: &mut Vec<KeyValue>, e: &EntityReading) {
     let Some(gpu) = &e.entity.gpu else {
@@ -514,12 +532,7 @@ fn hw_gpu_identity(out: &mut Vec<KeyValue>, e: &EntityReading) {
     };
     match (e.entity.kind, &e.entity.mig) {
         (EntityKind::GpuInstance, Some(m)) => {
-            let id = if m.uuid.is_empty() {
-                format!("{}/gi{}", gpu.uuid, m.gi_id)
-            } else {
-                m.uuid.clone()
-            };
-            out.push(kv("hw.id", id));
+            out.push(kv("hw.id", mig_hw_id(gpu, m)));
             out.push(kv("hw.name", format!("{}/gi{}", gpu.device(), m.gi_id)));
             out.push(kv("hw.parent", gpu.uuid.as_str()));
         }

@@ -387,6 +387,44 @@ impl Scenario {
 
 #[cfg(test)]
 mod tests {
+
+    /// Every built-in counter set: a real help text on every row (not a placeholder such as "DCGM
+    /// field 250.") and capacities typed as gauges (`promtool check metrics` reads both).
+    #[test]
+    fn builtin_counter_rows_have_real_help_and_capacities_are_gauges() {
+        let mut names = vec!["default-counters"];
+        names.extend(["large", "hgx-h100", "grace-hopper", "incidents", "demo"]);
+        for name in names {
+            let text = builtin_counters(name)
+                .unwrap_or(include_str!("../../counters/default-counters.csv"));
+            let set = crate::counters::parse(text, name).unwrap();
+            for row in &set.rows {
+                let placeholder = row.help.starts_with("DCGM field ")
+                    && row.help.trim_end_matches('.')["DCGM field ".len()..]
+                        .chars()
+                        .all(|c| c.is_ascii_digit());
+                assert!(!placeholder, "{name}: {} has help {:?}", row.name, row.help);
+                assert!(
+                    row.help.len() > 8,
+                    "{name}: {} help {:?}",
+                    row.name,
+                    row.help
+                );
+                if matches!(
+                    row.field.name,
+                    "DCGM_FI_DEV_FB_TOTAL" | "DCGM_FI_DEV_BAR1_TOTAL"
+                ) {
+                    assert_ne!(
+                        row.kind,
+                        crate::counters::MetricKind::Counter,
+                        "{name}: {} is a capacity",
+                        row.name
+                    );
+                }
+            }
+        }
+    }
+
     use super::*;
 
     #[test]
