@@ -2215,13 +2215,20 @@ fn entity_model_case(source: &[&str], env: &[(&str, &str)], names: &str, host: b
     }
 }
 
+/// Each scenario in both resource modes; the first run also collects processes where the scenario
+/// has some (without, `--collect-processes` needs NVML).
 macro_rules! entity_model_scenarios {
-    ($($name:ident: $scenario:literal,)*) => {
+    ($($name:ident: $scenario:literal, $processes:literal;)*) => {
         $(
             #[test]
             fn $name() {
                 let source = concat!("--simulate=", $scenario);
-                entity_model_case(&[source], &[], "both", false, true);
+                let first: &[&str] = if $processes {
+                    &[source, "--collect-processes"]
+                } else {
+                    &[source]
+                };
+                entity_model_case(first, &[], "both", false, true);
                 entity_model_case(&[source], &[], "both", true, false);
             }
         )*
@@ -2229,13 +2236,13 @@ macro_rules! entity_model_scenarios {
 }
 
 entity_model_scenarios! {
-    entity_model_default: "default",
-    entity_model_dgx_h100_mig: "dgx-h100-mig",
-    entity_model_large: "large",
-    entity_model_hgx_h100: "hgx-h100",
-    entity_model_grace_hopper: "grace-hopper",
-    entity_model_incidents: "incidents",
-    entity_model_demo: "demo",
+    entity_model_default: "default", true;
+    entity_model_dgx_h100_mig: "dgx-h100-mig", true;
+    entity_model_large: "large", true;
+    entity_model_hgx_h100: "hgx-h100", false;
+    entity_model_grace_hopper: "grace-hopper", false;
+    entity_model_incidents: "incidents", false;
+    entity_model_demo: "demo", true;
 }
 
 /// Every naming mode keeps the rule (the default scenario: a time-sliced GPU, a GPU in MIG mode).
@@ -2257,4 +2264,109 @@ fn entity_model_through_the_fake_libdcgm() {
         entity_model_case(&["--dcgm-library", &dcgm], &env, "both", false, true);
         entity_model_case(&["--dcgm-library", &dcgm], &env, "both", true, false);
     }
+}
+
+/// The per-pod view over OTLP sums to what :9400 shows for the same collection: each pod's cost
+/// counters (`nvidia.pod.gpu.*` on the pod's Resources against `dcgm_otel_pod_*_total`) and its split of
+/// a shared GPU from its processes (`nvidia.pod.gpu.utilization` against
+/// `dcgm_otel_pod_gpu_utilization_percent`), while the shared GPU itself is one Resource without pods.
+#[test]
+fn per_pod_sums_over_otlp_equal_the_scrape() {
+    let sink = Sink::http(0, None);
+    let endpoint = format!("http://{}", sink.addr);
+    let exporter = common::start_as_user(
+        &[
+            "--simulate",
+            "--collect-processes",
+            "-c",
+            "1500",
+            "--otlp-protocol",
+            "http/protobuf",
+            "--otlp-endpoint",
+            &endpoint,
+            "--otlp-export-interval",
+            "100",
+        ],
+        &[],
+    );
+    // :9400 family → (OTLP metric, factor from the OTLP value to the :9400 one).
+    let families = [
+        (
+            "dcgm_otel_pod_gpu_seconds_total",
+            "nvidia.pod.gpu.time",
+            1.0,
+        ),
+        (
+            "dcgm_otel_pod_gpu_energy_joules_total",
+            "nvidia.pod.gpu.energy",
+            1.0,
+        ),
+        (
+            "dcgm_otel_pod_gpu_idle_seconds_total",
+            "nvidia.pod.gpu.idle_time",
+            1.0,
+        ),
+        (
+            "dcgm_otel_pod_gpu_utilization_percent",
+            "nvidia.pod.gpu.utilization",
+            100.0,
+        ),
+        (
+            "dcgm_otel_pod_gpu_memory_bytes",
+            "nvidia.pod.gpu.memory.usage",
+            1.0,
+        ),
+    ];
+    let label = |line: &str, key: &str| -> Option<String> {
+        let start = line.find(&format!(",{key}=\""))? + key.len() + 3;
+        let len = line[start..].find('"')?;
+        Some(line[start..start + len].to_string())
+    };
+    let deadline = Instant::now() + WAIT;
+    let mut compared = 0;
+    while compared < 2 {
+        assert!(
+            Instant::now() < deadline,
+            "no scrape matched an OTLP request"
+        );
+        std::thread::sleep(Duration::from_millis(150));
+        let Some(last) = sink.received().pop() else {
+            continue;
+        };
+        let scrape = common::get(exporter.port, "/metrics").unwrap().text();
+        // Per (family, pod): the scrape's sum and the request's.
+        let mut want: BTreeMap<(String, String), f64> = BTreeMap::new();
+        for line in scrape.lines() {
+            for (family, _, _) in &families {
+                if line.starts_with(&format!("{family}{{")) {
+                    let pod = label(line, "pod").unwrap_or_default();
+                    let v: f64 = line.rsplit(' ').next().unwrap().parse().unwrap();
+                    *want.entry((family.to_string(), pod)).or_default() += v;
+                }
+            }
+        }
+        let mut got: BTreeMap<(String, String), f64> = BTreeMap::new();
+        for (r, _, m, v) in flatten(&last.req) {
+            if let Some((family, _, factor)) = families.iter().find(|(_, n, _)| *n == m.name) {
+                assert!(
+                    !r.contains_key("hw.id"),
+                    "a pod's view on a device Resource: {r:?}"
+                );
+                let pod = r.get("k8s.pod.name").cloned().unwrap_or_default();
+                *got.entry((family.to_string(), pod)).or_default() += v * factor;
+            }
+        }
+        let equal = !want.is_empty()
+            && want.len() == got.len()
+            && want.iter().all(|(k, w)| {
+                got.get(k)
+                    .is_some_and(|g| (g - w).abs() <= 1e-6 * w.abs().max(1.0))
+            });
+        if equal {
+            assert!(want.keys().any(|(f, _)| f.ends_with("utilization_percent")));
+            assert!(want.values().any(|v| *v > 0.0));
+            compared += 1;
+        }
+    }
+    drop(exporter);
 }

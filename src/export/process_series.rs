@@ -23,10 +23,8 @@
 //! identity, `namespace` and `pod`. On a GPU shared by several pods these are each pod's own values,
 //! not the device's repeated.
 
-use std::sync::Arc;
-
 use crate::config::LabelStyle;
-use crate::snapshot::pod_split::{self, DeviceUse, PodShare};
+use crate::snapshot::pod_split::{self, PodShare};
 use crate::snapshot::{Entity, EntityKind, ProcessReading, Snapshot};
 use crate::telemetry::exposition::{label_names, push_label, write_f64};
 
@@ -158,9 +156,9 @@ pub fn render(snap: &Snapshot, style: &LabelStyle, out: &mut String) -> usize {
 }
 
 /// One family of the per-pod split: name, help, and the value of a share.
-type SplitFamily = (&'static str, &'static str, fn(&PodShare) -> Option<f64>);
+pub type SplitFamily = (&'static str, &'static str, fn(&PodShare) -> Option<f64>);
 
-const SPLIT_FAMILIES: &[SplitFamily] = &[
+pub const SPLIT_FAMILIES: &[SplitFamily] = &[
     (
         "dcgm_otel_pod_gpu_utilization_percent",
         "SM utilization of the pod's processes on the device (their sum), in percent of the device.",
@@ -180,40 +178,10 @@ const SPLIT_FAMILIES: &[SplitFamily] = &[
 
 /// The per-pod split series of every device that runs a pod's processes.
 fn render_pod_split(snap: &Snapshot, style: &LabelStyle, out: &mut String) -> usize {
-    let power_row = snap
-        .counters
-        .rows
-        .iter()
-        .position(|r| r.field.id == POWER_USAGE_FIELD);
-    let mut devices: Vec<Arc<Entity>> = Vec::new();
-    for p in &snap.processes {
-        if !devices.iter().any(|d| **d == *p.entity) {
-            devices.push(p.entity.clone());
-        }
-    }
     let mut rows: Vec<(String, PodShare)> = Vec::new();
-    for d in &devices {
-        let (pods, total) = pod_split::pod_usage(&snap.processes, d);
-        if pods.is_empty() {
-            continue;
-        }
-        let power_w = power_row.and_then(|row| {
-            snap.entities
-                .iter()
-                .find(|e| *e.entity == **d)
-                .and_then(|e| e.values.get(row))
-                .and_then(|v| v.as_f64())
-        });
-        let shares = pod_split::split(
-            DeviceUse {
-                total_sm_util: total,
-                power_w,
-                energy_delta_mj: None,
-            },
-            &pods,
-        );
+    for (d, shares) in pod_split::snapshot_shares(snap) {
         let mut base = String::with_capacity(256);
-        device_labels(d, snap, style, &mut base);
+        device_labels(&d, snap, style, &mut base);
         for share in shares {
             let mut l = base.clone();
             let mut first = l.is_empty();
@@ -255,6 +223,3 @@ fn render_pod_split(snap: &Snapshot, style: &LabelStyle, out: &mut String) -> us
     }
     samples
 }
-
-/// `DCGM_FI_DEV_POWER_USAGE`.
-const POWER_USAGE_FIELD: u16 = 155;

@@ -126,6 +126,50 @@ pub fn split(device: DeviceUse, pods: &[PodUsage]) -> Vec<PodShare> {
         .collect()
 }
 
+/// `DCGM_FI_DEV_POWER_USAGE`, the power a device's split follows.
+const POWER_USAGE_FIELD: u16 = 155;
+
+/// Every device of `snap` that runs a pod's processes (in the order they first appear among the
+/// processes), with each pod's share of it ([`pod_usage`] then [`split`], the device's power from its
+/// `DCGM_FI_DEV_POWER_USAGE` reading). What the :9400 split series and the OTLP pods' Resources show.
+pub fn snapshot_shares(snap: &super::Snapshot) -> Vec<(std::sync::Arc<Entity>, Vec<PodShare>)> {
+    let power_row = snap
+        .counters
+        .rows
+        .iter()
+        .position(|r| r.field.id == POWER_USAGE_FIELD);
+    let mut devices: Vec<std::sync::Arc<Entity>> = Vec::new();
+    for p in &snap.processes {
+        if !devices.iter().any(|d| **d == *p.entity) {
+            devices.push(p.entity.clone());
+        }
+    }
+    let mut out = Vec::new();
+    for d in devices {
+        let (pods, total) = pod_usage(&snap.processes, &d);
+        if pods.is_empty() {
+            continue;
+        }
+        let power_w = power_row.and_then(|row| {
+            snap.entities
+                .iter()
+                .find(|e| *e.entity == *d)
+                .and_then(|e| e.values.get(row))
+                .and_then(|v| v.as_f64())
+        });
+        let shares = split(
+            DeviceUse {
+                total_sm_util: total,
+                power_w,
+                energy_delta_mj: None,
+            },
+            &pods,
+        );
+        out.push((d, shares));
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use std::sync::Arc;

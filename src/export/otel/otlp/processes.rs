@@ -13,13 +13,14 @@
 use std::sync::Arc;
 
 use opentelemetry::{Key, KeyValue, Value};
+use opentelemetry_proto::tonic::common::v1::KeyValue as PKeyValue;
 use opentelemetry_proto::tonic::metrics::v1::{number_data_point, NumberDataPoint};
 
 use super::proto::pkv;
 use super::request::holders::{HolderMetric, Holders};
 use crate::export::otel::naming::{Naming, OtelAttributeStyle};
-use crate::export::process_series::FAMILIES;
-use crate::snapshot::Snapshot;
+use crate::export::process_series::{FAMILIES, SPLIT_FAMILIES};
+use crate::snapshot::{pod_split, Snapshot};
 
 /// What the points need from the request builder.
 pub struct Context<'a> {
@@ -42,7 +43,16 @@ pub const OTEL_FAMILIES: &[(&str, &str, f64)] = &[
     ("nvidia.process.gpu.decoder.utilization", "1", 100.0),
 ];
 
-/// Add every process's points to its holder's Resource in `holders`.
+/// The OTLP name, unit and divisor of each of the :9400 per-pod split families (index-aligned with
+/// [`SPLIT_FAMILIES`]).
+pub const OTEL_SPLIT_FAMILIES: &[(&str, &str, f64)] = &[
+    ("nvidia.pod.gpu.utilization", "1", 100.0),
+    ("nvidia.pod.gpu.memory.usage", "By", 1.0),
+    ("nvidia.pod.gpu.power", "W", 1.0),
+];
+
+/// Add every process's points, and each pod's split of a device it runs on, to its holder's
+/// Resource in `holders`.
 pub(crate) fn emit(ctx: &Context, snap: &Snapshot, holders: &mut Holders) {
     if snap.processes.is_empty() {
         return;
@@ -87,15 +97,66 @@ pub(crate) fn emit(ctx: &Context, snap: &Snapshot, holders: &mut Holders) {
                     kind: super::request::Kind::Gauge,
                     delta: false,
                 },
-                NumberDataPoint {
-                    attributes: attributes.clone(),
-                    start_time_unix_nano: ctx.start,
-                    time_unix_nano: ctx.time,
-                    exemplars: Vec::new(),
-                    flags: 0,
-                    value: Some(number_data_point::Value::AsDouble(v / divisor)),
-                },
+                gauge_point(ctx, attributes.clone(), v / divisor),
             );
         }
+    }
+    // Each pod's part of a device it runs processes on, on the Resource of its processes.
+    for (device, shares) in pod_split::snapshot_shares(snap) {
+        for share in shares {
+            let Some(holder_set) = snap
+                .processes
+                .iter()
+                .filter(|p| *p.entity == *device)
+                .filter_map(|p| p.attribution.sets().next())
+                .find(|set| {
+                    let get = |k: &str| {
+                        set.iter()
+                            .find(|a| a.key.prometheus == k)
+                            .map(|a| &*a.value)
+                    };
+                    get("namespace") == Some(share.pod.namespace.as_str())
+                        && get("pod") == Some(share.pod.pod.as_str())
+                })
+            else {
+                continue;
+            };
+            let holder = ctx.naming.attribution_attributes(holder_set);
+            let mut point = ctx.naming.device_attributes(&device);
+            if holders.host_mode() {
+                point.extend(holder.iter().cloned());
+            }
+            point.sort_by(|a, b| a.key.cmp(&b.key));
+            let attributes: Vec<_> = point.iter().map(pkv).collect();
+            for ((_, help, value), (name, unit, divisor)) in
+                SPLIT_FAMILIES.iter().zip(OTEL_SPLIT_FAMILIES)
+            {
+                let Some(v) = value(&share).filter(|v| v.is_finite()) else {
+                    continue;
+                };
+                holders.push(
+                    &holder,
+                    HolderMetric {
+                        name,
+                        description: help,
+                        unit,
+                        kind: super::request::Kind::Gauge,
+                        delta: false,
+                    },
+                    gauge_point(ctx, attributes.clone(), v / divisor),
+                );
+            }
+        }
+    }
+}
+
+fn gauge_point(ctx: &Context, attributes: Vec<PKeyValue>, v: f64) -> NumberDataPoint {
+    NumberDataPoint {
+        attributes,
+        start_time_unix_nano: ctx.start,
+        time_unix_nano: ctx.time,
+        exemplars: Vec::new(),
+        flags: 0,
+        value: Some(number_data_point::Value::AsDouble(v)),
     }
 }
