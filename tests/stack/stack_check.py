@@ -19,6 +19,15 @@ Subcommands:
                                 series mixes a whole GPU with MIG instances, a series naming a GPU index gets
                                 one GPU or one MIG instance, every declared metric (but the -k ones) reaches
                                 CloudWatch, descriptor units fit the units sent
+  record PORT DIR N             an OTLP/HTTP receiver on 127.0.0.1:PORT writing the first N metrics requests to
+                                DIR/req-<k>.pb, then exiting (60 s at most)
+  cloudwatch-requests FILE REQ.pb...
+                                the awsemf metric_declarations of FILE applied to every data point of recorded
+                                OTLP requests, as awsemf does (resource attributes copied onto the points):
+                                within the first (finest) dimension set of a declaration no two points share
+                                dimension values; within a roll-up set no measurement counts twice (two
+                                points alike but for their k8s.* attributes); every physical GPU publishes its
+                                power and its temperature
   dashboard-facts DIR           the 12239-equivalent dashboard keeps the original's title family, variables,
                                 panels, queries and units (facts: grafana/dcgm-exporter-dashboard.json in
                                 NVIDIA/dcgm-exporter, dashboard 12239 on grafana.com)
@@ -300,8 +309,8 @@ def cmd_consistency():
 # ------------------------------------------------------------------------------------------------------------
 # otel-configs
 # Component types of the collector the stack pins (docker-compose.yaml: otel/opentelemetry-collector-contrib
-# 0.157.0), by their current names.
-PINNED_COLLECTOR = "otel/opentelemetry-collector-contrib:0.157.0"
+# 0.162.0), by their current names.
+PINNED_COLLECTOR = "otel/opentelemetry-collector-contrib:0.162.0"
 KNOWN_TYPES = {
     "receivers": {"otlp", "prometheus", "hostmetrics", "filelog", "k8s_cluster", "kubeletstats"},
     "processors": {"memory_limiter", "batch", "resource_detection", "k8sattributes", "resource", "attributes",
@@ -433,8 +442,8 @@ def check_otel_config(path):
 
 
 # Families dcgm-otel computes itself (not counters-CSV rows): the per-pod cost counters of -k.
-DERIVED_METRICS = ["dcgm_otel_pod_gpu_seconds_total", "dcgm_otel_pod_gpu_energy_joules_total",
-                   "dcgm_otel_pod_gpu_idle_seconds_total"]
+# dcgm-otel's own per-pod families under their OTLP names (README "OTLP names of dcgm-otel's own families").
+DERIVED_METRICS = ["nvidia.pod.gpu.time", "nvidia.pod.gpu.energy", "nvidia.pod.gpu.idle_time"]
 
 
 def semconv_metric_names():
@@ -632,6 +641,122 @@ def cmd_cloudwatch_live(path, url):
     print(f"ok: {path}: {len(declared)} declared metrics ({points} distinct attribute sets dcgm-otel sent) map to "
           f"CloudWatch series that never mix a whole GPU with MIG instances, per-GPU series get one GPU or one "
           f"MIG instance each; descriptor units fit what is sent")
+
+
+def cmd_record(port, directory, n):
+    """Receive OTLP/HTTP metrics requests and keep the first `n` as files (the raw protobuf bodies)."""
+    import http.server
+    import threading
+    os.makedirs(directory, exist_ok=True)
+    n = int(n)
+    got = []
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_POST(self):
+            body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            if self.path.endswith("/v1/metrics") and len(got) < n:
+                path = os.path.join(directory, f"req-{len(got) + 1}.pb")
+                with open(path, "wb") as f:
+                    f.write(body)
+                got.append(path)
+            self.send_response(200)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", int(port)), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    deadline = time.time() + 60
+    while len(got) < n:
+        if time.time() > deadline:
+            fail(f"record: {len(got)} of {n} requests within 60 s")
+        time.sleep(0.05)
+    server.shutdown()
+
+
+def request_points(path):
+    """Every data point of a recorded request: (metric name, attributes as awsemf sees them: the resource's
+    copied onto the point's)."""
+    from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
+
+    def text(v):
+        kind = v.WhichOneof("value")
+        return str(getattr(v, kind)) if kind else ""
+
+    req = ExportMetricsServiceRequest()
+    with open(path, "rb") as f:
+        req.ParseFromString(f.read())
+    out = []
+    for rm in req.resource_metrics:
+        res = {kv.key: text(kv.value) for kv in rm.resource.attributes}
+        for sm in rm.scope_metrics:
+            for m in sm.metrics:
+                kind = m.WhichOneof("data")
+                for p in getattr(m, kind).data_points if kind in ("gauge", "sum") else []:
+                    attrs = dict(res)
+                    attrs.update((kv.key, text(kv.value)) for kv in p.attributes)
+                    out.append((m.name, attrs))
+    return out
+
+
+POWER = ("DCGM_FI_DEV_POWER_USAGE", "hw.power")
+TEMPERATURE = ("DCGM_FI_DEV_GPU_TEMP", "hw.temperature")
+
+
+def cmd_cloudwatch_requests(path, *requests):
+    cfg = load_yaml(path)
+    emf = next(c for cid, c in (cfg.get("exporters") or {}).items() if cid.split("/", 1)[0] == "awsemf")
+    decls = emf.get("metric_declarations") or []
+    errs = []
+    for req in requests:
+        points = request_points(req)
+        # Physical GPUs: the whole-GPU Resources (a MIG instance has hw.parent).
+        gpus = {a[GPU_INDEX_ATTRIBUTE] for _, a in points
+                if GPU_INDEX_ATTRIBUTE in a and "hw.parent" not in a and MIG_ATTRIBUTE not in a}
+        buckets = {}   # (metric, declaration, dimension set index, values) -> [attributes]
+        published = {}  # metric -> GPU indexes with a per-GPU series
+        for name, attrs in points:
+            for i, decl in enumerate(decls):
+                if not any(re.search(sel, name) for sel in decl.get("metric_name_selectors") or []):
+                    continue
+                matchers = decl.get("label_matchers") or []
+                if matchers and not any(
+                        re.search(m["regex"], (m.get("separator") or ";").join(attrs.get(k, "")
+                                                                              for k in m["label_names"]))
+                        for m in matchers):
+                    continue
+                for j, dims in enumerate(decl.get("dimensions") or []):
+                    if not all(d in attrs for d in dims):
+                        continue
+                    key = (name, i, j, tuple(attrs[d] for d in dims))
+                    buckets.setdefault(key, []).append(attrs)
+                    if j == 0 and GPU_INDEX_ATTRIBUTE in dims:
+                        published.setdefault(name, set()).add(attrs[GPU_INDEX_ATTRIBUTE])
+        for (name, i, j, values), members in sorted(buckets.items()):
+            dims = decls[i]["dimensions"][j]
+            where = f"{os.path.basename(req)}: {name}: metric_declarations[{i}] dimension set {dims} = {list(values)}"
+            if j == 0 and len(members) > 1:
+                errs.append(f"{where} gets {len(members)} points; CloudWatch would aggregate them into one series "
+                            f"(e.g. {members[0]} and {members[1]})")
+            measurements = [tuple(sorted((k, v) for k, v in a.items() if not k.startswith("k8s.")))
+                            for a in members]
+            if j > 0 and len(set(measurements)) < len(measurements):
+                errs.append(f"{where}: one measurement reaches this roll-up twice (points alike but for k8s.*)")
+        for label, names in (("power", POWER), ("temperature", TEMPERATURE)):
+            have = set().union(*(published.get(n, set()) for n in names))
+            if gpus - have:
+                errs.append(f"{os.path.basename(req)}: GPUs {sorted(gpus - have)} publish no {label} series "
+                            f"(GPUs in the request: {sorted(gpus)})")
+        if not gpus:
+            errs.append(f"{os.path.basename(req)}: no whole-GPU Resource in the request")
+    for e in errs:
+        print(f"FAIL: {path}: {e}", file=sys.stderr)
+    if errs:
+        sys.exit(1)
+    print(f"ok: {path}: {len(requests)} recorded requests: no two points share a series, no measurement counts "
+          f"twice in a roll-up, every GPU publishes power and temperature")
 
 
 def cmd_otel_configs(paths):
@@ -1003,6 +1128,10 @@ def main(argv):
         cmd_otel_configs(args)
     elif cmd == "cloudwatch-live":
         cmd_cloudwatch_live(*args)
+    elif cmd == "record":
+        cmd_record(*args)
+    elif cmd == "cloudwatch-requests":
+        cmd_cloudwatch_requests(*args)
     elif cmd == "dashboard-facts":
         cmd_dashboard_facts(*args)
     elif cmd == "tsc":

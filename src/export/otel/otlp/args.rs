@@ -14,7 +14,8 @@ use crate::export::otel::semconv::MetricNames;
 pub enum OtlpPipeline {
     /// Straight from the published snapshot, no OpenTelemetry SDK state.
     Direct,
-    /// Through the OpenTelemetry SDK's observable instruments and PeriodicReader.
+    /// Through the OpenTelemetry SDK's observable instruments and PeriodicReader (kept for comparison:
+    /// the Resource model of 0.1, a shared device once per pod, no board Resource for a MIG GPU).
     Sdk,
 }
 

@@ -212,6 +212,12 @@ impl OtlpPlan {
                 }
             }
             OtlpPipeline::Sdk => {
+                tracing::warn!(
+                    "--otlp-pipeline sdk keeps the Resource model of dcgm-otel 0.1: a device shared by \
+                     several pods is one Resource per pod and a GPU in MIG mode has no Resource of its \
+                     own (its power and energy repeat on every instance), so sums over Resources count \
+                     them more than once; the direct pipeline (the default) sends each measurement once"
+                );
                 let (provider, n) = sdk::start(
                     store,
                     self.naming,
