@@ -702,6 +702,8 @@ def request_points(path):
 
 
 POWER = ("DCGM_FI_DEV_POWER_USAGE", "hw.power")
+# Families of a pod's share of a device (on the pod's own Resource): their k8s.* attributes identify them.
+HOLDER_PREFIXES = ("nvidia.pod.", "nvidia.process.")
 TEMPERATURE = ("DCGM_FI_DEV_GPU_TEMP", "hw.temperature")
 
 
@@ -740,7 +742,10 @@ def cmd_cloudwatch_requests(path, *requests):
             if j == 0 and len(members) > 1:
                 errs.append(f"{where} gets {len(members)} points; CloudWatch would aggregate them into one series "
                             f"(e.g. {members[0]} and {members[1]})")
-            measurements = [tuple(sorted((k, v) for k, v in a.items() if not k.startswith("k8s.")))
+            # A device's reading is one measurement whichever pod attributes it carries; a pod's share (the
+            # holder families) is the pod's own.
+            holder = name.startswith(HOLDER_PREFIXES)
+            measurements = [tuple(sorted((k, v) for k, v in a.items() if holder or not k.startswith("k8s.")))
                             for a in members]
             if j > 0 and len(set(measurements)) < len(measurements):
                 errs.append(f"{where}: one measurement reaches this roll-up twice (points alike but for k8s.*)")
