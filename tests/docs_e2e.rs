@@ -297,7 +297,9 @@ fn named_paths(page: &str, text: &str) -> Vec<String> {
         let c = c
             .trim_end_matches([',', '.', ':', ';', ')'])
             .trim_start_matches('(');
+        // Build outputs (`target/soak/report.md`) are not in the repository.
         if c.is_empty()
+            || c.starts_with("target/")
             || c.contains('…')
             || c.contains('<')
             || c.contains("://")
@@ -324,11 +326,7 @@ fn normalize(p: &Path) -> String {
     let mut parts: Vec<String> = Vec::new();
     for c in p.components() {
         match c {
-            std::path::Component::ParentDir => {
-                if parts.pop().is_none() {
-                    parts.push("..".into());
-                }
-            }
+            std::path::Component::ParentDir if parts.pop().is_none() => parts.push("..".into()),
             std::path::Component::Normal(s) => parts.push(s.to_string_lossy().into_owned()),
             _ => {}
         }
@@ -516,4 +514,26 @@ fn shell_words_and_lines() {
         "X{a=\"1\",…,b=\"2\"} 3",
         "X{a=\"1\",b=\"2\"} 4"
     ));
+}
+
+/// The pages are for users: no project-history references (issue numbers) and nothing outside the
+/// repository (`../shared/…`); history belongs in the commit log.
+#[test]
+fn pages_name_no_issue_and_nothing_outside_the_repository() {
+    let mut found = Vec::new();
+    for (page, text) in pages() {
+        for (n, l) in text.lines().enumerate() {
+            let lower = l.to_ascii_lowercase();
+            let issue = lower.match_indices("issue ").any(|(i, m)| {
+                lower[i + m.len()..]
+                    .chars()
+                    .next()
+                    .is_some_and(|c| c.is_ascii_digit())
+            });
+            if issue || l.contains("../shared") || l.contains("shared/reference") {
+                found.push(format!("{page}:{}: {l}", n + 1));
+            }
+        }
+    }
+    assert!(found.is_empty(), "{}", found.join("\n"));
 }
