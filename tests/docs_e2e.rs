@@ -165,9 +165,11 @@ fn serve(args: &[String], env: &[(String, String)], cwd: &Path, what: &str) -> S
     assert_eq!(r.status, 200, "{what}");
     assert!(r.text().contains("DCGM_FI_"), "{what}: no DCGM series");
     let err = common::terminate(e);
+    // The simulation's own banners are the only warnings an example may give (no "has no effect").
     assert!(
-        !err.lines().any(|l| l.contains("ERROR")),
-        "{what}: error lines on stderr:\n{err}"
+        !err.lines()
+            .any(|l| l.contains("ERROR") || (l.contains("WARN") && !l.contains("WARN SIMULATED "))),
+        "{what}: error or warning lines on stderr:\n{err}"
     );
     err
 }
@@ -536,4 +538,71 @@ fn pages_name_no_issue_and_nothing_outside_the_repository() {
         }
     }
     assert!(found.is_empty(), "{}", found.join("\n"));
+}
+
+/// README: "the default CSV has the six `DCGM_EXP_*` rows commented out".
+#[test]
+fn the_default_csv_carries_every_exp_row_commented() {
+    let csv = std::fs::read_to_string(root().join("src/counters/default-counters.csv")).unwrap();
+    for family in [
+        "DCGM_EXP_XID_ERRORS_COUNT",
+        "DCGM_EXP_XID_ERRORS_TOTAL",
+        "DCGM_EXP_CLOCK_EVENTS_COUNT",
+        "DCGM_EXP_CLOCK_EVENTS_TOTAL",
+        "DCGM_EXP_GPU_HEALTH_STATUS",
+        "DCGM_EXP_P2P_STATUS",
+    ] {
+        assert!(
+            csv.lines().any(|l| l.starts_with(&format!("# {family},"))),
+            "no commented {family} row"
+        );
+    }
+}
+
+/// Every counters file the README says the container image has under /etc/dcgm-otel/ is installed
+/// there by the Dockerfile (the config.yaml of the error examples is the user's own).
+#[test]
+fn image_paths_the_readme_names_are_installed() {
+    let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
+    let dockerfile = std::fs::read_to_string(root().join("Dockerfile")).unwrap();
+    let named: Vec<&str> = readme
+        .split(['`', ' ', '\n', ')'])
+        .filter(|w| w.starts_with("/etc/dcgm-otel/") && w.ends_with(".csv"))
+        .collect();
+    assert!(!named.is_empty());
+    for path in named {
+        assert!(
+            dockerfile.contains(&format!("/out{path}")),
+            "README names {path}; the Dockerfile does not install it"
+        );
+    }
+}
+
+/// docs/performance.md's body sizes of `--simulate=large` are what the binary serves (with a
+/// two-letter host name, as the page says).
+#[test]
+fn the_documented_large_body_size_is_what_the_binary_serves() {
+    let page = std::fs::read_to_string(root().join("docs/performance.md")).unwrap();
+    let figure = |after: &str| -> usize {
+        let at = page
+            .find(after)
+            .unwrap_or_else(|| panic!("no '{after}' in the page"));
+        page[..at]
+            .rsplit(|c: char| !(c.is_ascii_digit() || c == ','))
+            .find(|w| !w.is_empty())
+            .unwrap()
+            .replace(',', "")
+            .parse()
+            .unwrap()
+    };
+    let text = figure(" bytes with a two-letter host name");
+    let gzip = figure(" bytes) |");
+    let e = common::start(
+        &["--simulate=large", "-c", "60000", "--no-self-metrics"],
+        &[("NODE_NAME", "vm")],
+    );
+    let plain = get(e.port, "/metrics").unwrap();
+    let zipped = common::get_with(e.port, "/metrics", &[("Accept-Encoding", "gzip")]).unwrap();
+    assert_eq!(zipped.header("Content-Encoding"), Some("gzip"));
+    assert_eq!((plain.body.len(), zipped.body.len()), (text, gzip));
 }
