@@ -607,3 +607,19 @@ fn the_documented_large_body_size_is_what_the_binary_serves() {
     assert_eq!(zipped.header("Content-Encoding"), Some("gzip"));
     assert_eq!((plain.body.len(), zipped.body.len()), (text, gzip));
 }
+
+/// README "Per-process GPU use": NVML gives no per-process utilization on MIG GPUs, but the simulator
+/// serves a scenario's processes as written, so `--simulate --collect-processes` shows it on MIG
+/// instances too.
+#[test]
+fn the_simulator_serves_process_utilization_on_mig_instances_as_documented() {
+    let e = common::start(&["--simulate", "--collect-processes", "-c", "60000"], &[]);
+    let body = get(e.port, "/metrics").unwrap().text();
+    assert!(
+        body.lines().any(
+            |l| l.starts_with("dcgm_otel_process_sm_utilization_percent{")
+                && l.contains("GPU_I_ID=")
+        ),
+        "{body}"
+    );
+}
