@@ -29,9 +29,10 @@ const INTERVAL_MS: &str = "200";
 const WINDOW_MS: &str = "4000";
 const JOB: &str = "job=\"dcgm-otel\",instance=\"gpu-node-1:9400\",";
 /// The families the rules under test read.
-const RECORDED: [&str; 4] = [
+const RECORDED: [&str; 5] = [
     "DCGM_EXP_XID_",
     "DCGM_EXP_CLOCK_",
+    "DCGM_EXP_GPU_HEALTH_STATUS{",
     "DCGM_FI_DEV_XID_ERRORS{",
     "DCGM_FI_DEV_CLOCKS_EVENT_REASONS{",
 ];
@@ -184,7 +185,7 @@ fn test_file(recording: &[Option<BTreeMap<String, String>>], rules: &str) -> Str
          # input series are a recorded run of `dcgm-otel --simulate=tests/fixtures/scenarios/alerts.yaml -c {INTERVAL_MS}\n\
          # -x {WINDOW_MS} --clock-events-count-window-size {WINDOW_MS}`, one scrape per collection written as one 15 s\n\
          # scrape; the expected alerts are tests/rules/recorded.expected.yml. Edit that file, not this one.\n\
-         rule_files:\n  - {rules}\nevaluation_interval: 1m\n\ntests:\n  - name: recorded held throttle, short blip, XID storm\n    interval: 15s\n    input_series:\n"
+         rule_files:\n  - {rules}\nevaluation_interval: 1m\n\ntests:\n  - name: recorded held throttle, short blip, XID storm, health\n    interval: 15s\n    input_series:\n"
     );
     for series in all {
         out.push_str(&format!(
