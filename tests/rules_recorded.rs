@@ -1,6 +1,6 @@
 //! The alerting rules (`prometheus/rules/`) tested on what the exporter really serves, not on series typed
 //! by hand: this test runs `dcgm-otel --simulate=tests/fixtures/scenarios/alerts.yaml` (a held throttle, a
-//! 15 s throttle blip, an XID storm), records one scrape per collection, and writes the recording as the
+//! 15 s throttle blip, an XID storm, a failing and a warning health watch), records one scrape per collection, and writes the recording as the
 //! `input_series` of a promtool test whose expected alerts are `tests/rules/recorded.expected.yml`. Then it
 //! runs `promtool test rules` on that fresh recording, and checks that the committed recording
 //! (`tests/rules/recorded.test.yml`, which `tests/run-all.sh` tests with the other rule tests) has the same
