@@ -7,7 +7,8 @@
 //! - a YAML block marked `<!-- doc-test: scenario ARGS -->` is a scenario file that loads: it is written
 //!   to a file and run with `--simulate=FILE ARGS`;
 //! - a block marked `<!-- doc-test: lines of PATH -->` is lines of that file, in order (`…` stands for
-//!   any text within a line, a line `...` for any lines);
+//!   any text within a line, a line `...` for any lines); `<!-- doc-test: output of COMMAND -->`: lines
+//!   of what that command serves at its first collection;
 //! - every repository path the pages name (in backticks or as a link) exists;
 //! - every row of a flag table (`| Flag | Env | Default |`) names a flag `--help` has, with that
 //!   variable, and the default `--help` shows when the table gives one in backticks.
@@ -143,8 +144,8 @@ fn commands(body: &[String]) -> Vec<String> {
     out
 }
 
-/// Run `args` with `env` on a spare port until /metrics answers; its stderr.
-fn serve(args: &[String], env: &[(String, String)], cwd: &Path, what: &str) -> String {
+/// Run `args` with `env` on a spare port until /metrics answers; its stderr and first body.
+fn serve(args: &[String], env: &[(String, String)], cwd: &Path, what: &str) -> (String, String) {
     let port = free_port();
     let mut cmd = Command::new(binary());
     cmd.args(args)
@@ -163,7 +164,8 @@ fn serve(args: &[String], env: &[(String, String)], cwd: &Path, what: &str) -> S
     wait_ready(&e, Duration::from_secs(20));
     let r = get(port, "/metrics").unwrap();
     assert_eq!(r.status, 200, "{what}");
-    assert!(r.text().contains("DCGM_FI_"), "{what}: no DCGM series");
+    let body = r.text();
+    assert!(body.contains("DCGM_FI_"), "{what}: no DCGM series");
     let err = common::terminate(e);
     // The simulation's own banners are the only warnings an example may give (no "has no effect").
     assert!(
@@ -171,7 +173,34 @@ fn serve(args: &[String], env: &[(String, String)], cwd: &Path, what: &str) -> S
             .any(|l| l.contains("ERROR") || (l.contains("WARN") && !l.contains("WARN SIMULATED "))),
         "{what}: error or warning lines on stderr:\n{err}"
     );
-    err
+    (err, body)
+}
+
+/// A documented command: its variables and the binary's arguments.
+fn parse_command(c: &str, what: &str) -> (Vec<(String, String)>, Vec<String>) {
+    let mut w = words(c);
+    let mut env = Vec::new();
+    while let Some((k, v)) = w.first().and_then(|x| x.split_once('=')) {
+        if !k
+            .chars()
+            .all(|c| c.is_ascii_uppercase() || c == '_' || c.is_ascii_digit())
+        {
+            break;
+        }
+        env.push((k.to_string(), v.to_string()));
+        w.remove(0);
+    }
+    let args: Vec<String> = match w.iter().map(String::as_str).collect::<Vec<_>>()[..] {
+        ["dcgm-otel", ..] => w[1..].to_vec(),
+        ["cargo", "run", "--release", "--", ..] => w[4..].to_vec(),
+        _ => panic!("{what}: a runnable example starts with dcgm-otel or cargo run --release --"),
+    };
+    assert!(
+        args.iter().any(|a| a.starts_with("--simulate"))
+            || env.iter().any(|(k, _)| k == "DCGM_OTEL_SIMULATE"),
+        "{what}: runnable examples use --simulate"
+    );
+    (env, args)
 }
 
 #[test]
@@ -180,30 +209,7 @@ fn runnable_examples_run() {
     for m in marked_blocks().iter().filter(|m| m.marker == "runnable") {
         for c in commands(&m.body) {
             let what = format!("{}:{}: {c}", m.page, m.line);
-            let mut w = words(&c);
-            let mut env = Vec::new();
-            while let Some((k, v)) = w.first().and_then(|x| x.split_once('=')) {
-                if !k
-                    .chars()
-                    .all(|c| c.is_ascii_uppercase() || c == '_' || c.is_ascii_digit())
-                {
-                    break;
-                }
-                env.push((k.to_string(), v.to_string()));
-                w.remove(0);
-            }
-            let args: Vec<String> = match w.iter().map(String::as_str).collect::<Vec<_>>()[..] {
-                ["dcgm-otel", ..] => w[1..].to_vec(),
-                ["cargo", "run", "--release", "--", ..] => w[4..].to_vec(),
-                _ => panic!(
-                    "{what}: a runnable example starts with dcgm-otel or cargo run --release --"
-                ),
-            };
-            assert!(
-                args.iter().any(|a| a.starts_with("--simulate"))
-                    || env.iter().any(|(k, _)| k == "DCGM_OTEL_SIMULATE"),
-                "{what}: runnable examples use --simulate"
-            );
+            let (env, args) = parse_command(&c, &what);
             serve(&args, &env, &root(), &what);
             ran += 1;
         }
@@ -252,15 +258,25 @@ fn line_matches(pattern: &str, line: &str) -> bool {
 }
 
 #[test]
-fn documented_output_is_lines_of_its_golden_file() {
+fn documented_output_is_lines_of_its_golden_file_or_command() {
     let blocks: Vec<Marked> = marked_blocks()
         .into_iter()
-        .filter(|m| m.marker.starts_with("lines of "))
+        .filter(|m| m.marker.starts_with("lines of ") || m.marker.starts_with("output of "))
         .collect();
     assert!(blocks.len() >= 2);
     for m in blocks {
-        let path = m.marker.trim_start_matches("lines of ").trim();
-        let file = std::fs::read_to_string(root().join(path)).unwrap();
+        let (path, file) = if let Some(c) = m.marker.strip_prefix("output of ") {
+            // What the documented command serves at its first collection.
+            let what = format!("{}:{}: {c}", m.page, m.line);
+            let (env, args) = parse_command(c, &what);
+            (c.to_string(), serve(&args, &env, &root(), &what).1)
+        } else {
+            let path = m.marker.trim_start_matches("lines of ").trim();
+            (
+                path.to_string(),
+                std::fs::read_to_string(root().join(path)).unwrap(),
+            )
+        };
         let mut lines = file.lines();
         for want in m.body.iter().filter(|l| l.as_str() != "...") {
             assert!(
