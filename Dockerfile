@@ -50,7 +50,8 @@ COPY . .
 RUN find . -path ./target -prune -o -name '*.rs' -exec touch {} + \
  && cargo build --release --locked \
  && install -D -m 0755 target/release/dcgm-otel /out/usr/bin/dcgm-otel \
- && install -D -m 0644 src/counters/default-counters.csv /out/etc/dcgm-exporter/default-counters.csv
+ && install -D -m 0644 src/counters/default-counters.csv /out/etc/dcgm-exporter/default-counters.csv \
+ && install -D -m 0644 deploy/counters/alerts.csv /out/etc/dcgm-otel/alerts-counters.csv
 
 # ---------------------------------------------------------------------------------------------------------------
 # GPU image: NVIDIA's DCGM image ships libdcgm.so.4, the DCGM modules (including the closed-source profiling

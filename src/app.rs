@@ -398,7 +398,8 @@ impl Plan {
         .into_iter()
         .filter_map(|(on, name)| on.then_some(name))
         .collect();
-        if !k.kubernetes && !needs_k.is_empty() {
+        // Kubernetes is on with -k, and by itself under --simulate with a scenario that has pods.
+        if kubernetes.is_none() && !needs_k.is_empty() {
             tracing::warn!(flags = %needs_k.join(" "), "these Kubernetes flags have no effect without -k/--kubernetes");
         }
         for flag in &not_implemented {

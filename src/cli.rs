@@ -164,7 +164,8 @@ pub fn parse(args: &[OsString]) -> Result<Parsed, clap::Error> {
     let matches = cmd
         .clone()
         .try_get_matches_from(flags::normalize_args(&cmd, args.iter().cloned()))?;
-    let cli = Cli::from_arg_matches(&matches)?;
+    let mut cli = Cli::from_arg_matches(&matches)?;
+    cli.simulation.normalize();
     let explicit = |id: &str| {
         matches
             .value_source(id)
@@ -256,6 +257,25 @@ mod tests {
         assert!(c.otlp.otlp);
         // An accepted-but-unimplemented boolean takes the same forms.
         assert!(parse(&["x", "--fake-gpus=false"]).is_ok());
+    }
+
+    #[test]
+    fn simulate_reads_true_and_false_as_a_switch() {
+        for (value, want) in [
+            ("true", Some("default")),
+            ("TRUE", Some("default")),
+            ("1", Some("default")),
+            ("false", None),
+            ("0", None),
+            ("incidents", Some("incidents")),
+        ] {
+            let flag = format!("--simulate={value}");
+            assert_eq!(
+                parse(&["x", &flag]).unwrap().simulation.simulate.as_deref(),
+                want,
+                "{value}"
+            );
+        }
     }
 
     #[test]

@@ -466,7 +466,7 @@ impl Pipeline {
                     );
                     let mut derived = Vec::new();
                     for e in &mut self.enrichers {
-                        e.observe(&incidents, &reading.p2p);
+                        e.observe(&incidents, &reading.clock_samples, &reading.p2p);
                     }
                     for e in &mut self.enrichers {
                         e.derive(&reading.entities, &self.counters, &mut derived);

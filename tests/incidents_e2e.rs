@@ -70,7 +70,8 @@ fn assert_issue_lines(exp: &str) {
         format!("DCGM_EXP_XID_ERRORS_TOTAL{{{GPU1},xid=\"79\"}} 3"),
         format!("DCGM_EXP_XID_ERRORS_TOTAL{{{GPU0},xid=\"31\"}} 1"),
         format!("DCGM_EXP_CLOCK_EVENTS_COUNT{{{GPU0},window_size_in_ms=\"300000\"}} 0"),
-        format!("DCGM_EXP_CLOCK_EVENTS_COUNT{{{GPU1},clock_event=\"hw_thermal\",window_size_in_ms=\"300000\"}} 1"),
+        // hw_thermal held for three collections: three samples with it set (dcgm-exporter's count).
+        format!("DCGM_EXP_CLOCK_EVENTS_COUNT{{{GPU1},clock_event=\"hw_thermal\",window_size_in_ms=\"300000\"}} 3"),
         format!("DCGM_EXP_CLOCK_EVENTS_TOTAL{{{GPU1},clock_event=\"hw_thermal\"}} 1"),
         format!("DCGM_EXP_GPU_HEALTH_STATUS{{{GPU1},health_error_code=\"DCGM_FR_VOLATILE_DBE_DETECTED\",health_watch=\"MEM\"}} 20"),
         format!("DCGM_EXP_GPU_HEALTH_STATUS{{{GPU1},health_error_code=\"DCGM_FR_UNKNOWN(4242)\",health_watch=\"PCIE\"}} 10"),
@@ -166,6 +167,57 @@ fn fake_libdcgm_shows_the_same_series_as_the_simulator() {
             calls.join("\n")
         );
     }
+}
+
+/// A throttle held longer than the window (hw_thermal for a minute, a 5 s window, -c 1000), through the
+/// fake libdcgm: 17 s in, `_COUNT` is the number of bitmask samples of the window with hw_thermal set
+/// (dcgm-exporter's count: one per watch interval, so about 5 here, never 0 while it is held) and
+/// `_TOTAL` counts the one time it began. Counting edges instead would show no hw_thermal `_COUNT` at all.
+#[test]
+fn a_throttle_held_longer_than_the_window_keeps_its_count() {
+    let fake = Fake::new();
+    let csv = fixtures_path("counters/exp.csv");
+    let e = fake.start(
+        &[
+            "-f",
+            &csv,
+            "-c",
+            "1000",
+            "--clock-events-count-window-size",
+            "5000",
+        ],
+        &[
+            (
+                "FAKE_DCGM_SCENARIO",
+                &fixtures_path("scenarios/held-throttle.yaml"),
+            ),
+            ("NODE_NAME", "golden-host"),
+        ],
+    );
+    let exp = exp_lines(&scrape_after(e.port, 17));
+    let value = |prefix: &str| -> Option<f64> {
+        exp.lines()
+            .find(|l| l.starts_with(prefix))
+            .and_then(|l| l.rsplit_once(' ')?.1.parse().ok())
+    };
+    let count = value(&format!(
+        "DCGM_EXP_CLOCK_EVENTS_COUNT{{{GPU1},clock_event=\"hw_thermal\",window_size_in_ms=\"5000\"}}"
+    ));
+    assert!(count.is_some_and(|n| n >= 3.0), "{count:?} in:\n{exp}");
+    assert_eq!(
+        value(&format!(
+            "DCGM_EXP_CLOCK_EVENTS_TOTAL{{{GPU1},clock_event=\"hw_thermal\"}}"
+        )),
+        Some(1.0),
+        "{exp}"
+    );
+    // GPU 0 is never throttled: one series with 0 and no clock_event label.
+    assert!(
+        exp.lines()
+            .any(|l| l
+                == format!("DCGM_EXP_CLOCK_EVENTS_COUNT{{{GPU0},window_size_in_ms=\"5000\"}} 0")),
+        "{exp}"
+    );
 }
 
 /// The host engine goes away after the 7th collection (every event is behind it) and comes back: the

@@ -280,6 +280,34 @@ fn version_and_grouped_help() {
     }
 }
 
+/// `--help` and the unknown-scenario error name every built-in scenario; `DCGM_OTEL_SIMULATE` is also a
+/// switch: `true` runs the default scenario, `false` turns the simulation off.
+#[test]
+fn every_built_in_scenario_is_listed_and_simulate_is_a_switch() {
+    let (code, help) = run_to_exit(&["--help"], &[]);
+    assert_eq!(code, 0);
+    let (code, err) = run_to_exit(&["--simulate=nope"], &[]);
+    assert_eq!(code, 2, "{err}");
+    for name in dcgm_otel::source::sim::scenario::builtin_names() {
+        assert!(help.contains(name), "--help lacks {name}");
+        assert!(
+            err.contains(&format!(" {name},")) || err.contains(&format!(" {name};")),
+            "{err}"
+        );
+    }
+    let e = start(&["-c", "60000"], &[("DCGM_OTEL_SIMULATE", "true")]);
+    assert!(scrape(e.port).contains("DCGM_FI_DEV_SM_CLOCK{gpu=\"1\""));
+    let err = common::terminate(e);
+    assert!(err.contains("SIMULATED METRICS"), "{err}");
+    // false: no simulation, so the exporter looks for libdcgm (none here): exit 1, naming it.
+    let (code, err) = run_to_exit(
+        &["--dcgm-library", "/nonexistent/libdcgm.so.4"],
+        &[("DCGM_OTEL_SIMULATE", "false")],
+    );
+    assert_eq!(code, 1, "{err}");
+    assert!(!err.contains("scenario"), "{err}");
+}
+
 #[test]
 fn environment_is_used_when_the_flag_is_absent_and_the_flag_wins() {
     let e = start(&["--simulate"], &[("DCGM_EXPORTER_INTERVAL", "1234")]);
@@ -361,6 +389,23 @@ fn unimplemented_dcgm_exporter_flags_are_accepted_with_a_warning() {
         1,
         "{err}"
     );
+}
+
+/// Under plain `--simulate` the scenario's pods turn -k on by itself: `--kubernetes-enable-pod-labels`
+/// then adds the pods' labels, with no warning that it needs -k (README "Run", "Simulated cluster").
+#[test]
+fn pod_label_flag_under_plain_simulate_works_without_a_warning() {
+    let e = common::start_as_user(
+        &["--simulate", "-c", "200", "--kubernetes-enable-pod-labels"],
+        &[],
+    );
+    let body = scrape(e.port);
+    assert!(
+        body.contains("app=\"llm-finetune\"") && body.contains("pod=\"llm-finetune-0\""),
+        "{body}"
+    );
+    let err = common::terminate(e);
+    assert!(!err.contains("no effect without -k"), "{err}");
 }
 
 /// `dcgm-otel --simulate` alone shows the simulated cluster: pod labels on the series and the three

@@ -119,7 +119,7 @@ fn bad_files() {
         &["--simulate=nope"],
         &[],
         2,
-        "unknown simulation scenario 'nope' (built-in: default, dgx-h100-mig, large, hgx-h100, grace-hopper, incidents; or a path to a .yaml file)",
+        "unknown simulation scenario 'nope' (built-in: default, dgx-h100-mig, large, hgx-h100, grace-hopper, incidents, demo; or a path to a .yaml file)",
     );
     expect(
         &["--simulate", "--web-config-file", "/nonexistent/web.yml"],
@@ -164,6 +164,13 @@ fn bad_otlp_settings() {
         &[],
         2,
         "--otlp-endpoint: 'http://collector:4318/v1/metrics': a base URL, to which /v1/metrics is appended; it already ends in /v1/metrics: give the base (e.g. http://collector:4318) or set OTEL_EXPORTER_OTLP_METRICS_ENDPOINT to the full URL",
+    );
+    // The same endpoint over gRPC (the default protocol) is refused too.
+    expect(
+        &["--simulate", "--otlp-endpoint", "http://collector:4317/v1/metrics"],
+        &[],
+        2,
+        "--otlp-endpoint: 'http://collector:4317/v1/metrics': ends in /v1/metrics, an OTLP/HTTP path; a gRPC endpoint is the collector's address (e.g. http://collector:4317), or use --otlp-protocol http/protobuf",
     );
     expect(
         &["--simulate", "--otlp-protocol", "http/json", "--otlp"],

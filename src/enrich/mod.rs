@@ -7,7 +7,9 @@ pub mod hpc;
 pub mod kubernetes;
 
 use crate::counters::CounterSet;
-use crate::snapshot::{DerivedFamily, EntityReading, Incident, P2pLink, ProcessReading};
+use crate::snapshot::{
+    ClockSample, DerivedFamily, EntityReading, Incident, P2pLink, ProcessReading,
+};
 
 /// Adds attribution to the entities of one reading. Must not panic; failures are logged and counted by
 /// the enricher itself, and leave the entities as they were (or with the last good attribution).
@@ -18,9 +20,16 @@ pub trait Enricher: Send {
     /// Attribute the processes of the same collection (called after [`Enricher::enrich`]); most
     /// enrichers have nothing to say about processes.
     fn enrich_processes(&mut self, _processes: &mut [ProcessReading]) {}
-    /// The incidents and P2P status of the same collection (after [`Enricher::enrich`], before
-    /// [`Enricher::derive`]), for stages that count them (the `DCGM_EXP_*` families). Most ignore them.
-    fn observe(&mut self, _incidents: &[Incident], _p2p: &[P2pLink]) {}
+    /// The incidents, clock-event bitmask samples and P2P status of the same collection (after
+    /// [`Enricher::enrich`], before [`Enricher::derive`]), for stages that count them (the `DCGM_EXP_*`
+    /// families). Most ignore them.
+    fn observe(
+        &mut self,
+        _incidents: &[Incident],
+        _clock_samples: &[ClockSample],
+        _p2p: &[P2pLink],
+    ) {
+    }
     /// Series this enricher derives from the collection once every enricher has run (the per-pod cost
     /// counters), appended to `out`. Most enrichers derive none.
     fn derive(

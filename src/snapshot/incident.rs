@@ -65,6 +65,20 @@ pub enum IncidentKind {
     },
 }
 
+/// One sample of a GPU's clock-event bitmask (`DCGM_FI_DEV_CLOCKS_EVENT_REASONS`) as the history holds
+/// it: one per watch interval (the collect interval), whether or not a reason changed. Edges become
+/// [`IncidentKind::ClockEventStarted`] / [`IncidentKind::ClockEventEnded`]; the samples themselves are
+/// what dcgm-exporter's `DCGM_EXP_CLOCK_EVENTS_COUNT` counts (a reason held for the whole window counts
+/// once per sample in it).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ClockSample {
+    /// The whole GPU.
+    pub gpu: Arc<Entity>,
+    /// When it was taken, by DCGM's clock (the sample's timestamp).
+    pub at: SystemTime,
+    pub mask: u64,
+}
+
 /// One incident on one entity.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Incident {

@@ -31,7 +31,7 @@ pub use derived::{
     DerivedFamily, DerivedInfo, DerivedKind, DerivedSample, DerivedSubject, SeriesLabel,
 };
 pub use entity::{CpuIdentity, Entity, EntityKind, GpuIdentity, MigIdentity};
-pub use incident::{HealthResult, Incident, IncidentKind};
+pub use incident::{ClockSample, HealthResult, Incident, IncidentKind};
 pub use p2p::P2pLink;
 pub use process::ProcessReading;
 
@@ -114,6 +114,8 @@ pub struct Reading {
     pub driver_version: Option<String>,
     /// Incidents that happened since the previous poll, each handed over once (attribution empty).
     pub incidents: Vec<Incident>,
+    /// Every clock-event bitmask sample since the previous poll, per GPU (when clock events are read).
+    pub clock_samples: Vec<ClockSample>,
     /// NvLink P2P status of every ordered GPU pair, when the counters list `DCGM_EXP_P2P_STATUS`.
     pub p2p: Vec<P2pLink>,
 }

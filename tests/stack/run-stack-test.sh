@@ -17,7 +17,7 @@
 #      type-checks against @grafana/schema with tsc
 #   5. live: starts `dcgm-otel --simulate=demo --otlp -k --kubernetes-enable-pod-labels --collect-processes` (the scenario's simulated
 #      cluster) and a second `dcgm-otel --simulate=incidents` (XIDs, clock events and health incidents in its
-#      first minute, with tests/fixtures/counters/incidents.csv listing the DCGM_EXP_* rows), a collector stand-in (otlp_standin.py: OTLP/HTTP in,
+#      first minute, with deploy/counters/alerts.csv listing the DCGM_EXP_* rows), a collector stand-in (otlp_standin.py: OTLP/HTTP in,
 #      Prometheus text out, as collector.yaml's prometheus exporter) and Debian's Prometheus 2.42 on 127.0.0.1
 #      (free ports, temp dir) with the two jobs of prometheus/prometheus.yml (pull path: both exporters; OTLP
 #      path) scraped every second and its rule_files (prometheus/rules/) evaluated every second; checks that
@@ -128,7 +128,7 @@ $CHECK wait-http "http://127.0.0.1:$exporter_port/health" 20
 # The Incidents row (XID, health, clock events) and the alerting rules read the DCGM_EXP_* families, which the
 # incidents scenario produces in its first minute; its counters CSV lists them.
 step "starting dcgm-otel --simulate=incidents on 127.0.0.1:$incidents_port"
-"$BIN" --simulate=incidents -f tests/fixtures/counters/incidents.csv -k --kubernetes-enable-pod-labels \
+"$BIN" --simulate=incidents -f deploy/counters/alerts.csv -k --kubernetes-enable-pod-labels \
   -a "127.0.0.1:$incidents_port" -c 1000 >"$work/dcgm-otel-incidents.log" 2>&1 &
 pids+=($!)
 $CHECK wait-http "http://127.0.0.1:$incidents_port/health" 20

@@ -13,7 +13,8 @@ pub struct ExpArgs {
           value_parser = clap::value_parser!(u64).range(1..))]
     pub xid_count_window_size: u64,
 
-    /// Window of DCGM_EXP_CLOCK_EVENTS_COUNT in milliseconds: clock events that began within it.
+    /// Window of DCGM_EXP_CLOCK_EVENTS_COUNT in milliseconds: the clock-event samples within it that
+    /// have each reason set (one sample per collect interval).
     #[arg(long = "clock-events-count-window-size", env = "DCGM_EXPORTER_CLOCK_EVENTS_COUNT_WINDOW_SIZE",
           value_name = "MS", default_value_t = 300_000,
           value_parser = clap::value_parser!(u64).range(1..))]

@@ -8,8 +8,10 @@
 //! It writes the families that the counters CSV lists, with the CSV's type and help, in dcgm-exporter's
 //! order (9001 … 9006) and with its names, labels and values. Where dcgm-exporter is known to be wrong
 //! this stage is not (README "Incidents"): an XID on a MIG instance is counted on that instance, and the
-//! `_COUNT` families count occurrences (an XID, a clock event that began), not samples, so they do not
-//! depend on DCGM's watch rate.
+//! XID `_COUNT` counts occurrences (each XID is one DCGM sample). `DCGM_EXP_CLOCK_EVENTS_COUNT` counts,
+//! as dcgm-exporter does, the bitmask samples within the window that have each reason set (so a held
+//! throttle stays above 0 while it lasts; the value depends on the watch frequency, the collect
+//! interval); `DCGM_EXP_CLOCK_EVENTS_TOTAL` counts the times a reason began.
 
 pub mod args;
 mod state;
@@ -23,7 +25,8 @@ use crate::counters::exporter::{ExpFamily, ExpRow};
 use crate::counters::{CounterSet, MetricKind};
 use crate::fields::{health, p2p};
 use crate::snapshot::{
-    DerivedFamily, DerivedInfo, DerivedKind, DerivedSample, DerivedSubject, Entity, EntityKind,
+    ClockSample, DerivedFamily, DerivedInfo, DerivedKind, DerivedSample, DerivedSubject, Entity,
+    EntityKind,
     EntityReading, FieldValue, Incident, IncidentKind, P2pLink, SeriesLabel,
 };
 
@@ -106,7 +109,7 @@ impl Enricher for ExpStage {
 
     fn enrich(&mut self, _entities: &mut [EntityReading]) {}
 
-    fn observe(&mut self, incidents: &[Incident], p2p: &[P2pLink]) {
+    fn observe(&mut self, incidents: &[Incident], clock_samples: &[ClockSample], p2p: &[P2pLink]) {
         for i in incidents {
             let kind = match i.kind {
                 IncidentKind::Xid { .. } => 0,
@@ -117,7 +120,8 @@ impl Enricher for ExpStage {
             self.seen[kind].inc();
         }
         let before = self.state.dropped_xid_codes;
-        self.state.observe(incidents, SystemTime::now());
+        self.state
+            .observe(incidents, clock_samples, SystemTime::now());
         let dropped = self.state.dropped_xid_codes - before;
         if dropped > 0 {
             self.dropped_xid_codes.add(dropped as f64);

@@ -1,15 +1,19 @@
-//! The counting state of the `DCGM_EXP_*` families: totals since start, the recent occurrences the
-//! windows count, the health of every watch system per GPU and the last P2P matrix. Fed once per
-//! collection with that collection's incidents; nothing here ever decreases a total.
+//! The counting state of the `DCGM_EXP_*` families: totals since start, the recent XIDs and clock-event
+//! bitmask samples the windows count, the health of every watch system per GPU and the last P2P
+//! matrix. Fed once per collection with that collection's incidents and samples; nothing here ever
+//! decreases a total.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use crate::fields::{clock_events, health};
-use crate::snapshot::{Entity, EntityKind, HealthResult, Incident, IncidentKind, P2pLink};
+use crate::snapshot::{
+    ClockSample, Entity, EntityKind, HealthResult, Incident, IncidentKind, P2pLink,
+};
 
-/// Most recent occurrences kept for the windows; beyond it the oldest are forgotten (an XID storm
+/// Most recent occurrences (XIDs) and samples with a reason set (clock events) kept for the windows;
+/// beyond it the oldest are forgotten (an XID storm, or a long window at a short collect interval,
 /// cannot grow memory without bound; the totals still count every one).
 pub const MAX_RECENT: usize = 100_000;
 
@@ -38,8 +42,8 @@ pub struct State {
     clock_totals: BTreeMap<(EntityKey, usize), u64>,
     /// (when, entity, XID) in arrival order.
     recent_xids: VecDeque<(SystemTime, EntityKey, u32)>,
-    /// (when, GPU, reason index) of clock events that began.
-    recent_clocks: VecDeque<(SystemTime, EntityKey, usize)>,
+    /// (when, GPU, bitmask) of the clock-event samples with a known reason set, in arrival order.
+    recent_clocks: VecDeque<(SystemTime, EntityKey, u64)>,
     /// Per GPU index.
     health: HashMap<u32, Watches>,
     pub p2p: Vec<P2pLink>,
@@ -64,8 +68,15 @@ impl State {
         }
     }
 
-    /// Count one collection's incidents; forget occurrences older than the longer window.
-    pub fn observe(&mut self, incidents: &[Incident], now: SystemTime) {
+    /// Count one collection's incidents and keep its clock-event samples; forget occurrences and
+    /// samples older than the longer window.
+    pub fn observe(&mut self, incidents: &[Incident], samples: &[ClockSample], now: SystemTime) {
+        let known = clock_events::REASONS.iter().fold(0, |m, (b, _)| m | b);
+        for s in samples.iter().filter(|s| s.mask & known != 0) {
+            let key = EntityKey::of(&s.gpu);
+            self.entities.insert(key, s.gpu.clone());
+            self.recent_clocks.push_back((s.at, key, s.mask & known));
+        }
         for i in incidents {
             let key = EntityKey::of(&i.entity);
             self.entities.insert(key, i.entity.clone());
@@ -84,7 +95,6 @@ impl State {
                 IncidentKind::ClockEventStarted { reason } => {
                     if let Some(r) = clock_events::REASONS.iter().position(|(_, n)| n == reason) {
                         *self.clock_totals.entry((key, r)).or_insert(0) += 1;
-                        self.recent_clocks.push_back((i.at, key, r));
                     }
                 }
                 IncidentKind::ClockEventEnded { .. } => {}
@@ -144,7 +154,9 @@ impl State {
         counts.into_iter().map(|((k, c), n)| (k, c, n)).collect()
     }
 
-    /// Clock events that began within `(now - window, now]` per (GPU, reason), in bit order.
+    /// Per (GPU, reason), in bit order: the bitmask samples taken within `(now - window, now]` with
+    /// that reason set (dcgm-exporter's count: a reason held through the window counts once per
+    /// sample, so the value depends on the field's watch frequency, the collect interval).
     pub fn clock_events_within(
         &self,
         window: Duration,
@@ -152,9 +164,13 @@ impl State {
     ) -> Vec<(EntityKey, &'static str, u64)> {
         let from = now.checked_sub(window).unwrap_or(SystemTime::UNIX_EPOCH);
         let mut counts: BTreeMap<(EntityKey, usize), u64> = BTreeMap::new();
-        for (t, k, r) in &self.recent_clocks {
+        for (t, k, mask) in &self.recent_clocks {
             if *t > from {
-                *counts.entry((*k, *r)).or_insert(0) += 1;
+                for (r, (bit, _)) in clock_events::REASONS.iter().enumerate() {
+                    if mask & bit != 0 {
+                        *counts.entry((*k, r)).or_insert(0) += 1;
+                    }
+                }
             }
         }
         counts
@@ -224,14 +240,18 @@ mod tests {
         let t0 = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000);
         let g = gpu(0);
         let mut s = State::new(Duration::from_secs(60));
-        s.observe(&[xid(&g, t0, 31), xid(&g, t0, 31), xid(&g, t0, 48)], t0);
+        s.observe(
+            &[xid(&g, t0, 31), xid(&g, t0, 31), xid(&g, t0, 48)],
+            &[],
+            t0,
+        );
         let key = EntityKey::of(&g);
         assert_eq!(
             s.xids_within(Duration::from_secs(60), t0),
             vec![(key, 31, 2), (key, 48, 1)]
         );
         let later = t0 + Duration::from_secs(61);
-        s.observe(&[xid(&g, later, 31)], later);
+        s.observe(&[xid(&g, later, 31)], &[], later);
         assert_eq!(
             s.xids_within(Duration::from_secs(60), later),
             vec![(key, 31, 1)]
@@ -252,12 +272,62 @@ mod tests {
         let storm: Vec<Incident> = (1..=MAX_XID_CODES_PER_ENTITY as u32 + 10)
             .map(|c| xid(&g, t0, c))
             .collect();
-        s.observe(&storm, t0);
+        s.observe(&storm, &[], t0);
         // A code already counted is still counted at the bound.
-        s.observe(&[xid(&g, t0, 1)], t0);
+        s.observe(&[xid(&g, t0, 1)], &[], t0);
         let totals = s.xid_totals(|_| Some(0));
         assert_eq!(totals.len(), MAX_XID_CODES_PER_ENTITY);
         assert_eq!(s.dropped_xid_codes, 10);
         assert_eq!(totals.first().map(|t| (t.2, t.3)), Some((1, 2)));
+    }
+
+    fn sample(g: &Arc<Entity>, at: SystemTime, mask: u64) -> ClockSample {
+        ClockSample {
+            gpu: g.clone(),
+            at,
+            mask,
+        }
+    }
+
+    fn started(g: &Arc<Entity>, at: SystemTime, reason: &'static str) -> Incident {
+        Incident {
+            entity: g.clone(),
+            attribution: Arc::new(Attribution::default()),
+            at,
+            kind: IncidentKind::ClockEventStarted { reason },
+        }
+    }
+
+    /// A reason held longer than the window: the window counts the samples with it set (one per
+    /// second here), the total counts the one time it began.
+    #[test]
+    fn a_held_clock_event_counts_every_sample_in_the_window() {
+        let t0 = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000);
+        let g = gpu(0);
+        let key = EntityKey::of(&g);
+        let window = Duration::from_secs(5);
+        let mut s = State::new(window);
+        let at = |i: u64| t0 + Duration::from_secs(i);
+        s.observe(&[], &[sample(&g, at(0), 0)], at(0));
+        s.observe(
+            &[started(&g, at(1), "hw_thermal")],
+            &[sample(&g, at(1), 0x40)],
+            at(1),
+        );
+        for i in 2..=17 {
+            // power_cap joins for seconds 15 and 16.
+            let mask = if (15..=16).contains(&i) { 0x44 } else { 0x40 };
+            s.observe(&[], &[sample(&g, at(i), mask)], at(i));
+        }
+        assert_eq!(
+            s.clock_events_within(window, at(17)),
+            vec![(key, "power_cap", 2), (key, "hw_thermal", 5)]
+        );
+        assert_eq!(s.clock_totals(&key), vec![("hw_thermal", 1)]);
+        // Once it stops, the window empties as its samples age out.
+        for i in 18..=23 {
+            s.observe(&[], &[sample(&g, at(i), 0)], at(i));
+        }
+        assert_eq!(s.clock_events_within(window, at(23)), vec![]);
     }
 }

@@ -4,7 +4,9 @@
 //!   watching `DCGM_FI_DEV_XID_ERRORS` / `DCGM_FI_DEV_CLOCKS_EVENT_REASONS`, read with
 //!   `dcgmGetValuesSince_v2` from a cursor: every sample since the previous read, so three XIDs between
 //!   two collections are three incidents (not the latest value). Each sample is attributed to the
-//!   entity DCGM returns it for (a MIG instance's own id, never its parent's index).
+//!   entity DCGM returns it for (a MIG instance's own id, never its parent's index). Every clock-event
+//!   sample is handed over as well (one per watch interval, the collect interval), for the window
+//!   count; the samples DCGM already held at the first watch are handed over with the first read.
 //! - Health: a private group of the GPUs with `dcgmHealthSet(DCGM_HEALTH_WATCH_ALL)` once, then one
 //!   `dcgmHealthCheck` per collection (never per scrape); transitions per watch system.
 //! - P2P: `dcgmGetNvLinkP2PStatus` once per collection (DCGM ≥ 4.3).
@@ -23,7 +25,7 @@ use super::ffi::{self, Pod};
 use crate::counters::exporter::IncidentReads;
 use crate::fields::{clock_events, health};
 use crate::snapshot::{
-    Attribution, Entity, EntityKind, HealthResult, Incident, IncidentKind, P2pLink,
+    Attribution, ClockSample, Entity, EntityKind, HealthResult, Incident, IncidentKind, P2pLink,
 };
 use crate::source::incidents::{HealthIncident, Tracker};
 
@@ -37,6 +39,8 @@ pub struct IncidentState {
     tracker: Tracker,
     /// µs since the epoch; `None` until the first watch (then: its creation time).
     cursor: Option<i64>,
+    /// Clock-event samples found at the first watch, for the next read to hand over.
+    held: Vec<ClockSample>,
     none: Arc<Attribution>,
 }
 
@@ -45,6 +49,7 @@ impl Default for IncidentState {
         IncidentState {
             tracker: Tracker::default(),
             cursor: None,
+            held: Vec::new(),
             none: Arc::new(Attribution::default()),
         }
     }
@@ -173,18 +178,23 @@ impl IncidentWatch {
         if let (Some((group, fields)), None) = (&history, state.cursor) {
             // The first watch: what DCGM already has is history before this exporter started (not
             // counted, as dcgm-exporter's totals start at its start); its clock-event masks are the
-            // baseline. The cursor comes from DCGM's own clock (a remote host engine's may differ).
+            // baseline (and samples the window counts, as dcgm-exporter's history read would). The
+            // cursor comes from DCGM's own clock (a remote host engine's may differ).
             let mut samples = Vec::new();
             let next = conn.values_since(group, fields, 0, &mut samples)?;
             for s in &samples {
                 if let (clock_events::FIELD, ffi::DCGM_FE_GPU, Some(v)) =
                     (s.field_id, s.entity_group, s.value)
                 {
-                    let _ = state.tracker.clock_sample(
-                        s.entity_id,
-                        u64::try_from(v).unwrap_or(0),
-                        at(s.ts),
-                    );
+                    let mask = u64::try_from(v).unwrap_or(0);
+                    let _ = state.tracker.clock_sample(s.entity_id, mask, at(s.ts));
+                    if let Some(gpu) = gpus.iter().find(|g| g.entity_id == s.entity_id) {
+                        state.held.push(ClockSample {
+                            gpu: gpu.clone(),
+                            at: at(s.ts),
+                            mask,
+                        });
+                    }
                 }
             }
             state.cursor = Some(next);
@@ -220,6 +230,7 @@ impl IncidentWatch {
     fn read_into(&mut self, state: &mut IncidentState, read: &mut Read) -> Result<(), DcgmError> {
         let conn = self.conn.clone();
         let out = &mut read.incidents;
+        read.clock_samples.append(&mut state.held);
         self.last_calls = 0;
         let incident = |entity: &Arc<Entity>, ts: i64, kind| Incident {
             entity: entity.clone(),
@@ -265,6 +276,11 @@ impl IncidentWatch {
                     for kind in state.tracker.clock_sample(entity.entity_id, mask, at(s.ts)) {
                         out.push(incident(entity, s.ts, kind));
                     }
+                    read.clock_samples.push(ClockSample {
+                        gpu: entity.clone(),
+                        at: at(s.ts),
+                        mask,
+                    });
                 }
             }
             // The cursor moves past what was read (DCGM returns the next one to ask from).
@@ -365,6 +381,8 @@ fn lacks(e: &DcgmError) -> bool {
 #[derive(Default)]
 pub struct Read {
     pub incidents: Vec<Incident>,
+    /// Every clock-event bitmask sample read, per GPU.
+    pub clock_samples: Vec<ClockSample>,
     pub p2p: Vec<P2pLink>,
     pub error: Option<DcgmError>,
 }

@@ -587,13 +587,15 @@ impl Source for DcgmSource {
                     Some(e) => self.incident_failure(e),
                     None => {}
                 }
-                let (incidents, p2p) = (found.incidents, found.p2p);
+                let (incidents, clock_samples, p2p) =
+                    (found.incidents, found.clock_samples, found.p2p);
                 self.rediscover = read.topology_changed;
                 self.log_unsupported(newly);
                 Ok(Reading {
                     entities: read.entities,
                     driver_version,
                     incidents,
+                    clock_samples,
                     p2p,
                 })
             }

@@ -42,8 +42,8 @@ use crate::counters::CounterSet;
 use crate::snapshot::inventory;
 use crate::snapshot::inventory::{Selection, Wanted};
 use crate::snapshot::{
-    Absent, Attribution, Entity, EntityKind, EntityReading, FieldValue, Incident, IncidentKind,
-    Reading,
+    Absent, Attribution, ClockSample, Entity, EntityKind, EntityReading, FieldValue, Incident,
+    IncidentKind, Reading,
 };
 use crate::source::incidents::{whole_gpus, Tracker};
 
@@ -288,8 +288,13 @@ impl NvmlSource {
     }
 
     /// The incidents of this collection: every XID event drained, and the clock-event edges of each
-    /// monitored GPU (one throttle-reason read per GPU), all at `now` (NVML events carry no time).
-    fn incidents(&mut self, found: &Discovered, now: SystemTime) -> Vec<Incident> {
+    /// monitored GPU (one throttle-reason read per GPU, also handed over as the collection's clock
+    /// sample), all at `now` (NVML events carry no time).
+    fn incidents(
+        &mut self,
+        found: &Discovered,
+        now: SystemTime,
+    ) -> (Vec<Incident>, Vec<ClockSample>) {
         let gpus = whole_gpus(&self.entities);
         let none = self.no_attribution.clone();
         let incident = |entity: Arc<Entity>, kind: IncidentKind| Incident {
@@ -299,6 +304,7 @@ impl NvmlSource {
             kind,
         };
         let mut out = Vec::new();
+        let mut samples = Vec::new();
         if self.incident_reads.xids {
             for x in &self.recent_xids {
                 let (Ok(code), Some(whole)) = (
@@ -347,10 +353,15 @@ impl NvmlSource {
                     for kind in self.tracker.clock_sample(whole.entity_id, mask, now) {
                         out.push(incident(whole.clone(), kind));
                     }
+                    samples.push(ClockSample {
+                        gpu: whole.clone(),
+                        at: now,
+                        mask,
+                    });
                 }
             }
         }
-        out
+        (out, samples)
     }
 
     /// Rediscover (at run time: ids that vanished are skipped).
@@ -991,11 +1002,12 @@ impl Source for NvmlSource {
                 d.count = u32::MAX;
             }
         }
-        let incidents = self.incidents(&found, SystemTime::now());
+        let (incidents, clock_samples) = self.incidents(&found, SystemTime::now());
         Ok(Reading {
             entities: out,
             driver_version: driver,
             incidents,
+            clock_samples,
             p2p: Vec::new(),
         })
     }

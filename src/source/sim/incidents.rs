@@ -1,14 +1,18 @@
 //! The simulated source's incident reader: what the DCGM source reads from DCGM's history, read from
 //! the simulated fleet — every XID since the previous poll (a cursor into the fleet's XID log), the
 //! clock-event bitmask and health incidents of the collection (turned into edges and transitions by
-//! [`crate::source::incidents::Tracker`]), and the P2P status when `DCGM_EXP_P2P_STATUS` is listed. Incidents carry the simulated time they happened at.
+//! [`crate::source::incidents::Tracker`]; the bitmask is also handed over as the collection's one
+//! sample per GPU, as DCGM's watch at the collect interval holds one), and the P2P status when
+//! `DCGM_EXP_P2P_STATUS` is listed. Incidents carry the simulated time they happened at.
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use super::Fleet;
 use crate::counters::exporter::IncidentReads;
-use crate::snapshot::{Attribution, Entity, EntityKind, Incident, IncidentKind, P2pLink};
+use crate::snapshot::{
+    Attribution, ClockSample, Entity, EntityKind, Incident, IncidentKind, P2pLink,
+};
 use crate::source::incidents::{whole_gpus, Tracker};
 
 /// The reader's cursors and last-seen states.
@@ -51,17 +55,19 @@ impl IncidentReader {
         }
     }
 
-    /// Read one collection: the incidents since the previous one and the P2P matrix (empty unless
-    /// `reads.p2p`). `entities` are the monitored entities; only their GPUs are read.
+    /// Read one collection: the incidents since the previous one, the clock-event samples and the P2P
+    /// matrix (empty unless `reads.p2p`). `entities` are the monitored entities; only their GPUs are
+    /// read.
     pub fn poll(
         &mut self,
         fleet: &Fleet,
         entities: &[Arc<Entity>],
         reads: IncidentReads,
-    ) -> (Vec<Incident>, Vec<P2pLink>) {
+    ) -> (Vec<Incident>, Vec<ClockSample>, Vec<P2pLink>) {
         let gpus = whole_gpus(entities);
         let now = fleet.time();
         let mut out = Vec::new();
+        let mut samples = Vec::new();
         let log = fleet.xid_log();
         if reads.xids {
             for x in log.get(self.xid_cursor..).unwrap_or_default() {
@@ -77,10 +83,13 @@ impl IncidentReader {
             let at = self.at(now);
             let mut found = Vec::new();
             if reads.clock_events {
-                found.extend(
-                    self.tracker
-                        .clock_sample(index, fleet.clock_mask(index), at),
-                );
+                let mask = fleet.clock_mask(index);
+                found.extend(self.tracker.clock_sample(index, mask, at));
+                samples.push(ClockSample {
+                    gpu: gpu.clone(),
+                    at,
+                    mask,
+                });
             }
             if reads.health {
                 found.extend(self.tracker.health_check(index, &fleet.health(index)));
@@ -103,7 +112,7 @@ impl IncidentReader {
                 }
             }
         }
-        (out, p2p)
+        (out, samples, p2p)
     }
 }
 

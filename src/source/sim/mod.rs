@@ -149,11 +149,13 @@ impl Source for SimSource {
             p2p: IncidentReads::of(&self.counters.exporter_rows).p2p,
             ..IncidentReads::all()
         };
-        let (incidents, p2p) = self.incidents.poll(&self.fleet, &self.entities, reads);
+        let (incidents, clock_samples, p2p) =
+            self.incidents.poll(&self.fleet, &self.entities, reads);
         Ok(Reading {
             entities,
             driver_version: Some(self.fleet.driver_version().to_string()),
             incidents,
+            clock_samples,
             p2p,
         })
     }

@@ -146,7 +146,7 @@ pub enum Load {
 /// A scenario that cannot be loaded.
 #[derive(Debug, thiserror::Error)]
 pub enum ScenarioError {
-    #[error("unknown simulation scenario '{0}' (built-in: default, dgx-h100-mig, large, hgx-h100, grace-hopper, incidents; or a path to a .yaml file)")]
+    #[error("unknown simulation scenario '{0}' (built-in: {names}; or a path to a .yaml file)", names = builtin_names().collect::<Vec<_>>().join(", "))]
     Unknown(String),
     #[error("cannot read scenario file {path}: {error}")]
     Read { path: String, error: std::io::Error },
@@ -163,6 +163,11 @@ const BUILTIN: &[(&str, &str)] = &[
     ("incidents", include_str!("scenarios/incidents.yaml")),
     ("demo", include_str!("scenarios/demo.yaml")),
 ];
+
+/// The built-in scenario names, in `--help`'s order.
+pub fn builtin_names() -> impl Iterator<Item = &'static str> {
+    BUILTIN.iter().map(|(name, _)| *name)
+}
 
 /// `csv` with the six `DCGM_EXP_*` rows of the built-in `incidents` counters appended (what turns
 /// dcgm-exporter's synthesized families on).

@@ -86,8 +86,12 @@ pub struct OtlpPlan {
     counters: Arc<CounterSet>,
     names: MetricNames,
     describe: String,
-    /// The incident log records' settings and builder (`None` with `--otlp-logs=false`).
+    /// The incident log records' settings and builder (`None` with `--otlp-logs=false`, or when no
+    /// endpoint for them is configured).
     logs: Option<(OtlpConfig, log_records::RecordBuilder)>,
+    /// Log records are on but have no endpoint of their own (only the metrics variable is set): said
+    /// once at start.
+    logs_unrouted: bool,
 }
 
 /// Why `--otel-metric-names` cannot be used with the other settings (`None`: it can).
@@ -152,6 +156,7 @@ impl OtlpPlan {
         } else {
             None
         };
+        let logs_unrouted = args.otlp_logs && logs.is_none();
         let describe = format!(
             "pipeline={:?} resource_mode={:?} attribute_style={:?} metric_names={:?}",
             args.otlp_pipeline,
@@ -169,6 +174,7 @@ impl OtlpPlan {
             names: args.otel_metric_names,
             describe,
             logs,
+            logs_unrouted,
         }))
     }
 
@@ -183,6 +189,9 @@ impl OtlpPlan {
             Some((logs_cfg, builder)) => Some(logs::start(&logs_cfg, builder, self_metrics)?),
             None => None,
         };
+        if self.logs_unrouted {
+            tracing::info!("OTLP incident log records are not sent: only OTEL_EXPORTER_OTLP_METRICS_ENDPOINT is set; set OTEL_EXPORTER_OTLP_LOGS_ENDPOINT (or OTEL_EXPORTER_OTLP_ENDPOINT / --otlp-endpoint) to send them");
+        }
         let protocol = match cfg.protocol {
             Protocol::Grpc => "grpc",
             Protocol::HttpProtobuf => "http/protobuf",

@@ -233,7 +233,9 @@ fn insecure(signal: Signal, env: &dyn Fn(&str) -> Option<String>) -> Result<bool
 }
 
 /// Resolve one signal's settings; `Ok(None)` when OTLP is off. OTLP is on or off for both signals
-/// together: a logs endpoint alone routes the log records but does not turn OTLP on.
+/// together: a logs endpoint alone routes the log records but does not turn OTLP on. The log records
+/// only go to an endpoint the user gave (flag, generic or logs variable) or, with `--otlp`, to the
+/// default one: with only `OTEL_EXPORTER_OTLP_METRICS_ENDPOINT` set they are not sent (`Ok(None)`).
 pub fn resolve_signal(
     cli: &OtlpArgs,
     signal: Signal,
@@ -245,6 +247,14 @@ pub fn resolve_signal(
         || set(env, "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT").is_some()
         || set(env, "OTEL_EXPORTER_OTLP_ENDPOINT").is_some();
     if !on {
+        return Ok(None);
+    }
+    if signal == Signal::Logs
+        && !cli.otlp
+        && cli.otlp_endpoint.is_none()
+        && set(env, "OTEL_EXPORTER_OTLP_LOGS_ENDPOINT").is_none()
+        && set(env, "OTEL_EXPORTER_OTLP_ENDPOINT").is_none()
+    {
         return Ok(None);
     }
     let protocol = match lookup(
@@ -327,6 +337,24 @@ pub fn resolve_signal(
                 uri.authority()
                     .map(|a| a.as_str())
                     .unwrap_or("collector:4318"),
+            )));
+        }
+    }
+    // gRPC has no signal paths (the method is the service's): an endpoint ending in one was meant for
+    // OTLP/HTTP, and is refused as it is for HTTP.
+    if protocol == Protocol::Grpc {
+        let path = uri.path().trim_end_matches('/');
+        if let Some(ends) = ["/v1/metrics", "/v1/logs", "/v1/traces"]
+            .into_iter()
+            .find(|s| path.ends_with(s))
+        {
+            return Err(bad_endpoint(&format!(
+                "ends in {ends}, an OTLP/HTTP path; a gRPC endpoint is the collector's address \
+                 (e.g. {}://{}), or use --otlp-protocol http/protobuf",
+                uri.scheme_str().unwrap_or("http"),
+                uri.authority()
+                    .map(|a| a.as_str())
+                    .unwrap_or("collector:4317"),
             )));
         }
     }
@@ -747,6 +775,42 @@ mod tests {
             .unwrap()
             .is_none());
         assert_eq!(logs(&["--otlp"], &only_logs).endpoint, "http://logs:4317");
+        // Only the metrics variable: the log records have no endpoint the user gave, and are not sent
+        // (not to localhost:4317); with --otlp the defaults are what the user asked for.
+        let only_metrics =
+            env_of(&[("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", "http://metrics:4317")]);
+        assert!(resolve(&cli(&[]), C, &only_metrics).unwrap().is_some());
+        assert!(resolve_signal(&cli(&[]), Signal::Logs, C, &only_metrics)
+            .unwrap()
+            .is_none());
+        assert_eq!(
+            logs(&["--otlp"], &only_metrics).endpoint,
+            "http://localhost:4317"
+        );
+        // gRPC refuses a signal path too, whichever way the endpoint is given.
+        for (args, vars) in [
+            (
+                &["--otlp-endpoint", "http://h:4317/v1/metrics"][..],
+                &[][..],
+            ),
+            (
+                &[][..],
+                &[(
+                    "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT",
+                    "http://h:4317/v1/metrics",
+                )][..],
+            ),
+        ] {
+            let e = resolve(&cli(args), C, &env_of(vars)).unwrap_err();
+            assert!(
+                e.to_string().ends_with(
+                    "'http://h:4317/v1/metrics': ends in /v1/metrics, an OTLP/HTTP path; a gRPC \
+                     endpoint is the collector's address (e.g. http://h:4317), or use \
+                     --otlp-protocol http/protobuf"
+                ),
+                "{e}"
+            );
+        }
         // A base URL ending in a signal path names the signal's own variable.
         let e = resolve_signal(
             &cli(&[
