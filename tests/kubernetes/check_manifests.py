@@ -254,11 +254,11 @@ for rel, d in [(ds_file, ds)] + [(f"patches/{n}", m) for n, m in patched.items()
             fail.append(f"{rel}: hostPath volume {v['name']} has type {v['hostPath']['type']!r}: a node with "
                         f"another kubelet root would keep the pod from starting")
 live, ready = container.get("livenessProbe") or {}, container.get("readinessProbe") or {}
-if "tcpSocket" not in live or "httpGet" in live:
-    fail.append(f"{ds_file}: liveness must be a tcpSocket probe (the process serves), not /health, which "
-                f"turns 503 while the exporter waits for DCGM")
-if (ready.get("httpGet") or {}).get("path") != "/health":
-    fail.append(f"{ds_file}: readiness must be httpGet /health (the data is fresh)")
+if (live.get("httpGet") or {}).get("path") != "/health":
+    fail.append(f"{ds_file}: liveness must be httpGet /health (503 only when a restart is the cure)")
+if (ready.get("httpGet") or {}).get("path") != "/ready":
+    fail.append(f"{ds_file}: readiness must be httpGet /ready (the data is fresh), not /health, which "
+                f"stays 200 while the exporter waits for DCGM")
 port_names = {p["name"] for p in container.get("ports") or []}
 for probe in (live, ready):
     port = (probe.get("tcpSocket") or probe.get("httpGet") or {}).get("port")
