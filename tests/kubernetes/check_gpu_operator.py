@@ -22,31 +22,10 @@ CRD = "tests/fixtures/gpu-operator/nvidia.com_clusterpolicies.yaml"
 fail = []
 
 
-def strict(schema):
-    """A copy of a structural schema where objects with properties allow no other keys."""
-    if isinstance(schema, dict):
-        out = {k: strict(v) for k, v in schema.items() if not k.startswith("x-kubernetes-")}
-        if (schema.get("type") == "object" and "properties" in schema
-                and "additionalProperties" not in schema
-                and not schema.get("x-kubernetes-preserve-unknown-fields")):
-            out["additionalProperties"] = False
-        if schema.get("x-kubernetes-int-or-string"):
-            out.pop("type", None)
-            out["anyOf"] = [{"type": "integer"}, {"type": "string"}]
-        return out
-    if isinstance(schema, list):
-        return [strict(v) for v in schema]
-    return schema
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from crd_schema import schema_of  # noqa: E402
 
-
-crd = yaml.safe_load(open(CRD))
-version = next(v for v in crd["spec"]["versions"] if v.get("storage"))
-schema = strict(version["schema"]["openAPIV3Schema"])
-# apiVersion/kind/metadata are the API server's, not the CRD's; pin them to this CRD.
-schema["properties"]["apiVersion"] = {"const": f"{crd['spec']['group']}/{version['name']}"}
-schema["properties"]["kind"] = {"const": crd["spec"]["names"]["kind"]}
-schema["properties"]["metadata"] = {"type": "object", "required": ["name"]}
-schema["required"] = sorted(set(schema.get("required", [])) | {"apiVersion", "kind", "metadata", "spec"})
+_, _, schema = schema_of(CRD)
 schema_path = os.path.join(tmp, "clusterpolicy.schema.json")
 with open(schema_path, "w") as f:
     json.dump(schema, f)
