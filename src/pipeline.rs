@@ -689,6 +689,7 @@ impl Pipeline {
     ) {
         let why = match trigger {
             Trigger::FileChanged => "the counters file changed",
+            Trigger::ConfigMapChanged => "the counters ConfigMap changed",
             Trigger::Signal => "SIGHUP",
         };
         let set = match loaded {
