@@ -221,6 +221,15 @@ for case, docs in rendered.items():
     if case in ("all-features", "existing-counters"):
         if mounts.get("/host/proc") != "host-proc" or env.get("DCGM_OTEL_PROC_ROOT") != "/host/proc":
             fail.append(f"helm {case}: the host's /proc is not mounted at /host/proc and named")
+    if case == "counters-from-api":
+        role = find(docs, "Role")
+        want = [{"apiGroups": [""], "resources": ["configmaps"], "resourceNames": [f"{RELEASE}-counters"],
+                 "verbs": ["get", "list", "watch"]}]
+        if not role or role[0]["rules"] != want or not find(docs, "RoleBinding") or roles:
+            fail.append(f"helm counters-from-api: the Role must be get/list/watch on the one ConfigMap: {role}")
+        if env.get("DCGM_EXPORTER_CONFIGMAP_DATA") != f"{NAMESPACE}:{RELEASE}-counters" or \
+                pod.get("automountServiceAccountToken") is not True:
+            fail.append("helm counters-from-api: -m must name the chart's ConfigMap, with the token mounted")
     if case == "existing-counters":
         vol = next((v for v in pod.get("volumes", []) if v["name"] == "counters"), {})
         if find(docs, "ConfigMap") or vol.get("configMap") != {

@@ -18,7 +18,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from crd_schema import validate as validate_crd  # noqa: E402
 
 CRDS = sorted(glob.glob("tests/fixtures/prometheus-operator/monitoring.coreos.com_*.yaml"))
-COMPONENTS = ["no-profiling", "pod-labels", "pod-uid", "processes", "prometheusrule", "servicemonitor"]
+COMPONENTS = ["counters-from-api", "no-profiling", "pod-labels", "pod-uid", "processes", "prometheusrule", "servicemonitor"]
 fail = []
 # What `kubectl apply -f DIR` reads in DIR (not recursive).
 KUBECTL_EXTENSIONS = (".yaml", ".yml", ".json")
@@ -140,7 +140,7 @@ if base_render != sorted((d for _, d in base_objects), key=key):
 all_render = kustomize(COMPONENTS, "all")
 kinds = sorted(d["kind"] for d in all_render)
 if kinds != sorted(["ClusterRole", "ClusterRoleBinding", "ConfigMap", "DaemonSet", "Namespace", "PrometheusRule",
-                    "Service", "ServiceAccount", "ServiceMonitor"]):
+                    "Role", "RoleBinding", "Service", "ServiceAccount", "ServiceMonitor"]):
     fail.append(f"base with every component renders {kinds}")
 
 ds_entry = [(rel, d) for rel, d in base_objects if d.get("kind") == "DaemonSet"]
@@ -152,7 +152,7 @@ ds_file, ds = ds_entry[0]
 pod = ds["spec"]["template"]["spec"]
 container = pod["containers"][0]
 patched = {}
-for name in ("no-profiling", "pod-labels", "pod-uid", "processes"):
+for name in ("counters-from-api", "no-profiling", "pod-labels", "pod-uid", "processes"):
     docs = kustomize([name], name)
     found = [d for d in docs if d["kind"] == "DaemonSet"]
     if found:
@@ -312,6 +312,26 @@ else:
                        capture_output=True, text=True)
     if r.returncode != 0:
         fail.append((r.stderr or r.stdout).strip().removeprefix("FAIL: "))
+
+# the counters-from-api variant: -m names the base's ConfigMap, the token is mounted, and the Role reads that
+# one ConfigMap and nothing else, bound to the DaemonSet's ServiceAccount
+if "counters-from-api" in patched:
+    spec = patched["counters-from-api"]["spec"]["template"]["spec"]
+    env = {e["name"]: e.get("value") for e in spec["containers"][0]["env"]}
+    cm_objects = [d for _, d in base_objects if d.get("kind") == "ConfigMap"]
+    cm_name = cm_objects[0]["metadata"]["name"] if cm_objects else None
+    if env.get("DCGM_EXPORTER_CONFIGMAP_DATA") != f"{ds['metadata']['namespace']}:{cm_name}" or \
+            spec.get("automountServiceAccountToken") is not True:
+        fail.append("components/counters-from-api: -m must name the counters ConfigMap, with the token mounted")
+    docs = load_all(os.path.join(src, "components", "counters-from-api", "rbac.yaml"))
+    role = next((d for d in docs if d.get("kind") == "Role"), {})
+    binding = next((d for d in docs if d.get("kind") == "RoleBinding"), {})
+    if role.get("rules") != [{"apiGroups": [""], "resources": ["configmaps"], "resourceNames": [cm_name],
+                              "verbs": ["get", "list", "watch"]}]:
+        fail.append(f"components/counters-from-api: the Role must read the one ConfigMap only: {role.get('rules')}")
+    if {"kind": "ServiceAccount", "name": pod.get("serviceAccountName"), "namespace": ds["metadata"]["namespace"]} \
+            not in (binding.get("subjects") or []) or binding.get("roleRef", {}).get("name") != role["metadata"]["name"]:
+        fail.append("components/counters-from-api: the RoleBinding must bind the Role to the DaemonSet's ServiceAccount")
 
 # 5. counters ConfigMap == the built-in default CSV
 cm = next((d for _, d in base_objects if d.get("kind") == "ConfigMap"), {})

@@ -50,9 +50,14 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- if .Values.countersConfigMap.name }}{{ .Values.countersConfigMap.key }}{{ else }}metrics{{ end }}
 {{- end }}
 
-{{/* The API server is needed: pod labels, pod UIDs with pod labels, DRA. */}}
+{{/* The API server is needed for pod metadata: pod labels, pod UIDs with pod labels, DRA. */}}
 {{- define "dcgm-otel.needsApi" -}}
 {{- if and .Values.kubernetes.enabled (or .Values.kubernetes.enablePodLabels .Values.kubernetesDRA.enabled) }}true{{ end }}
+{{- end }}
+
+{{/* The counters come from the API (-m): only for the chart's own ConfigMap or an existing one. */}}
+{{- define "dcgm-otel.countersFromApi" -}}
+{{- if .Values.countersConfigMap.fromApi }}true{{ end }}
 {{- end }}
 
 {{/* A web config file is used: TLS or basic auth. */}}
