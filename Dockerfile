@@ -10,7 +10,7 @@
 #   builder  - compiles the dependencies once (cached layer), then the real sources, with the same command CI
 #              uses for release builds: `cargo build --release --locked`
 #   gpu      - the same binary and files on nvcr.io/nvidia/cloud-native/dcgm (libdcgm.so.4 and its modules)
-#   runtime  - debian:bookworm-slim, non-root user, default counters CSV, /health HEALTHCHECK (the default:
+#   runtime  - debian:bookworm-slim, non-root user, counters CSVs, /health HEALTHCHECK (the default:
 #              last stage). BuildKit builds only the stages a target needs; the legacy builder would also
 #              build (and pull) the gpu stage.
 #
@@ -38,6 +38,9 @@ RUN set -eu; mkdir -p /skeleton; \
       | while read -r f; do mkdir -p "/skeleton/$(dirname "$f")"; \
           printf '#![allow(dead_code)]\nfn main() {}\n' > "/skeleton/$f"; done
 
+# Counters files at dcgm-exporter's paths: /etc/dcgm-exporter/default-counters.csv (ours: same fields and
+# types as dcgm-exporter's), dcp-metrics-included.csv and 1.x-compatibility-metrics.csv (dcgm-exporter's,
+# verbatim: the GPU Operator sets DCGM_EXPORTER_COLLECTORS=/etc/dcgm-exporter/dcp-metrics-included.csv).
 # ---------------------------------------------------------------------------------------------------------------
 FROM rust:${RUST_VERSION}-bookworm AS builder
 WORKDIR /src
@@ -51,6 +54,8 @@ RUN find . -path ./target -prune -o -name '*.rs' -exec touch {} + \
  && cargo build --release --locked \
  && install -D -m 0755 target/release/dcgm-otel /out/usr/bin/dcgm-otel \
  && install -D -m 0644 src/counters/default-counters.csv /out/etc/dcgm-exporter/default-counters.csv \
+ && install -D -m 0644 src/counters/dcgm-exporter/dcp-metrics-included.csv /out/etc/dcgm-exporter/dcp-metrics-included.csv \
+ && install -D -m 0644 src/counters/dcgm-exporter/1.x-compatibility-metrics.csv /out/etc/dcgm-exporter/1.x-compatibility-metrics.csv \
  && install -D -m 0644 deploy/counters/alerts.csv /out/etc/dcgm-otel/alerts-counters.csv
 
 # ---------------------------------------------------------------------------------------------------------------

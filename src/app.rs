@@ -24,6 +24,7 @@ use arc_swap::ArcSwap;
 use crate::cli::{Cli, Parsed};
 use crate::config::config_file::{self, ConfigFile, MetricsSource};
 use crate::config::CollectionArgs;
+use crate::counters::configmap::{ConfigMapFollower, ConfigMapRef};
 use crate::counters::reload::CountersReloader;
 use crate::counters::watch_groups;
 use crate::counters::{self, CounterSet};
@@ -136,11 +137,21 @@ pub struct Plan {
     counters: CounterSet,
     /// Follows the counters file (when the counters came from one) for hot reload.
     reloader: Option<CountersReloader>,
+    /// `-m`: the ConfigMap the counters came from, to follow once the self-metrics exist.
+    configmap: Option<FollowedConfigMap>,
     source: SourcePlan,
     host: HostInfo,
     otlp: Option<OtlpPlan>,
     processes: Option<ProcessPlan>,
     kubernetes: Option<KubernetesPlan>,
+}
+
+/// `-m`: the ConfigMap read at start (its API, name and text) and the watch groups to resolve again.
+struct FollowedConfigMap {
+    api: ApiConfig,
+    r: ConfigMapRef,
+    text: String,
+    watch_groups: Vec<crate::counters::watch_groups::WatchGroupSpec>,
 }
 
 /// `-k`: the enricher's settings and where its pod-resources answers come from.
@@ -186,12 +197,49 @@ impl Plan {
             Some(name) => Some(Scenario::load(name).map_err(StartError::input)?),
             None => None,
         };
-        let (counters, counters_file) = load_counters(
+        let (mut counters, mut counters_file) = load_counters(
             &cli.collection,
             scenario.as_ref(),
             collectors_explicit,
             config_file.as_ref(),
         )?;
+        // -m: the ConfigMap's counters win over every other source (as in dcgm-exporter); reading it is
+        // the one request start-up checks make, so that a missing one stops the start with one line.
+        let configmap_ref = match &cli.collection.configmap_data {
+            Some(spec) => ConfigMapRef::parse(spec).map_err(StartError::input)?,
+            None => None,
+        };
+        let watch_group_specs = config_file
+            .as_ref()
+            .map(|c| c.watch_groups.clone())
+            .unwrap_or_default();
+        let configmap = match configmap_ref {
+            Some(r) => {
+                let api = ApiConfig::discover(&env)
+                    .map_err(StartError::input)?
+                    .ok_or_else(|| {
+                        StartError::input(format!(
+                            "--configmap-data {}:{} needs the Kubernetes API: no in-cluster service account and no KUBECONFIG",
+                            r.namespace, r.name
+                        ))
+                    })?;
+                let (mut set, text) =
+                    counters::configmap::load(&api, &r).map_err(StartError::input)?;
+                if let Some(c) = &config_file {
+                    set.watch_groups =
+                        watch_groups::resolve(&c.watch_groups, &set).map_err(StartError::input)?;
+                }
+                counters = set;
+                counters_file = None;
+                Some(FollowedConfigMap {
+                    api,
+                    r,
+                    text,
+                    watch_groups: watch_group_specs.clone(),
+                })
+            }
+            None => None,
+        };
         let reloader = counters_file.map(|path| {
             CountersReloader::new(
                 &path,
@@ -360,6 +408,7 @@ impl Plan {
             web_security,
             counters,
             reloader,
+            configmap,
             source,
             host,
             otlp,
@@ -378,7 +427,8 @@ impl Plan {
             web_config,
             web_security,
             mut counters,
-            reloader,
+            mut reloader,
+            configmap,
             source,
             host,
             otlp,
@@ -420,6 +470,11 @@ impl Plan {
             StartError::environment(format!("cannot listen on {}: {e}", cli.server.address))
         })?;
         let self_metrics = SelfMetrics::new();
+        if let Some(c) = configmap {
+            let follower = ConfigMapFollower::start(&c.api, c.r, c.text, interval, &self_metrics)
+                .map_err(StartError::environment)?;
+            reloader = Some(CountersReloader::for_configmap(follower, c.watch_groups));
+        }
         self_metrics
             .gauge(
                 "dcgm_otel_build_info",
@@ -439,9 +494,7 @@ impl Plan {
             web_config,
             web: web.clone(),
             http_metrics: http_metrics.clone(),
-            counters: reloader
-                .as_ref()
-                .map(|r| (r.path().to_path_buf(), r.request_flag())),
+            counters: reloader.as_ref().map(|r| (r.describe(), r.request_flag())),
             collect_now: pipeline::waker(&control_tx),
         }));
 
@@ -749,7 +802,7 @@ struct Reloadable {
     web: Arc<ArcSwap<WebSecurity>>,
     http_metrics: Arc<HttpMetrics>,
     /// The counters file and the flag that asks the collector to re-read it.
-    counters: Option<(PathBuf, Arc<std::sync::atomic::AtomicBool>)>,
+    counters: Option<(String, Arc<std::sync::atomic::AtomicBool>)>,
     /// Asks the collector for a collection now (it applies the reload before it).
     collect_now: crate::source::Waker,
 }
@@ -769,8 +822,8 @@ async fn reload_on_sighup(what: Reloadable) {
             tracing::info!(file = %path.display(), "SIGHUP: reloading the web config");
             server::web::reload(path, &what.web, &what.http_metrics);
         }
-        if let Some((path, flag)) = &what.counters {
-            tracing::info!(file = %path.display(), "SIGHUP: re-reading the counters CSV before the next collection");
+        if let Some((from, flag)) = &what.counters {
+            tracing::info!(from = %from, "SIGHUP: re-reading the counters CSV before the next collection");
             flag.store(true, std::sync::atomic::Ordering::Release);
             what.collect_now.wake();
         }

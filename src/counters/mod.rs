@@ -9,6 +9,7 @@
 //! exporter's synthesized metrics) become [`exporter::ExpRow`]s (an unknown `DCGM_EXP_*` name is set
 //! aside with a warning, as before). Every error names the file, line and column.
 
+pub mod configmap;
 pub mod exporter;
 pub mod reload;
 pub mod watch_groups;

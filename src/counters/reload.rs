@@ -16,14 +16,19 @@
 //! file modified less than 200 ms ago is left to settle until the next collection (dcgm-exporter's
 //! debounce), so a writer that is not atomic is not read half-written. A file that fails to load is
 //! reported once per version (its identity is remembered): the old set stays until a good one arrives.
+//!
+//! With `-m` the counters come from a ConfigMap instead of a file ([`super::configmap`]): a changed
+//! `metrics` text seen by its watch is a change here, with the same rate limit (no settling: an API
+//! object is never half-written).
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
+use super::configmap::ConfigMapFollower;
 use super::watch_groups::{self, WatchGroupSpec};
-use super::{load_file, CounterSet};
+use super::{load_file, parse, CounterSet};
 
 /// Minimum time between two reloads.
 pub const MIN_RELOAD_GAP: Duration = Duration::from_secs(2);
@@ -55,16 +60,31 @@ fn identity(path: &Path) -> Option<Identity> {
 pub enum Trigger {
     /// The file changed.
     FileChanged,
+    /// The ConfigMap (`-m`) changed.
+    ConfigMapChanged,
     /// SIGHUP.
     Signal,
 }
 
-/// Watches the counters file for the collector.
+/// Where the counters come from.
+#[derive(Debug)]
+enum Followed {
+    File {
+        path: PathBuf,
+        identity: Option<Identity>,
+    },
+    ConfigMap {
+        follower: ConfigMapFollower,
+        /// A changed text waiting for the rate limit.
+        pending: Option<String>,
+    },
+}
+
+/// Watches the counters file (or `-m`'s ConfigMap) for the collector.
 #[derive(Debug)]
 pub struct CountersReloader {
-    path: PathBuf,
+    followed: Followed,
     watch_groups: Vec<WatchGroupSpec>,
-    identity: Option<Identity>,
     requested: Arc<AtomicBool>,
     last_reload: Option<Instant>,
 }
@@ -74,17 +94,38 @@ impl CountersReloader {
     /// every new set.
     pub fn new(path: &Path, watch_groups: Vec<WatchGroupSpec>) -> CountersReloader {
         CountersReloader {
-            path: path.to_path_buf(),
+            followed: Followed::File {
+                path: path.to_path_buf(),
+                identity: identity(path),
+            },
             watch_groups,
-            identity: identity(path),
             requested: Arc::new(AtomicBool::new(false)),
             last_reload: None,
         }
     }
 
-    /// The file followed.
-    pub fn path(&self) -> &Path {
-        &self.path
+    /// Follow `-m`'s ConfigMap.
+    pub fn for_configmap(
+        follower: ConfigMapFollower,
+        watch_groups: Vec<WatchGroupSpec>,
+    ) -> CountersReloader {
+        CountersReloader {
+            followed: Followed::ConfigMap {
+                follower,
+                pending: None,
+            },
+            watch_groups,
+            requested: Arc::new(AtomicBool::new(false)),
+            last_reload: None,
+        }
+    }
+
+    /// What is followed, for logs: the file's path or the ConfigMap.
+    pub fn describe(&self) -> String {
+        match &self.followed {
+            Followed::File { path, .. } => path.display().to_string(),
+            Followed::ConfigMap { follower, .. } => follower.origin(),
+        }
     }
 
     /// The flag SIGHUP sets to ask for a reload.
@@ -92,41 +133,65 @@ impl CountersReloader {
         self.requested.clone()
     }
 
-    /// Called before each collection: a newly loaded set when a reload is due (the file changed, or a
-    /// reload was requested), with its trigger; `None` when nothing is due yet.
+    /// Called before each collection: a newly loaded set when a reload is due (the file or the
+    /// ConfigMap changed, or a reload was requested), with its trigger; `None` when nothing is due yet.
     pub fn due(&mut self, now: Instant) -> Option<(Trigger, Result<CounterSet, String>)> {
-        let current = identity(&self.path);
-        let changed = current != self.identity;
         let requested = self.requested.load(Ordering::Acquire);
-        if !changed && !requested {
-            return None;
-        }
-        if self
+        let too_soon = self
             .last_reload
-            .is_some_and(|t| now.duration_since(t) < MIN_RELOAD_GAP)
-        {
-            return None;
-        }
-        let settling = current
-            .and_then(|i| i.mtime)
-            .and_then(|m| SystemTime::now().duration_since(m).ok())
-            .is_some_and(|age| age < SETTLE);
-        if changed && settling {
-            return None;
-        }
-        self.requested.store(false, Ordering::Release);
-        self.identity = current;
-        self.last_reload = Some(now);
-        let trigger = if changed {
-            Trigger::FileChanged
-        } else {
-            Trigger::Signal
+            .is_some_and(|t| now.duration_since(t) < MIN_RELOAD_GAP);
+        let (trigger, text) = match &mut self.followed {
+            Followed::File {
+                path,
+                identity: known,
+            } => {
+                let current = identity(path);
+                let changed = current != *known;
+                if (!changed && !requested) || too_soon {
+                    return None;
+                }
+                let settling = current
+                    .and_then(|i| i.mtime)
+                    .and_then(|m| SystemTime::now().duration_since(m).ok())
+                    .is_some_and(|age| age < SETTLE);
+                if changed && settling {
+                    return None;
+                }
+                *known = current;
+                let trigger = if changed {
+                    Trigger::FileChanged
+                } else {
+                    Trigger::Signal
+                };
+                (trigger, None)
+            }
+            Followed::ConfigMap { follower, pending } => {
+                if let Some(text) = follower.changed() {
+                    *pending = Some(text);
+                }
+                if (pending.is_none() && !requested) || too_soon {
+                    return None;
+                }
+                match pending.take() {
+                    Some(text) => (Trigger::ConfigMapChanged, Some(text)),
+                    None => (Trigger::Signal, Some(follower.current().to_string())),
+                }
+            }
         };
-        Some((trigger, self.load()))
+        self.requested.store(false, Ordering::Release);
+        self.last_reload = Some(now);
+        Some((trigger, self.load(text)))
     }
 
-    fn load(&self) -> Result<CounterSet, String> {
-        let mut set = load_file(&self.path).map_err(|e| e.to_string())?;
+    fn load(&self, text: Option<String>) -> Result<CounterSet, String> {
+        let mut set = match (&self.followed, text) {
+            (Followed::ConfigMap { follower, .. }, Some(text)) => parse(&text, &follower.origin()),
+            (Followed::ConfigMap { follower, .. }, None) => {
+                parse(follower.current(), &follower.origin())
+            }
+            (Followed::File { path, .. }, _) => load_file(path),
+        }
+        .map_err(|e| e.to_string())?;
         set.watch_groups =
             watch_groups::resolve(&self.watch_groups, &set).map_err(|e| e.to_string())?;
         Ok(set)

@@ -1,6 +1,7 @@
 //! The HTTP server on :9400: `/metrics` (the cached, pre-rendered body; gzip when asked), `/health`
-//! (200 when the last collection succeeded and is fresh, 503 with the reason otherwise), `/ready`
-//! (200 once the first collection is published) and a small `/` page. A request never triggers a
+//! (liveness: 200 while the process serves, 503 only when the collector is stuck past its restart
+//! limit), `/ready` (200 once the first collection is published and while the data is fresh, 503 with
+//! the reason otherwise) and a small `/` page. A request never triggers a
 //! collection: the handler copies bytes that the collector thread rendered.
 //!
 //! Around [`route`], [`serve_with`] enforces what `--web-config-file` and the `--web-*` flags ask for:
@@ -142,16 +143,13 @@ pub fn route(state: &ServerState, req: &Request<Incoming>) -> Response<Full<Byte
             Ok(()) => text(StatusCode::OK, "OK\n"),
             Err(reason) => text(StatusCode::SERVICE_UNAVAILABLE, format!("KO: {reason}\n")),
         },
-        "/ready" => {
-            if state.status.ready() {
-                text(StatusCode::OK, "ready\n")
-            } else {
-                text(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    "not ready: first collection pending\n",
-                )
-            }
-        }
+        "/ready" => match state.status.ready() {
+            Ok(()) => text(StatusCode::OK, "ready\n"),
+            Err(reason) => text(
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!("not ready: {reason}\n"),
+            ),
+        },
         _ => {
             let mut r = Response::new(Full::new(Bytes::from_static(INDEX_HTML.as_bytes())));
             r.headers_mut().insert(

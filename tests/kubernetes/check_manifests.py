@@ -1,8 +1,8 @@
 """Checks of deploy/kubernetes/ that kubernetes-validate cannot do (see check-manifests.sh).
 
-Usage: check_manifests.py DEPLOY_DIR TMP_DIR DCGM_OTEL_BINARY
-Writes TMP_DIR/validate.list (the files kubernetes-validate must pass) and TMP_DIR/daemonset-<patch>.yaml
-(the DaemonSet with each patch applied).
+Usage: check_manifests.py DEPLOY_DIR TMP_DIR DCGM_OTEL_BINARY VENV_BIN
+Writes TMP_DIR/validate.list (the files kubernetes-validate must pass): the base files, the components'
+objects of built-in APIs, and `kubectl kustomize` of the base with each component and with all of them.
 """
 import copy
 import glob
@@ -13,7 +13,12 @@ import sys
 
 import yaml
 
-src, tmp, binary = sys.argv[1], sys.argv[2], sys.argv[3]
+src, tmp, binary, venv = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from crd_schema import validate as validate_crd  # noqa: E402
+
+CRDS = sorted(glob.glob("tests/fixtures/prometheus-operator/monitoring.coreos.com_*.yaml"))
+COMPONENTS = ["counters-from-api", "no-profiling", "pod-labels", "pod-uid", "processes", "prometheusrule", "servicemonitor"]
 fail = []
 # What `kubectl apply -f DIR` reads in DIR (not recursive).
 KUBECTL_EXTENSIONS = (".yaml", ".yml", ".json")
@@ -65,11 +70,11 @@ for path in base_files:
             missing.append("metadata.name")
         if missing:
             fail.append(f"{where}: not a complete object (no {', '.join(missing)}): `kubectl apply -f {src}/` "
-                        f"would fail on it; put patches and optional parts in a subfolder")
+                        f"would fail on it; put variants in components/")
             continue
         if not builtin_api(d["apiVersion"]):
             fail.append(f"{where}: {d['apiVersion']} {d['kind']} needs a CRD that a bare cluster lacks; "
-                        f"move it to {src}/optional/")
+                        f"move it to a component in {src}/components/")
         ns = d["metadata"].get("namespace")
         if ns and ns not in namespaces_created:
             fail.append(f"{where}: {d['kind']} in namespace {ns!r}, which no earlier file (name order, as "
@@ -79,46 +84,64 @@ for path in base_files:
         base_objects.append((rel, d))
     validate.append(path)
 
-# optional/: complete objects applied one by one; built-in ones are validated, CRD ones checked below
-optional_files = manifest_files(os.path.join(src, "optional"))
+# components/<name>/: kustomize components; their own objects are complete objects, validated here when
+# they are of built-in APIs and against the vendored Prometheus Operator CRDs otherwise
 optional = {}
-for path in optional_files:
+found = sorted(os.path.basename(d) for d in glob.glob(os.path.join(src, "components", "*")) if os.path.isdir(d))
+if found != COMPONENTS:
+    fail.append(f"components/ holds {found}; this check knows {COMPONENTS} (teach it what a new one must do)")
+for path in sorted(glob.glob(os.path.join(src, "components", "*", "*.yaml"))):
     rel = os.path.relpath(path, src)
+    if os.path.basename(path) == "kustomization.yaml":
+        k = load(rel)
+        if k.get("kind") != "Component":
+            fail.append(f"{rel}: not a kustomize Component")
+        continue
     for d in load_all(path):
         if not (isinstance(d, dict) and d.get("apiVersion") and d.get("kind") and (d.get("metadata") or {}).get("name")):
-            fail.append(f"{rel}: optional/ holds complete objects only (patches go to patches/)")
+            fail.append(f"{rel}: a component's resource files hold complete objects only")
             continue
         optional[rel] = d
         if builtin_api(d["apiVersion"]) and path not in validate:
             validate.append(path)
 
-# 3. the patched variants: each patch is a strategic-merge patch of the DaemonSet's pod template; the
-# result is written out for kubernetes-validate
-MERGE_KEYS = {"containers": "name", "env": "name", "volumes": "name", "volumeMounts": "mountPath"}
+
+# 3. `kubectl kustomize` of the base alone (the same objects as the files), with each component, and with all
+def kustomize(components, tag):
+    root = os.path.join(tmp, f"kustomize-{tag}")
+    os.makedirs(root, exist_ok=True)
+    base = os.path.relpath(src, root)
+    with open(os.path.join(root, "kustomization.yaml"), "w") as f:
+        yaml.safe_dump({"apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
+                        "resources": [base], "components": [f"{base}/components/{c}" for c in components]}, f)
+    r = subprocess.run([os.path.join(venv, "kubectl"), "kustomize", root], capture_output=True, text=True)
+    if r.returncode != 0:
+        fail.append(f"kubectl kustomize with components {components}: {r.stderr.strip()}")
+        return []
+    docs = [d for d in yaml.safe_load_all(r.stdout) if d]
+    builtin = [d for d in docs if builtin_api(d["apiVersion"])]
+    out = os.path.join(tmp, f"kustomized-{tag}.yaml")
+    with open(out, "w") as f:
+        yaml.safe_dump_all(builtin, f)
+    validate.append(out)
+    fail.extend(validate_crd([d for d in docs if not builtin_api(d["apiVersion"])], CRDS, tmp,
+                             os.path.join(venv, "check-jsonschema"), f"kustomize {tag}"))
+    return docs
 
 
-def merge_list(base, patch, key):
-    """Strategic merge of a list of objects by its merge key (containers, env, volumes, mounts)."""
-    out = copy.deepcopy(base)
-    for item in patch:
-        target = next((b for b in out if b.get(key) == item.get(key)), None)
-        if target is None:
-            out.append(copy.deepcopy(item))
-        else:
-            deep_merge(target, item)
-    return out
+def key(d):
+    return (d["kind"], d["metadata"].get("namespace"), d["metadata"]["name"])
 
 
-def deep_merge(base, patch):
-    """Strategic merge: maps merge, lists with a merge key merge by it, other lists and scalars replace."""
-    for k, v in patch.items():
-        if isinstance(v, dict) and isinstance(base.get(k), dict):
-            deep_merge(base[k], v)
-        elif k in MERGE_KEYS and isinstance(v, list):
-            base[k] = merge_list(base.get(k, []), v, MERGE_KEYS[k])
-        else:
-            base[k] = copy.deepcopy(v)
-
+base_render = sorted(kustomize([], "base"), key=key)
+if base_render != sorted((d for _, d in base_objects), key=key):
+    fail.append(f"`kubectl kustomize {src}` does not render exactly the objects of `kubectl apply -f {src}/` "
+                f"(deploy/kubernetes/Kustomization lists the files)")
+all_render = kustomize(COMPONENTS, "all")
+kinds = sorted(d["kind"] for d in all_render)
+if kinds != sorted(["ClusterRole", "ClusterRoleBinding", "ConfigMap", "DaemonSet", "Namespace", "PrometheusRule",
+                    "Role", "RoleBinding", "Service", "ServiceAccount", "ServiceMonitor"]):
+    fail.append(f"base with every component renders {kinds}")
 
 ds_entry = [(rel, d) for rel, d in base_objects if d.get("kind") == "DaemonSet"]
 if len(ds_entry) != 1:
@@ -128,61 +151,45 @@ if len(ds_entry) != 1:
 ds_file, ds = ds_entry[0]
 pod = ds["spec"]["template"]["spec"]
 container = pod["containers"][0]
-ds_containers = {c["name"] for c in pod["containers"]}
-patch_files = sorted(glob.glob(os.path.join(src, "patches", "*.yaml")))
 patched = {}
-for path in patch_files:
-    rel = os.path.relpath(path, src)
-    patch = load(rel)
-    if "kind" in patch or "apiVersion" in patch:
-        fail.append(f"{rel}: a patch carries no apiVersion/kind (complete objects go to optional/)")
-    containers = (((patch.get("spec") or {}).get("template") or {}).get("spec") or {}).get("containers") or []
-    for c in containers:
-        if c.get("name") not in ds_containers:
-            fail.append(f"{rel} names container {c.get('name')!r}, which the DaemonSet does not have")
-    merged = copy.deepcopy(ds)
-    deep_merge(merged, patch)
-    name = os.path.basename(path)
-    patched[name] = merged
-    out = os.path.join(tmp, f"daemonset-{name}")
-    with open(out, "w") as f:
-        yaml.safe_dump(merged, f)
-    validate.append(out)
-if set(patched) != {"no-profiling.yaml", "pod-uid.yaml", "pod-labels.yaml", "processes.yaml"}:
-    fail.append(f"patches/ holds {sorted(patched)}; this check knows no-profiling.yaml, pod-uid.yaml, "
-                f"pod-labels.yaml and processes.yaml (teach it what a new one must do)")
+for name in ("counters-from-api", "no-profiling", "pod-labels", "pod-uid", "processes"):
+    docs = kustomize([name], name)
+    found = [d for d in docs if d["kind"] == "DaemonSet"]
+    if found:
+        patched[name] = found[0]
+patch_files = sorted(glob.glob(os.path.join(src, "components", "*", "kustomization.yaml")))
 
 # the pod-labels variant: the token mounted, the flags on, and RBAC that reads pods (and DRA ResourceSlices)
 # and nothing else, bound to the DaemonSet's ServiceAccount
-if "pod-labels.yaml" in patched:
-    spec = patched["pod-labels.yaml"]["spec"]["template"]["spec"]
+if "pod-labels" in patched:
+    spec = patched["pod-labels"]["spec"]["template"]["spec"]
     c = spec["containers"][0]
     env = {e["name"]: e.get("value") for e in c["env"]}
     if spec.get("automountServiceAccountToken") is not True:
-        fail.append("patches/pod-labels.yaml must mount the ServiceAccount token (automountServiceAccountToken: true)")
+        fail.append("components/pod-labels must mount the ServiceAccount token (automountServiceAccountToken: true)")
     if env.get("DCGM_EXPORTER_KUBERNETES_ENABLE_POD_LABELS") != "true" or env.get("DCGM_EXPORTER_KUBERNETES") != "true":
-        fail.append("patches/pod-labels.yaml must add DCGM_EXPORTER_KUBERNETES_ENABLE_POD_LABELS to the DaemonSet's env")
-    rbac_path = os.path.join(src, "optional", "rbac-pod-metadata.yaml")
+        fail.append("components/pod-labels must add DCGM_EXPORTER_KUBERNETES_ENABLE_POD_LABELS to the DaemonSet's env")
+    rbac_path = os.path.join(src, "components", "pod-labels", "rbac.yaml")
     docs = load_all(rbac_path) if os.path.exists(rbac_path) else []
     roles = [d for d in docs if d.get("kind") == "ClusterRole"]
     bindings = [d for d in docs if d.get("kind") == "ClusterRoleBinding"]
     if len(roles) != 1 or len(bindings) != 1:
-        fail.append("optional/rbac-pod-metadata.yaml must hold one ClusterRole and one ClusterRoleBinding")
+        fail.append("components/pod-labels/rbac.yaml must hold one ClusterRole and one ClusterRoleBinding")
     else:
         rules = sorted((tuple(r.get("apiGroups")), tuple(r.get("resources")), tuple(sorted(r.get("verbs"))))
                        for r in roles[0].get("rules") or [])
         want = [(("",), ("pods",), ("get", "list", "watch")),
                 (("resource.k8s.io",), ("resourceslices",), ("get", "list", "watch"))]
         if rules != want:
-            fail.append(f"optional/rbac-pod-metadata.yaml: the ClusterRole must grant get/list/watch on pods and "
+            fail.append(f"components/pod-labels/rbac.yaml: the ClusterRole must grant get/list/watch on pods and "
                         f"resourceslices only, got {rules}")
         b = bindings[0]
         if b.get("roleRef", {}).get("name") != roles[0]["metadata"]["name"]:
-            fail.append("optional/rbac-pod-metadata.yaml: the binding does not name the ClusterRole")
+            fail.append("components/pod-labels/rbac.yaml: the binding does not name the ClusterRole")
         sa = pod.get("serviceAccountName")
         ns = ds["metadata"].get("namespace")
         if {"kind": "ServiceAccount", "name": sa, "namespace": ns} not in (b.get("subjects") or []):
-            fail.append(f"optional/rbac-pod-metadata.yaml: the binding must name ServiceAccount {ns}/{sa}")
+            fail.append(f"components/pod-labels/rbac.yaml: the binding must name ServiceAccount {ns}/{sa}")
 
 
 def caps(c):
@@ -193,46 +200,46 @@ def caps(c):
 if caps(container).get("add") != ["SYS_ADMIN"] or caps(container).get("drop") != ["ALL"]:
     fail.append(f"{ds_file}: capabilities must be add [SYS_ADMIN], drop [ALL] (profiling on by default): "
                 f"{caps(container)}")
-for rel, d in [(ds_file, ds)] + [(f"patches/{n}", m) for n, m in patched.items()]:
+for rel, d in [(ds_file, ds)] + [(f"components/{n}", m) for n, m in patched.items()]:
     for c in d["spec"]["template"]["spec"]["containers"]:
         for cap in caps(c).get("add") or []:
             if cap.startswith("CAP_"):
                 fail.append(f"{rel}: capability {cap!r}: write it without CAP_ (the API server rejects "
                             f"CAP_SYS_ADMIN together with allowPrivilegeEscalation: false)")
-if "no-profiling.yaml" in patched:
-    c = patched["no-profiling.yaml"]["spec"]["template"]["spec"]["containers"][0]
+if "no-profiling" in patched:
+    c = patched["no-profiling"]["spec"]["template"]["spec"]["containers"][0]
     if caps(c).get("add") or caps(c).get("drop") != ["ALL"] or \
             (c.get("securityContext") or {}).get("allowPrivilegeEscalation") is not False:
-        fail.append(f"patches/no-profiling.yaml must leave no added capability, drop ALL and no privilege "
+        fail.append(f"components/no-profiling must leave no added capability, drop ALL and no privilege "
                     f"escalation: {c.get('securityContext')}")
-if "pod-uid.yaml" in patched:
-    spec = patched["pod-uid.yaml"]["spec"]["template"]["spec"]
+if "pod-uid" in patched:
+    spec = patched["pod-uid"]["spec"]["template"]["spec"]
     c = spec["containers"][0]
     mounts = {m["name"]: m for m in c["volumeMounts"]}
     if not mounts.get("device-plugins", {}).get("readOnly") or "pod-resources" not in mounts:
-        fail.append("patches/pod-uid.yaml: device-plugins must be mounted read-only, next to pod-resources")
+        fail.append("components/pod-uid: device-plugins must be mounted read-only, next to pod-resources")
     if {v["name"] for v in spec["volumes"]} != {"pod-resources", "counters", "device-plugins"}:
-        fail.append(f"patches/pod-uid.yaml: unexpected volumes {[v['name'] for v in spec['volumes']]}")
+        fail.append(f"components/pod-uid: unexpected volumes {[v['name'] for v in spec['volumes']]}")
     if "DCGM_EXPORTER_KUBERNETES" not in {e["name"] for e in c["env"]}:
-        fail.append("patches/pod-uid.yaml replaced the DaemonSet's env instead of adding to it")
+        fail.append("components/pod-uid replaced the DaemonSet's env instead of adding to it")
     if caps(c).get("add") != ["SYS_ADMIN"]:
-        fail.append("patches/pod-uid.yaml changed the capabilities")
-if "processes.yaml" in patched:
-    spec = patched["processes.yaml"]["spec"]["template"]["spec"]
+        fail.append("components/pod-uid changed the capabilities")
+if "processes" in patched:
+    spec = patched["processes"]["spec"]["template"]["spec"]
     c = spec["containers"][0]
     mounts = {m["name"]: m for m in c["volumeMounts"]}
     env = {e["name"]: e.get("value") for e in c["env"]}
     vols = {v["name"]: v for v in spec["volumes"]}
     proc = mounts.get("host-proc", {})
     if not proc.get("readOnly") or (vols.get("host-proc", {}).get("hostPath") or {}).get("path") != "/proc":
-        fail.append("patches/processes.yaml: the host's /proc must be mounted read-only (volume host-proc)")
+        fail.append("components/processes: the host's /proc must be mounted read-only (volume host-proc)")
     if env.get("DCGM_OTEL_PROC_ROOT") != proc.get("mountPath"):
-        fail.append(f"patches/processes.yaml: DCGM_OTEL_PROC_ROOT ({env.get('DCGM_OTEL_PROC_ROOT')}) must be "
+        fail.append(f"components/processes: DCGM_OTEL_PROC_ROOT ({env.get('DCGM_OTEL_PROC_ROOT')}) must be "
                     f"where the host's /proc is mounted ({proc.get('mountPath')})")
     if "DCGM_EXPORTER_KUBERNETES" not in env or "pod-resources" not in mounts:
-        fail.append("patches/processes.yaml replaced the DaemonSet's env or mounts instead of adding to them")
+        fail.append("components/processes replaced the DaemonSet's env or mounts instead of adding to them")
     if spec.get("hostPID"):
-        fail.append("patches/processes.yaml: the host's /proc is enough; no hostPID")
+        fail.append("components/processes: the host's /proc is enough; no hostPID")
 
 # 6. scheduling, host paths, probes
 if pod.get("nodeSelector"):
@@ -248,17 +255,17 @@ for key in ("nvidia.com/gpu.present", "feature.node.kubernetes.io/pci-10de.prese
 if any(len(t.get("matchExpressions") or []) != 1 for t in terms):
     fail.append(f"{ds_file}: each node-affinity term should test one label (terms are ORed, expressions "
                 f"within a term ANDed)")
-for rel, d in [(ds_file, ds)] + [(f"patches/{n}", m) for n, m in patched.items()]:
+for rel, d in [(ds_file, ds)] + [(f"components/{n}", m) for n, m in patched.items()]:
     for v in d["spec"]["template"]["spec"].get("volumes") or []:
         if "hostPath" in v and v["hostPath"].get("type"):
             fail.append(f"{rel}: hostPath volume {v['name']} has type {v['hostPath']['type']!r}: a node with "
                         f"another kubelet root would keep the pod from starting")
 live, ready = container.get("livenessProbe") or {}, container.get("readinessProbe") or {}
-if "tcpSocket" not in live or "httpGet" in live:
-    fail.append(f"{ds_file}: liveness must be a tcpSocket probe (the process serves), not /health, which "
-                f"turns 503 while the exporter waits for DCGM")
-if (ready.get("httpGet") or {}).get("path") != "/health":
-    fail.append(f"{ds_file}: readiness must be httpGet /health (the data is fresh)")
+if (live.get("httpGet") or {}).get("path") != "/health":
+    fail.append(f"{ds_file}: liveness must be httpGet /health (503 only when a restart is the cure)")
+if (ready.get("httpGet") or {}).get("path") != "/ready":
+    fail.append(f"{ds_file}: readiness must be httpGet /ready (the data is fresh), not /health, which "
+                f"stays 200 while the exporter waits for DCGM")
 port_names = {p["name"] for p in container.get("ports") or []}
 for probe in (live, ready):
     port = (probe.get("tcpSocket") or probe.get("httpGet") or {}).get("port")
@@ -269,7 +276,7 @@ for probe in (live, ready):
 svc = next((d for _, d in base_objects if d.get("kind") == "Service"), None)
 sm_rel, sm = next(((r, d) for r, d in optional.items() if d.get("kind") == "ServiceMonitor"), (None, None))
 if svc is None or sm is None:
-    fail.append(f"expected a Service in {src} and a ServiceMonitor in {src}/optional/")
+    fail.append(f"expected a Service in {src} and a ServiceMonitor in {src}/components/servicemonitor/")
 else:
     if sm.get("apiVersion") != "monitoring.coreos.com/v1":
         fail.append(f"{sm_rel}: not a monitoring.coreos.com/v1 ServiceMonitor")
@@ -295,7 +302,7 @@ else:
 # 4b. PrometheusRule: exactly the groups of prometheus/rules/*.rules.yml, in the exporter's namespace
 pr_rel, pr = next(((r, d) for r, d in optional.items() if d.get("kind") == "PrometheusRule"), (None, None))
 if pr is None:
-    fail.append(f"expected a PrometheusRule in {src}/optional/ (tests/rules/prometheusrule.py generates it)")
+    fail.append(f"expected a PrometheusRule in {src}/components/prometheusrule/ (tests/rules/prometheusrule.py generates it)")
 else:
     if pr.get("apiVersion") != "monitoring.coreos.com/v1":
         fail.append(f"{pr_rel}: not a monitoring.coreos.com/v1 PrometheusRule")
@@ -305,6 +312,26 @@ else:
                        capture_output=True, text=True)
     if r.returncode != 0:
         fail.append((r.stderr or r.stdout).strip().removeprefix("FAIL: "))
+
+# the counters-from-api variant: -m names the base's ConfigMap, the token is mounted, and the Role reads that
+# one ConfigMap and nothing else, bound to the DaemonSet's ServiceAccount
+if "counters-from-api" in patched:
+    spec = patched["counters-from-api"]["spec"]["template"]["spec"]
+    env = {e["name"]: e.get("value") for e in spec["containers"][0]["env"]}
+    cm_objects = [d for _, d in base_objects if d.get("kind") == "ConfigMap"]
+    cm_name = cm_objects[0]["metadata"]["name"] if cm_objects else None
+    if env.get("DCGM_EXPORTER_CONFIGMAP_DATA") != f"{ds['metadata']['namespace']}:{cm_name}" or \
+            spec.get("automountServiceAccountToken") is not True:
+        fail.append("components/counters-from-api: -m must name the counters ConfigMap, with the token mounted")
+    docs = load_all(os.path.join(src, "components", "counters-from-api", "rbac.yaml"))
+    role = next((d for d in docs if d.get("kind") == "Role"), {})
+    binding = next((d for d in docs if d.get("kind") == "RoleBinding"), {})
+    if role.get("rules") != [{"apiGroups": [""], "resources": ["configmaps"], "resourceNames": [cm_name],
+                              "verbs": ["get", "list", "watch"]}]:
+        fail.append(f"components/counters-from-api: the Role must read the one ConfigMap only: {role.get('rules')}")
+    if {"kind": "ServiceAccount", "name": pod.get("serviceAccountName"), "namespace": ds["metadata"]["namespace"]} \
+            not in (binding.get("subjects") or []) or binding.get("roleRef", {}).get("name") != role["metadata"]["name"]:
+        fail.append("components/counters-from-api: the RoleBinding must bind the Role to the DaemonSet's ServiceAccount")
 
 # 5. counters ConfigMap == the built-in default CSV
 cm = next((d for _, d in base_objects if d.get("kind") == "ConfigMap"), {})
@@ -324,7 +351,7 @@ if any("subPath" in m or "subPathExpr" in m for m in counters_mounts):
 if not collectors or not any(collectors.startswith(m["mountPath"].rstrip("/") + "/") for m in counters_mounts):
     fail.append(f"DCGM_EXPORTER_COLLECTORS ({collectors}) is not a file of the counters ConfigMap mount")
 
-# 6. variables set or suggested by the DaemonSet and its patches are known to the binary
+# 6. variables set or suggested by the DaemonSet and its components are known to the binary
 names = set()
 for path in [os.path.join(src, ds_file)] + patch_files:
     with open(path) as f:
@@ -340,7 +367,7 @@ if fail:
     print("\n".join("FAIL: " + m for m in fail))
     sys.exit(1)
 print(f"kubernetes manifests: {len(base_files)} files in {src}/ are complete objects of built-in APIs in apply "
-      f"order; {len(patched)} DaemonSet patches built; ServiceMonitor/Service/DaemonSet wired; PrometheusRule == "
+      f"order; {len(patched)} DaemonSet variants kustomized (and all components together); ServiceMonitor/Service/DaemonSet wired; PrometheusRule == "
       f"prometheus/rules; ConfigMap == "
       f"default CSV; node affinity, hostPath, capabilities and probes as documented; {len(names)} "
       f"environment variables known to the binary")

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """The Prometheus Operator form of prometheus/rules/*.rules.yml: one PrometheusRule object
-(deploy/kubernetes/optional/prometheusrule.yaml) whose spec.groups are the rule files' groups, unchanged.
+(deploy/kubernetes/components/prometheusrule/prometheusrule.yaml) whose spec.groups are the rule files' groups, unchanged.
 
-  prometheusrule.py                print the manifest (regenerate: > deploy/kubernetes/optional/prometheusrule.yaml)
+  prometheusrule.py                print the manifest (regenerate: > deploy/kubernetes/components/prometheusrule/prometheusrule.yaml)
   prometheusrule.py --check FILE   exit 1 when FILE is not exactly what this script prints (the two drifted)
 
 tests/kubernetes/check_manifests.py runs the check; run from the repository root. Needs PyYAML.
@@ -17,7 +17,7 @@ HEADER = """\
 # Generated from prometheus/rules/*.rules.yml by tests/rules/prometheusrule.py; do not edit (the Kubernetes
 # manifest test fails when the two differ). The alerting rules for the Prometheus Operator (CRD
 # monitoring.coreos.com/v1, e.g. kube-prometheus-stack); apply it where the operator runs:
-#   kubectl apply -f deploy/kubernetes/optional/prometheusrule.yaml
+#   kubectl apply -f deploy/kubernetes/components/prometheusrule/prometheusrule.yaml
 # The operator loads a PrometheusRule only when its labels match the Prometheus object's ruleSelector
 # (kube-prometheus-stack: `release: <helm release name>` unless ruleSelectorNilUsesHelmValues is false):
 # add that label here. README.md "Alerts" says what each alert means.

@@ -400,7 +400,8 @@ fn soak() {
             if let Some(p) = probe::proc(pid) {
                 let cpu = last_cpu.map_or(0.0, |(t0, c0)| 100.0 * (p.cpu_s - c0) / (t - t0));
                 last_cpu = Some((t, p.cpu_s));
-                let health = probe::get(port, "/health").map_or(0, |(s, _)| s);
+                // Readiness: 503 while the source is down or the data is stale (/health stays 200 then).
+                let health = probe::get(port, "/ready").map_or(0, |(s, _)| s);
                 let m = probe::get(port, "/metrics")
                     .map(|(_, b)| probe::SelfMetrics::parse(&b))
                     .unwrap_or_default();

@@ -1,5 +1,5 @@
 //! What the soak reads from the exporter: its process in `/proc/<pid>/` (RSS, open fds, threads, CPU
-//! time) and its own `/metrics` and `/health`, parsed into the few self-metrics the verdict needs.
+//! time) and its own `/metrics` and `/ready`, parsed into the few self-metrics the verdict needs.
 
 use std::collections::BTreeMap;
 use std::io::{Read, Write};

@@ -621,7 +621,7 @@ pub fn judge(mut i: Inputs<'_>) -> Report {
     }
     let _ = writeln!(
         md,
-        "\n| t (s) | RSS (MiB) | fds | threads | CPU % | OTLP pending | OTLP dropped | log buffer | log pending | /health | open conns | DCGM series |"
+        "\n| t (s) | RSS (MiB) | fds | threads | CPU % | OTLP pending | OTLP dropped | log buffer | log pending | /ready | open conns | DCGM series |"
     );
     let _ = writeln!(md, "|---|---|---|---|---|---|---|---|---|---|---|---|");
     let step = (i.samples.len() / 40).max(1);

@@ -1,5 +1,5 @@
 //! A minimal Kubernetes API client: list + watch of one resource (pods of this node; DRA
-//! ResourceSlices of this node), kept in an in-memory cache the enricher reads on the collector thread.
+//! ResourceSlices of this node; `-m`'s counters ConfigMap) and one GET of a single object, kept in an in-memory cache the enricher reads on the collector thread.
 //! Hand-written over the hyper client already in the tree instead of kube-rs + k8s-openapi (about 50
 //! more crates, several minutes of cold build on the project's 2-core machines) for the two GETs it
 //! needs.
@@ -23,7 +23,7 @@ pub mod stream;
 pub mod watch;
 
 pub use config::{ApiConfig, Auth, ConfigError};
-pub use watch::{Cache, Resource, Watcher};
+pub use watch::{get_object, Cache, Resource, Watcher};
 
 pub use stream::{MAX_LIST_PAGE, MAX_WATCH_LINE};
 pub use watch::{stale_after, WATCH_TIMEOUT_S};

@@ -204,21 +204,79 @@ fn tls_config(cfg: &ApiConfig) -> Result<rustls::ClientConfig, String> {
     }
 }
 
+fn connector(cfg: &ApiConfig) -> Result<hyper_rustls::HttpsConnector<HttpConnector>, String> {
+    let tls = tls_config(cfg)?;
+    let mut http = HttpConnector::new();
+    http.enforce_http(false);
+    http.set_connect_timeout(Some(Duration::from_secs(5)));
+    Ok(hyper_rustls::HttpsConnectorBuilder::new()
+        .with_tls_config(tls)
+        .https_or_http()
+        .enable_http1()
+        .wrap_connector(http))
+}
+
+/// A GET of `uri` with the configuration's bearer token (if any).
+fn authorized_get(cfg: &ApiConfig, uri: String) -> Result<http::Request<Empty<Bytes>>, String> {
+    let mut b = http::Request::get(uri).header("Accept", "application/json");
+    let token = match &cfg.auth {
+        Auth::Token(t) => Some(t.clone()),
+        Auth::TokenFile(p) => std::fs::read_to_string(p)
+            .ok()
+            .map(|t| t.trim().to_string()),
+        _ => None,
+    };
+    if let Some(t) = token {
+        b = b.header("Authorization", format!("Bearer {t}"));
+    }
+    b.body(Empty::new()).map_err(|e| e.to_string())
+}
+
+/// One GET of a single object (`path`, e.g. `/api/v1/namespaces/ns/configmaps/name`), answered within
+/// `timeout`: the object, `Ok(None)` for 404, else the reason. Blocks the calling thread (start-up).
+pub fn get_object(cfg: &ApiConfig, path: &str, timeout: Duration) -> Result<Option<Value>, String> {
+    let client: HttpClient =
+        Client::builder(hyper_util::rt::TokioExecutor::new()).build(connector(cfg)?);
+    let req = authorized_get(cfg, format!("{}{path}", cfg.server))?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot start a runtime: {e}"))?;
+    runtime.block_on(async {
+        let got = async {
+            let resp = client.request(req).await.map_err(|e| error_chain(&e))?;
+            let status = resp.status().as_u16();
+            let limited = http_body_util::Limited::new(resp.into_body(), stream::MAX_LIST_PAGE);
+            let body = limited
+                .collect()
+                .await
+                .map_err(|e| format!("reading the answer: {e}"))?
+                .to_bytes();
+            Ok::<_, String>((status, body))
+        };
+        let (status, body) = tokio::time::timeout(timeout, got)
+            .await
+            .map_err(|_| format!("no answer from {} within {timeout:?}", cfg.server))??;
+        match status {
+            200 => serde_json::from_slice(&body)
+                .map(Some)
+                .map_err(|e| format!("undecodable answer: {e}")),
+            404 => Ok(None),
+            _ => {
+                let text: String = String::from_utf8_lossy(&body).chars().take(200).collect();
+                Err(format!("HTTP {status}: {text}"))
+            }
+        }
+    })
+}
+
 /// Start listing and watching `resource` on its own thread.
 pub fn start<T: Send + Sync + 'static>(
     cfg: &ApiConfig,
     resource: Resource<T>,
     registry: &SelfMetrics,
 ) -> Result<Watcher<T>, String> {
-    let tls = tls_config(cfg)?;
-    let mut http = HttpConnector::new();
-    http.enforce_http(false);
-    http.set_connect_timeout(Some(Duration::from_secs(5)));
-    let connector = hyper_rustls::HttpsConnectorBuilder::new()
-        .with_tls_config(tls)
-        .https_or_http()
-        .enable_http1()
-        .wrap_connector(http);
+    let connector = connector(cfg)?;
     let cache = Arc::new(Cache::new());
     let run = Run {
         cfg: cfg.clone(),
@@ -279,19 +337,7 @@ impl<T: Send + Sync + 'static> Run<T> {
             uri.push_str("&fieldSelector=");
             uri.push_str(&encode(fs));
         }
-        let mut b = http::Request::get(uri).header("Accept", "application/json");
-        let token = match &self.cfg.auth {
-            Auth::Token(t) => Some(t.clone()),
-            Auth::TokenFile(p) => std::fs::read_to_string(p)
-                .ok()
-                .map(|t| t.trim().to_string()),
-            _ => None,
-        };
-        if let Some(t) = token {
-            b = b.header("Authorization", format!("Bearer {t}"));
-        }
-        b.body(Empty::new())
-            .map_err(|e| Failure::Transport(e.to_string()))
+        authorized_get(&self.cfg, uri).map_err(Failure::Transport)
     }
 
     async fn run(self) {
