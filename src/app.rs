@@ -1,7 +1,8 @@
 //! Start-up and shutdown: a parsed command line turned into a running exporter.
 //!
 //! Start-up is two phases so that bad input never has a side effect:
-//! 1. [`Plan::resolve`] reads and checks everything the flags name — `--config-file`, listen address,
+//! 1. [`Plan::resolve`] takes the sockets systemd passed (`--web-systemd-socket`), then reads and checks
+//!    everything the flags name — `--config-file`, listen address,
 //!    web config, scenario, counters CSV (and its watch groups), `-r`, OTLP settings and resource
 //!    attributes, `-d`/`-s`/`-p` against a simulated fleet — and logs nothing. Any bad input is one line
 //!    and exit code 2. Flags and variables given explicitly win over `--config-file`, which wins over the
@@ -130,7 +131,7 @@ pub struct Plan {
     cli: Cli,
     not_implemented: Vec<String>,
     interval: Duration,
-    listen: Vec<SocketAddr>,
+    listen: Listen,
     web_config: Option<PathBuf>,
     web_security: WebSecurity,
     counters: CounterSet,
@@ -141,6 +142,14 @@ pub struct Plan {
     otlp: Option<OtlpPlan>,
     processes: Option<ProcessPlan>,
     kubernetes: Option<KubernetesPlan>,
+}
+
+/// Where /metrics is served.
+enum Listen {
+    /// `--address`: the addresses to try binding, in order.
+    Bind(Vec<SocketAddr>),
+    /// `--web-systemd-socket`: the listening sockets systemd passed, each served.
+    Inherited(Vec<std::net::TcpListener>),
 }
 
 /// `-k`: the enricher's settings and where its pod-resources answers come from.
@@ -160,6 +169,15 @@ impl Plan {
             kubernetes_explicit,
             not_implemented,
         } = parsed;
+        // Passed sockets first: descriptors from 3 on must be claimed before anything opens a file.
+        let inherited = if cli.server.web_systemd_socket {
+            Some(
+                server::systemd::listeners_from_env()
+                    .map_err(|e| StartError::input(format!("--web-systemd-socket: {e}")))?,
+            )
+        } else {
+            None
+        };
         let env = |k: &str| std::env::var(k).ok();
         // --config-file: below explicit flags and variables, above the defaults.
         let config_file = match &cli.collection.config_file {
@@ -176,7 +194,10 @@ impl Plan {
                 "invalid value '0' for '--gpu-bind-unbind-poll-interval': must be greater than 0 when --enable-gpu-bind-unbind-watch is on; see --help",
             ));
         }
-        let listen = listen_addresses(&cli.server.address).map_err(StartError::input)?;
+        let listen = match inherited {
+            Some(listeners) => Listen::Inherited(listeners),
+            None => Listen::Bind(listen_addresses(&cli.server.address).map_err(StartError::input)?),
+        };
         let web_config = cli.server.web_config_path().map(PathBuf::from);
         let web_security = match &web_config {
             Some(path) => WebSecurity::load(path).map_err(StartError::input)?,
@@ -415,9 +436,28 @@ impl Plan {
             .thread_name("dcgm-otel-rt")
             .build()
             .map_err(|e| StartError::environment(format!("cannot start the async runtime: {e}")))?;
-        let listener = runtime.block_on(server::bind(&listen)).map_err(|e| {
-            StartError::environment(format!("cannot listen on {}: {e}", cli.server.address))
-        })?;
+        let listeners = match listen {
+            Listen::Bind(addresses) => {
+                vec![runtime.block_on(server::bind(&addresses)).map_err(|e| {
+                    StartError::environment(format!("cannot listen on {}: {e}", cli.server.address))
+                })?]
+            }
+            Listen::Inherited(passed) => {
+                let _context = runtime.enter();
+                passed
+                    .into_iter()
+                    .map(|l| {
+                        l.set_nonblocking(true)?;
+                        tokio::net::TcpListener::from_std(l)
+                    })
+                    .collect::<std::io::Result<Vec<_>>>()
+                    .map_err(|e| {
+                        StartError::environment(format!(
+                            "--web-systemd-socket: cannot serve on a passed socket: {e}"
+                        ))
+                    })?
+            }
+        };
         let self_metrics = SelfMetrics::new();
         self_metrics
             .gauge(
@@ -639,24 +679,42 @@ impl Plan {
             body: renderer.body(),
             status,
         };
-        let options = ServeOptions {
-            limits: cli.server.limits(),
-            web,
-            metrics: http_metrics,
-            health_auth: cli.server.web_health_auth,
-        };
-        let local = listener
-            .local_addr()
-            .map(|a| a.to_string())
-            .unwrap_or_default();
-        tracing::info!(address = %local, startup_ms = started.elapsed().as_millis() as u64, "serving /metrics");
+        let local = listeners
+            .iter()
+            .map(|l| l.local_addr().map(|a| a.to_string()).unwrap_or_default())
+            .collect::<Vec<_>>()
+            .join(" ");
+        tracing::info!(address = %local, systemd_socket = cli.server.web_systemd_socket, startup_ms = started.elapsed().as_millis() as u64, "serving /metrics");
+        let (limits, health_auth) = (cli.server.limits(), cli.server.web_health_auth);
         runtime.block_on(async move {
             let (shutdown_tx, shutdown_rx) = tokio::sync::watch::channel(false);
-            let server = tokio::spawn(server::serve_with(listener, state, options, shutdown_rx));
+            // One server per socket (several only with socket activation), each with the --web-* caps.
+            let servers: Vec<_> = listeners
+                .into_iter()
+                .map(|listener| {
+                    let options = ServeOptions {
+                        limits,
+                        web: web.clone(),
+                        metrics: http_metrics.clone(),
+                        health_auth,
+                    };
+                    tokio::spawn(server::serve_with(
+                        listener,
+                        state.clone(),
+                        options,
+                        shutdown_rx.clone(),
+                    ))
+                })
+                .collect();
             wait_for_termination().await;
             tracing::info!("shutting down");
             let _ = shutdown_tx.send(true);
-            let _ = tokio::time::timeout(Duration::from_secs(5), server).await;
+            let _ = tokio::time::timeout(Duration::from_secs(5), async {
+                for server in servers {
+                    let _ = server.await;
+                }
+            })
+            .await;
         });
         let _ = control_tx.send(Control::Stop);
         drop(control_tx);

@@ -84,12 +84,6 @@ pub const ACCEPTED_NOT_IMPLEMENTED: &[(&str, Option<char>, &str, bool)] = &[
     ),
     ("enable-pprof", None, "DCGM_EXPORTER_ENABLE_PPROF", false),
     (
-        "web-systemd-socket",
-        None,
-        "DCGM_EXPORTER_SYSTEMD_SOCKET",
-        false,
-    ),
-    (
         "container-labels",
         None,
         "DCGM_EXPORTER_CONTAINER_LABELS",

@@ -13,6 +13,7 @@
 pub mod args;
 pub mod auth;
 pub mod io;
+pub mod systemd;
 pub mod tls;
 pub mod web;
 
