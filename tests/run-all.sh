@@ -61,6 +61,12 @@ if ! command -v cargo-fuzz >/dev/null; then
   cargo install cargo-fuzz --locked --version 0.13.2
 fi
 
+# Debian package (issue 24): cargo-deb builds it in tests/packaging/check-deb.sh (~3 min of CPU to install)
+if ! cargo deb --version 2>/dev/null | grep -qx 'cargo-deb 3.8.0'; then
+  log "cargo install cargo-deb"
+  cargo install cargo-deb --locked --version 3.8.0
+fi
+
 # --- prerequisites: npm tools --------------------------------------------------------------------
 # (npm installs are appended here by the features that need them)
 # stack test: typescript + @grafana/schema for the dashboard type check (tests/dashboards/package-lock.json)
@@ -102,6 +108,9 @@ log "stack test: compose files, collector configs, dashboards, live dashboard qu
 
 log "kubernetes manifests: kubernetes-validate --strict, ServiceMonitor, ConfigMap (tests/kubernetes)"
 ./tests/kubernetes/check-manifests.sh target/debug/dcgm-otel
+
+log "Debian package: cargo deb of the debug build above, dpkg-deb checks, the unpacked binary serving /metrics (tests/packaging)"
+./tests/packaging/check-deb.sh --profile dev
 
 log "benches: smoke runs (compile and run, a few iterations, no timing asserted; figures in docs/performance.md)"
 cargo test --bench exposition --bench cycle --bench nvml --bench kubernetes_mapping -- --smoke
