@@ -429,6 +429,21 @@ impl Plan {
             tracing::warn!(origin = %counters.origin, line, field = %name, "unknown DCGM_EXP_* metric (dcgm-exporter has DCGM_EXP_XID_ERRORS_COUNT, _TOTAL, DCGM_EXP_CLOCK_EVENTS_COUNT, _TOTAL, DCGM_EXP_GPU_HEALTH_STATUS, DCGM_EXP_P2P_STATUS); row skipped");
         }
 
+        // Before any thread: libdcgm reads its log settings from the process environment.
+        if cli.dcgm.enable_dcgm_log {
+            match &source {
+                SourcePlan::Dcgm(o) | SourcePlan::Auto(o, _) if o.remote.is_none() => {
+                    let dcgm_level = cli.dcgm.dcgm_log_level;
+                    let to = dcgm::log::pass_through(dcgm_level);
+                    tracing::info!(dcgm_level = dcgm_level.as_str(), to = %to, "DCGM's own log is passed through (--enable-dcgm-log)");
+                }
+                SourcePlan::Dcgm(_) | SourcePlan::Auto(..) => tracing::warn!(
+                    "--enable-dcgm-log has no effect with -r: DCGM's log is nv-hostengine's (its --log-filename and --log-level)"
+                ),
+                _ => tracing::warn!("--enable-dcgm-log has no effect: DCGM is not used (--simulate or --source nvml)"),
+            }
+        }
+
         // :9400 first: a port in use stops start-up before a source is read or anything is pushed.
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)

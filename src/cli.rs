@@ -60,13 +60,6 @@ pub const ACCEPTED_NOT_IMPLEMENTED: &[(&str, Option<char>, &str, bool)] = &[
         true,
     ),
     ("fake-gpus", None, "DCGM_EXPORTER_USE_FAKE_GPUS", false),
-    (
-        "enable-dcgm-log",
-        None,
-        "DCGM_EXPORTER_ENABLE_DCGM_LOG",
-        false,
-    ),
-    ("dcgm-log-level", None, "DCGM_EXPORTER_DCGM_LOG_LEVEL", true),
     ("dump-enabled", None, "DCGM_EXPORTER_DUMP_ENABLED", false),
     ("dump-directory", None, "DCGM_EXPORTER_DUMP_DIRECTORY", true),
     ("dump-retention", None, "DCGM_EXPORTER_DUMP_RETENTION", true),
