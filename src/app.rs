@@ -33,6 +33,7 @@ use crate::enrich::hpc::HpcEnricher;
 use crate::enrich::kubernetes::simulated::SimulatedCluster;
 use crate::enrich::kubernetes::{api::ApiConfig, KubernetesConfig, KubernetesEnricher, PodSource};
 use crate::enrich::Enricher;
+use crate::export::dump::DumpWriter;
 use crate::export::otel::otlp::{OtelExport, OtlpPlan};
 use crate::export::otel::sdk::prometheus_bridge::OtelPrometheus;
 use crate::export::otel::{naming, OtelContext};
@@ -657,6 +658,12 @@ impl Plan {
                 vec![Arc::new(bridge)]
             }
         };
+        // After the renderer: the dump writes the body it has just rendered.
+        if cli.dump.dump_enabled {
+            let dump = DumpWriter::start(&cli.dump, renderer.body(), &self_metrics)
+                .map_err(StartError::input)?;
+            consumers.push(Arc::new(dump));
+        }
         let store = SnapshotStore::new();
         let otel: Option<OtelExport> = match otlp {
             Some(plan) => Some(

@@ -12,6 +12,7 @@ use crate::config::{flags, CollectionArgs};
 use crate::enrich::exp::args::ExpArgs;
 use crate::enrich::hpc::HpcArgs;
 use crate::enrich::kubernetes::KubernetesArgs;
+use crate::export::dump::DumpArgs;
 use crate::export::otel::otlp::OtlpArgs;
 use crate::server::args::ServerArgs;
 use crate::source::args::SourceArgs;
@@ -47,6 +48,8 @@ pub struct Cli {
     pub otlp: OtlpArgs,
     #[command(flatten)]
     pub exp: ExpArgs,
+    #[command(flatten)]
+    pub dump: DumpArgs,
 }
 
 /// dcgm-exporter flags that dcgm-otel accepts so existing command lines and manifests keep starting,
@@ -60,15 +63,6 @@ pub const ACCEPTED_NOT_IMPLEMENTED: &[(&str, Option<char>, &str, bool)] = &[
         true,
     ),
     ("fake-gpus", None, "DCGM_EXPORTER_USE_FAKE_GPUS", false),
-    ("dump-enabled", None, "DCGM_EXPORTER_DUMP_ENABLED", false),
-    ("dump-directory", None, "DCGM_EXPORTER_DUMP_DIRECTORY", true),
-    ("dump-retention", None, "DCGM_EXPORTER_DUMP_RETENTION", true),
-    (
-        "dump-compression",
-        None,
-        "DCGM_EXPORTER_DUMP_COMPRESSION",
-        false,
-    ),
     (
         "disable-startup-validate",
         None,
