@@ -200,6 +200,14 @@ impl Plan {
             None => Listen::Bind(listen_addresses(&cli.server.address).map_err(StartError::input)?),
         };
         let web_config = cli.server.web_config_path().map(PathBuf::from);
+        if cli.server.enable_pprof {
+            if cfg!(not(feature = "pprof")) {
+                return Err(StartError::input("--enable-pprof: this build of dcgm-otel has no CPU profiler (built without the cargo feature pprof)"));
+            }
+            if web_config.is_none() {
+                return Err(StartError::input("--enable-pprof needs --web-config-file (as in dcgm-exporter): profiles are served behind its TLS and basic auth"));
+            }
+        }
         let web_security = match &web_config {
             Some(path) => WebSecurity::load(path).map_err(StartError::input)?,
             None => WebSecurity::plain(),
@@ -708,6 +716,10 @@ impl Plan {
             .join(" ");
         tracing::info!(address = %local, systemd_socket = cli.server.web_systemd_socket, startup_ms = started.elapsed().as_millis() as u64, "serving /metrics");
         let (limits, health_auth) = (cli.server.limits(), cli.server.web_health_auth);
+        let enable_pprof = cli.server.enable_pprof;
+        if enable_pprof {
+            tracing::info!("CPU profiles at /debug/pprof/profile?seconds=N (--enable-pprof), behind the web config");
+        }
         runtime.block_on(async move {
             let (shutdown_tx, shutdown_rx) = tokio::sync::watch::channel(false);
             // One server per socket (several only with socket activation), each with the --web-* caps.
@@ -719,6 +731,7 @@ impl Plan {
                         web: web.clone(),
                         metrics: http_metrics.clone(),
                         health_auth,
+                        pprof: enable_pprof,
                     };
                     tokio::spawn(server::serve_with(
                         listener,

@@ -69,7 +69,6 @@ pub const ACCEPTED_NOT_IMPLEMENTED: &[(&str, Option<char>, &str, bool)] = &[
         "DISABLE_STARTUP_VALIDATE",
         false,
     ),
-    ("enable-pprof", None, "DCGM_EXPORTER_ENABLE_PPROF", false),
     (
         "container-labels",
         None,

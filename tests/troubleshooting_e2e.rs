@@ -1,11 +1,13 @@
 //! What a user collects when the exporter misbehaves (issue 24): DCGM's own log passed through
 //! (`--enable-dcgm-log`, `--dcgm-log-level`) from the fake libdcgm, which logs like libdcgm does
-//! (`tests/fake-libdcgm/src/dbglog.rs`); the debug dump (`--dump-*`) filling and rotating its directory.
+//! (`tests/fake-libdcgm/src/dbglog.rs`); the debug dump (`--dump-*`) filling and rotating its directory;
+//! CPU profiles (`--enable-pprof`) behind basic auth, read back with a protobuf wire-format reader written
+//! here from profile.proto's field numbers (independent of the exporter's encoder).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -307,5 +309,256 @@ fn an_unusable_dump_directory_stops_start_up() {
             "dcgm-otel: --dump-directory '{}': cannot create it: Not a directory (os error 20)",
             bad.display()
         )
+    );
+}
+
+/// One protobuf field: (number, varint value or bytes).
+enum Wire<'a> {
+    Varint(u64),
+    Bytes(&'a [u8]),
+}
+
+fn varint(b: &[u8], at: &mut usize) -> u64 {
+    let mut v = 0u64;
+    for shift in (0..64).step_by(7) {
+        let byte = b[*at];
+        *at += 1;
+        v |= u64::from(byte & 0x7f) << shift;
+        if byte & 0x80 == 0 {
+            break;
+        }
+    }
+    v
+}
+
+/// The fields of a message, in order (wire types 0, 1, 2 and 5; 64- and 32-bit ones as varints).
+fn fields(b: &[u8]) -> Vec<(u64, Wire<'_>)> {
+    let mut at = 0;
+    let mut out = Vec::new();
+    while at < b.len() {
+        let key = varint(b, &mut at);
+        let value = match key & 7 {
+            0 => Wire::Varint(varint(b, &mut at)),
+            1 => {
+                at += 8;
+                Wire::Varint(0)
+            }
+            2 => {
+                let len = varint(b, &mut at) as usize;
+                at += len;
+                Wire::Bytes(&b[at - len..at])
+            }
+            5 => {
+                at += 4;
+                Wire::Varint(0)
+            }
+            other => panic!("wire type {other} at byte {at}"),
+        };
+        out.push((key >> 3, value));
+    }
+    out
+}
+
+fn messages(b: &[u8], field: u64) -> Vec<&[u8]> {
+    fields(b)
+        .into_iter()
+        .filter_map(|(n, v)| match v {
+            Wire::Bytes(m) if n == field => Some(m),
+            _ => None,
+        })
+        .collect()
+}
+
+fn number(b: &[u8], field: u64) -> u64 {
+    fields(b)
+        .into_iter()
+        .find_map(|(n, v)| match v {
+            Wire::Varint(x) if n == field => Some(x),
+            _ => None,
+        })
+        .unwrap_or(0)
+}
+
+/// A repeated integer field, packed or not.
+fn numbers(b: &[u8], field: u64) -> Vec<u64> {
+    let mut out = Vec::new();
+    for (n, v) in fields(b) {
+        if n != field {
+            continue;
+        }
+        match v {
+            Wire::Varint(x) => out.push(x),
+            Wire::Bytes(packed) => {
+                let mut at = 0;
+                while at < packed.len() {
+                    out.push(varint(packed, &mut at));
+                }
+            }
+        }
+    }
+    out
+}
+
+fn web_config_with_user(dir: &Path) -> (String, [(&'static str, &'static str); 1]) {
+    let web = dir.join("web.yml");
+    let hash = bcrypt::hash("s3cret", 10).unwrap();
+    std::fs::write(&web, format!("basic_auth_users:\n  prom: {hash}\n")).unwrap();
+    // base64("prom:s3cret")
+    (
+        web.display().to_string(),
+        [("Authorization", "Basic cHJvbTpzM2NyZXQ=")],
+    )
+}
+
+#[test]
+#[cfg(feature = "pprof")]
+fn a_cpu_profile_downloads_behind_auth_and_parses() {
+    let dir = tempfile::tempdir().unwrap();
+    let (web, auth) = web_config_with_user(dir.path());
+    let e = common::start(
+        // /ready open: the helper waits for it without credentials.
+        &[
+            "--simulate=large",
+            "-c",
+            "100",
+            "--enable-pprof",
+            "--web-config-file",
+            &web,
+            "--web-health-auth=false",
+        ],
+        &[],
+    );
+    common_auth_checks(e.port, &auth);
+    let denied = common::get(e.port, "/debug/pprof/profile?seconds=1").unwrap();
+    assert_eq!(denied.status, 401);
+    let bad = common::get_with(e.port, "/debug/pprof/profile?seconds=0", &auth).unwrap();
+    assert_eq!(
+        (bad.status, bad.text().as_str()),
+        (400, "seconds '0': expected a whole number in 1..=300\n")
+    );
+    assert_eq!(
+        common::get_with(e.port, "/debug/pprof/heap", &auth)
+            .unwrap()
+            .status,
+        404
+    );
+
+    // Scrapes keep the exporter busy while it samples itself.
+    let port = e.port;
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let load = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let _ = common::get_with(port, "/metrics", &auth);
+            }
+        })
+    };
+    let (head, body) = get_slowly(e.port, "/debug/pprof/profile?seconds=2", auth[0].1);
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    load.join().unwrap();
+    assert!(head.starts_with("HTTP/1.1 200 OK\r\n"), "{head}");
+    assert!(
+        head.to_ascii_lowercase()
+            .contains("\r\ncontent-type: application/octet-stream\r\n"),
+        "{head}"
+    );
+    let mut raw = Vec::new();
+    flate2::read::GzDecoder::new(&body[..])
+        .read_to_end(&mut raw)
+        .unwrap();
+
+    // profile.proto: 1 sample_type, 2 sample, 4 location, 5 function, 6 string_table, 11 period_type.
+    let strings: Vec<String> = messages(&raw, 6)
+        .into_iter()
+        .map(|s| String::from_utf8(s.to_vec()).unwrap())
+        .collect();
+    assert_eq!(strings[0], "");
+    let s = |i: u64| strings[i as usize].as_str();
+    let types: Vec<(&str, &str)> = messages(&raw, 1)
+        .into_iter()
+        .map(|vt| (s(number(vt, 1)), s(number(vt, 2))))
+        .collect();
+    assert_eq!(types, [("samples", "count"), ("cpu", "nanoseconds")]);
+    let period_type = messages(&raw, 11)[0];
+    assert_eq!(
+        (s(number(period_type, 1)), s(number(period_type, 2))),
+        ("cpu", "nanoseconds")
+    );
+
+    let functions: BTreeMap<u64, &str> = messages(&raw, 5)
+        .into_iter()
+        .map(|f| (number(f, 1), s(number(f, 2))))
+        .collect();
+    let locations: BTreeMap<u64, Vec<u64>> = messages(&raw, 4)
+        .into_iter()
+        .map(|l| {
+            let lines = messages(l, 4)
+                .into_iter()
+                .map(|line| number(line, 1))
+                .collect();
+            (number(l, 1), lines)
+        })
+        .collect();
+    let samples = messages(&raw, 2);
+    assert!(!samples.is_empty(), "no sample in 2 s of a busy exporter");
+    let mut seen = BTreeSet::new();
+    for sample in samples {
+        let values = numbers(sample, 2);
+        assert_eq!(values.len(), 2);
+        assert!(values[0] >= 1);
+        for loc in numbers(sample, 1) {
+            for f in &locations[&loc] {
+                seen.insert(functions[f]);
+            }
+        }
+    }
+    // Symbolised: the exporter's own functions are named.
+    assert!(seen.iter().any(|f| f.contains("dcgm_otel")), "{seen:?}");
+}
+
+/// GET with basic auth and a long read limit (the first profile of a debug build also loads its
+/// debug information to name the functions): (response head, body).
+fn get_slowly(port: u16, path: &str, authorization: &str) -> (String, Vec<u8>) {
+    use std::io::Write;
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(120))).unwrap();
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: x\r\nAuthorization: {authorization}\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw).unwrap();
+    let split = raw.windows(4).position(|w| w == b"\r\n\r\n").unwrap();
+    (
+        String::from_utf8_lossy(&raw[..split + 2]).into_owned(),
+        raw[split + 4..].to_vec(),
+    )
+}
+
+/// /metrics itself stays behind the same auth.
+fn common_auth_checks(port: u16, auth: &[(&str, &str)]) {
+    assert_eq!(common::get(port, "/metrics").unwrap().status, 401);
+    assert_eq!(
+        common::get_with(port, "/metrics", auth).unwrap().status,
+        200
+    );
+}
+
+#[test]
+fn pprof_is_off_unless_asked_and_needs_a_web_config() {
+    let e = common::start(&["--simulate"], &[]);
+    assert_eq!(
+        common::get(e.port, "/debug/pprof/profile?seconds=1")
+            .unwrap()
+            .status,
+        404
+    );
+    drop(e);
+    let (code, stderr) = common::run_to_exit(&["--simulate", "--enable-pprof"], &[]);
+    assert_eq!(
+        (code, stderr.as_str()),
+        (2, "dcgm-otel: --enable-pprof needs --web-config-file (as in dcgm-exporter): profiles are served behind its TLS and basic auth\n")
     );
 }
