@@ -28,6 +28,7 @@ use crate::config::CollectionArgs;
 use crate::counters::reload::CountersReloader;
 use crate::counters::watch_groups;
 use crate::counters::{self, CounterSet};
+use crate::enrich::containers::ContainerEnricher;
 use crate::enrich::exp::ExpStage;
 use crate::enrich::hpc::HpcEnricher;
 use crate::enrich::kubernetes::simulated::SimulatedCluster;
@@ -200,6 +201,7 @@ impl Plan {
             None => Listen::Bind(listen_addresses(&cli.server.address).map_err(StartError::input)?),
         };
         let web_config = cli.server.web_config_path().map(PathBuf::from);
+        cli.containers.socket().map_err(StartError::input)?;
         if cli.server.enable_pprof {
             if cfg!(not(feature = "pprof")) {
                 return Err(StartError::input("--enable-pprof: this build of dcgm-otel has no CPU profiler (built without the cargo feature pprof)"));
@@ -642,6 +644,19 @@ impl Plan {
         }
         if let Some(dir) = cli.hpc.dir() {
             enrichers.push(Box::new(HpcEnricher::new(dir.to_path_buf(), &self_metrics)));
+        }
+        if let Ok(Some(socket)) = cli.containers.socket() {
+            if cli.kubernetes.kubernetes {
+                tracing::warn!("--container-labels is ignored with -k/--kubernetes: pods and containers come from the kubelet");
+            } else {
+                let containers = ContainerEnricher::new(socket.to_path_buf(), &self_metrics)
+                    .map_err(|e| {
+                        StartError::environment(format!(
+                            "cannot start the container-runtime thread: {e}"
+                        ))
+                    })?;
+                enrichers.push(Box::new(containers));
+            }
         }
 
         // ---- consumers and OTLP ---------------------------------------------------------------

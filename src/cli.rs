@@ -9,6 +9,7 @@ use std::ffi::OsString;
 use clap::{ArgAction, Parser};
 
 use crate::config::{flags, CollectionArgs};
+use crate::enrich::containers::ContainerArgs;
 use crate::enrich::exp::args::ExpArgs;
 use crate::enrich::hpc::HpcArgs;
 use crate::enrich::kubernetes::KubernetesArgs;
@@ -45,6 +46,8 @@ pub struct Cli {
     #[command(flatten)]
     pub hpc: HpcArgs,
     #[command(flatten)]
+    pub containers: ContainerArgs,
+    #[command(flatten)]
     pub otlp: OtlpArgs,
     #[command(flatten)]
     pub exp: ExpArgs,
@@ -68,18 +71,6 @@ pub const ACCEPTED_NOT_IMPLEMENTED: &[(&str, Option<char>, &str, bool)] = &[
         None,
         "DISABLE_STARTUP_VALIDATE",
         false,
-    ),
-    (
-        "container-labels",
-        None,
-        "DCGM_EXPORTER_CONTAINER_LABELS",
-        false,
-    ),
-    (
-        "container-runtime-socket",
-        None,
-        "DCGM_CONTAINER_RUNTIME_SOCKET",
-        true,
     ),
 ];
 
