@@ -515,6 +515,33 @@ fn a_cpu_profile_downloads_behind_auth_and_parses() {
     }
     // Symbolised: the exporter's own functions are named.
     assert!(seen.iter().any(|f| f.contains("dcgm_otel")), "{seen:?}");
+
+    // A client that goes away does not leave the profiler taken: meanwhile others get 409, then 200.
+    {
+        use std::io::Write;
+        let mut gone = std::net::TcpStream::connect(("127.0.0.1", e.port)).unwrap();
+        write!(
+            gone,
+            "GET /debug/pprof/profile?seconds=2 HTTP/1.1\r\nHost: x\r\nAuthorization: {}\r\n\r\n",
+            auth[0].1
+        )
+        .unwrap();
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let (head, body) = get_slowly(e.port, "/debug/pprof/profile?seconds=1", auth[0].1);
+        if head.starts_with("HTTP/1.1 200 OK") {
+            break;
+        }
+        assert!(head.starts_with("HTTP/1.1 409 Conflict"), "{head}");
+        assert_eq!(
+            String::from_utf8_lossy(&body),
+            "a CPU profile is already being taken; retry when it is done\n"
+        );
+        assert!(Instant::now() < deadline, "the profiler stayed taken");
+        std::thread::sleep(Duration::from_millis(200));
+    }
 }
 
 /// GET with basic auth and a long read limit (the first profile of a debug build also loads its

@@ -42,8 +42,13 @@ pub async fn profile(query: Option<&str>) -> Response<Full<Bytes>> {
             "a CPU profile is already being taken; retry when it is done\n".into(),
         );
     }
-    let taken = tokio::task::spawn_blocking(move || take(seconds)).await;
-    RUNNING.store(false, Ordering::Release);
+    // Released by the sampling thread when it is done, even if the client went away meanwhile (the
+    // request future is then dropped, but the sampler runs to its end).
+    let taken = tokio::task::spawn_blocking(move || {
+        let _release = Release;
+        take(seconds)
+    })
+    .await;
     match taken {
         Ok(Ok(body)) => {
             let mut r = Response::new(Full::new(Bytes::from(body)));
@@ -66,6 +71,15 @@ pub async fn profile(query: Option<&str>) -> Response<Full<Bytes>> {
             StatusCode::INTERNAL_SERVER_ERROR,
             format!("the profiling thread failed: {e}\n"),
         ),
+    }
+}
+
+/// Lets the next profile start when dropped (also when sampling panicked).
+struct Release;
+
+impl Drop for Release {
+    fn drop(&mut self) {
+        RUNNING.store(false, Ordering::Release);
     }
 }
 
