@@ -649,12 +649,16 @@ impl Plan {
             if cli.kubernetes.kubernetes {
                 tracing::warn!("--container-labels is ignored with -k/--kubernetes: pods and containers come from the kubelet");
             } else {
-                let containers = ContainerEnricher::new(socket.to_path_buf(), &self_metrics)
-                    .map_err(|e| {
-                        StartError::environment(format!(
-                            "cannot start the container-runtime thread: {e}"
-                        ))
-                    })?;
+                let containers = ContainerEnricher::new(
+                    socket.to_path_buf(),
+                    cli.source.proc_root.clone(),
+                    &self_metrics,
+                )
+                .map_err(|e| {
+                    StartError::environment(format!(
+                        "cannot start the container-runtime thread: {e}"
+                    ))
+                })?;
                 enrichers.push(Box::new(containers));
             }
         }

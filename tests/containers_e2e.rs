@@ -2,7 +2,7 @@
 //! unix socket in a temporary directory (list running containers, inspect each), over the simulated
 //! fleet: GPUs named by a `--gpus device=` request or by `NVIDIA_VISIBLE_DEVICES` get `container`, a
 //! count-only request does not, the label goes when the container stops, and an absent socket
-//! delays nothing and is counted.
+//! delays nothing and is counted; per-process series get their container from a fake /proc's cgroup.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -40,7 +40,10 @@ impl FakeDocker {
                 let containers = state.containers.lock().unwrap().clone();
                 let found = if path == "/containers/json" {
                     Some(Value::Array(
-                        containers.iter().map(|c| json!({"Id": c["Id"]})).collect(),
+                        containers
+                            .iter()
+                            .map(|c| json!({"Id": c["Id"], "Names": [c["Name"]]}))
+                            .collect(),
                     ))
                 } else {
                     containers
@@ -197,5 +200,69 @@ fn container_labels_need_the_socket() {
     assert_eq!(
         (code, stderr.as_str()),
         (2, "dcgm-otel: --container-labels needs --container-runtime-socket (the Docker or Podman API socket, e.g. /var/run/docker.sock)\n")
+    );
+}
+
+#[test]
+fn processes_get_the_container_of_their_cgroup() {
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("docker.sock");
+    let id = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+    let docker = FakeDocker::default();
+    // Running, no GPU assigned: its processes are labelled, its GPU's series are not.
+    docker
+        .containers
+        .lock()
+        .unwrap()
+        .push(json!({"Id": id, "Name": "/monitor"}));
+    docker.serve(&socket);
+    // The simulated fleet's nvidia-smi (pid 5120) runs in the container; python3 (4242) has no cgroup file.
+    let proc_root = dir.path().join("proc");
+    std::fs::create_dir_all(proc_root.join("5120")).unwrap();
+    std::fs::write(
+        proc_root.join("5120/cgroup"),
+        format!("0::/system.slice/docker-{id}.scope\n"),
+    )
+    .unwrap();
+    let e = common::start(
+        &[
+            "--simulate",
+            "-n",
+            "-c",
+            "200",
+            "--collect-processes",
+            "--proc-root",
+            proc_root.to_str().unwrap(),
+            "--container-labels",
+            "--container-runtime-socket",
+            socket.to_str().unwrap(),
+        ],
+        &[],
+    );
+    let body = scrape_until(e.port, "process container", |b| {
+        b.contains("container=\"monitor\"")
+    });
+    let process_lines: Vec<&str> = body
+        .lines()
+        .filter(|l| l.starts_with("dcgm_otel_process_gpu_memory_bytes{"))
+        .collect();
+    let smi = process_lines
+        .iter()
+        .find(|l| l.contains("pid=\"5120\""))
+        .unwrap();
+    assert!(
+        smi.contains(",pid=\"5120\",process_name=\"nvidia-smi\",container=\"monitor\"}"),
+        "{smi}"
+    );
+    let python = process_lines
+        .iter()
+        .find(|l| l.contains("pid=\"4242\""))
+        .unwrap();
+    assert!(!python.contains("container="), "{python}");
+    assert!(
+        gpu_temp_lines(&body)
+            .iter()
+            .all(|l| !l.contains("container=")),
+        "{body}"
     );
 }

@@ -6,13 +6,16 @@
 //! Assigned explicitly means a `--gpus` device request naming devices (`device=0,1`, UUIDs), `--gpus
 //! all`, or `NVIDIA_VISIBLE_DEVICES` with indexes, UUIDs or `all`; a count (`--gpus 2`) says nothing
 //! about which GPU and stays unlabeled. A whole GPU given to a container labels its MIG instances and
-//! NvLinks too; several containers on one GPU give one series each.
+//! NvLinks too; several containers on one GPU give one series each. Per-process series
+//! (`--collect-processes`) get the container their process runs in, from `/proc/<pid>/cgroup` (under
+//! `--proc-root`): Docker's `docker-<id>.scope` or `/docker/<id>`, Podman's `libpod-<id>.scope`.
 //!
 //! The Docker Engine API is asked (list running containers, inspect each) on a thread of its own, woken
 //! once per collection; the enricher reads the last answer, so an absent or slow socket never delays a
 //! collection. Each call is bounded by [`TIMEOUT`]; a failed refresh is logged once per outage, counted
 //! in `dcgm_otel_container_runtime_errors_total`, and keeps the last answer.
 
+use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
@@ -25,7 +28,7 @@ use serde_json::Value;
 
 use super::Enricher;
 use crate::snapshot::attribution::{Attribute, AttributeKey, Placement};
-use crate::snapshot::EntityReading;
+use crate::snapshot::{EntityReading, ProcessReading};
 use crate::telemetry::self_metrics::{Metric, SelfMetrics};
 
 /// Read and write limit of one API call.
@@ -226,9 +229,36 @@ fn get(socket: &Path, path: &str) -> Result<Value, ApiError> {
     serde_json::from_slice(&raw[split + 4..]).map_err(|e| answer(&format!("not JSON: {e}")))
 }
 
-/// Ask the runtime for the running containers' claims.
-pub fn claims(socket: &Path) -> Result<Vec<Claim>, ApiError> {
+/// What the runtime said at the last refresh.
+#[derive(Debug, Default)]
+pub struct Known {
+    /// The running containers with GPUs assigned explicitly.
+    pub claims: Vec<Claim>,
+    /// Every running container's name (short id when unnamed), by full id.
+    pub names: HashMap<String, String>,
+}
+
+/// Ask the runtime for the running containers and their claims.
+pub fn known(socket: &Path) -> Result<Known, ApiError> {
     let list = get(socket, "/containers/json")?;
+    let mut names = HashMap::new();
+    for c in list.as_array().into_iter().flatten() {
+        let Some(id) = c["Id"].as_str() else { continue };
+        let name = c["Names"][0]
+            .as_str()
+            .map(|n| n.trim_start_matches('/').to_string())
+            .filter(|n| !n.is_empty())
+            .unwrap_or_else(|| id.chars().take(12).collect());
+        names.insert(id.to_string(), name);
+    }
+    Ok(Known {
+        claims: claims(socket, &list)?,
+        names,
+    })
+}
+
+/// The claims of the containers in a list answer, from their inspect answers.
+fn claims(socket: &Path, list: &Value) -> Result<Vec<Claim>, ApiError> {
     let mut out = Vec::new();
     for c in list.as_array().into_iter().flatten() {
         let Some(id) = c["Id"].as_str().filter(|id| {
@@ -249,45 +279,91 @@ pub fn claims(socket: &Path) -> Result<Vec<Claim>, ApiError> {
     Ok(out)
 }
 
+/// The container id in a `/proc/<pid>/cgroup` text: the first path segment that is, or ends in,
+/// `docker-<64 hex>.scope`, `libpod-<64 hex>.scope` or a bare 64-hex id (cgroupfs driver).
+pub fn container_id(cgroup: &str) -> Option<&str> {
+    let hex64 = |s: &str| s.len() == 64 && s.bytes().all(|b| b.is_ascii_hexdigit());
+    cgroup
+        .lines()
+        .filter_map(|l| l.splitn(3, ':').nth(2))
+        .flat_map(|path| path.split('/'))
+        .find_map(|seg| {
+            let id = seg
+                .strip_suffix(".scope")
+                .and_then(|s| {
+                    s.strip_prefix("docker-")
+                        .or_else(|| s.strip_prefix("libpod-"))
+                })
+                .unwrap_or(seg);
+            hex64(id).then_some(id)
+        })
+}
+
+/// Give each process the name of the container its cgroup names, when the runtime knows it.
+pub fn apply_processes(
+    names: &HashMap<String, String>,
+    proc_root: &Path,
+    processes: &mut [ProcessReading],
+) {
+    if names.is_empty() {
+        return;
+    }
+    for p in processes {
+        let Some(pid) = p.pid else { continue };
+        let Ok(text) = std::fs::read_to_string(proc_root.join(pid.to_string()).join("cgroup"))
+        else {
+            continue;
+        };
+        if let Some(name) = container_id(&text).and_then(|id| names.get(id)) {
+            Arc::make_mut(&mut p.attribution)
+                .add(&[Attribute::new(&CONTAINER_NAME, name.as_str())]);
+        }
+    }
+}
+
 /// The enricher: wakes the refresher, applies its last answer.
 pub struct ContainerEnricher {
-    claims: Arc<ArcSwap<Vec<Claim>>>,
+    known: Arc<ArcSwap<Known>>,
     wake: SyncSender<()>,
+    proc_root: PathBuf,
 }
 
 impl ContainerEnricher {
-    pub fn new(socket: PathBuf, registry: &SelfMetrics) -> std::io::Result<ContainerEnricher> {
-        let claims = Arc::new(ArcSwap::from_pointee(Vec::new()));
+    pub fn new(
+        socket: PathBuf,
+        proc_root: PathBuf,
+        registry: &SelfMetrics,
+    ) -> std::io::Result<ContainerEnricher> {
+        let known = Arc::new(ArcSwap::from_pointee(Known::default()));
         let errors = registry.counter(
             "dcgm_otel_container_runtime_errors_total",
             "Refreshes of the container list that failed (--container-runtime-socket): absent, slow or wrong answers.",
             &[],
         );
         let (wake, woken) = sync_channel(1);
-        let shared = claims.clone();
+        let shared = known.clone();
         tracing::info!(socket = %socket.display(), "container labels on: GPUs assigned to running containers get a container label");
         std::thread::Builder::new()
             .name("containers".into())
             .spawn(move || refresh(socket, shared, errors, woken))?;
-        Ok(ContainerEnricher { claims, wake })
+        Ok(ContainerEnricher {
+            known,
+            wake,
+            proc_root,
+        })
     }
 }
 
-fn refresh(
-    socket: PathBuf,
-    claims: Arc<ArcSwap<Vec<Claim>>>,
-    errors: Arc<Metric>,
-    woken: Receiver<()>,
-) {
+fn refresh(socket: PathBuf, known: Arc<ArcSwap<Known>>, errors: Arc<Metric>, woken: Receiver<()>) {
     let mut failing = false;
     while woken.recv().is_ok() {
-        match self::claims(&socket) {
+        match self::known(&socket) {
             Ok(found) => {
                 if failing {
                     tracing::info!(socket = %socket.display(), "container runtime answers again");
                     failing = false;
                 }
-                claims.store(Arc::new(found));
+                known.store(Arc::new(found));
             }
             Err(e) => {
                 errors.inc();
@@ -308,7 +384,11 @@ impl Enricher for ContainerEnricher {
     fn enrich(&mut self, entities: &mut [EntityReading]) {
         // A refresh already pending or running is enough: never wait for it.
         let _ = self.wake.try_send(());
-        apply(&self.claims.load(), entities);
+        apply(&self.known.load().claims, entities);
+    }
+
+    fn enrich_processes(&mut self, processes: &mut [ProcessReading]) {
+        apply_processes(&self.known.load().names, &self.proc_root, processes);
     }
 }
 
@@ -316,6 +396,24 @@ impl Enricher for ContainerEnricher {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn container_ids_from_cgroups() {
+        let id = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+        for text in [
+            format!("0::/system.slice/docker-{id}.scope\n"),
+            format!("12:memory:/docker/{id}\n0::/\n"),
+            format!("0::/machine.slice/libpod-{id}.scope/container\n"),
+        ] {
+            assert_eq!(container_id(&text), Some(id), "{text}");
+        }
+        assert_eq!(
+            container_id("0::/user.slice/user-1000.slice/session-3.scope\n"),
+            None
+        );
+        assert_eq!(container_id("0::/system.slice/docker-abc.scope\n"), None);
+        assert_eq!(container_id(""), None);
+    }
 
     #[test]
     fn claims_from_inspect_answers() {
