@@ -22,6 +22,8 @@ command -v htpasswd >/dev/null || need_apt+=(apache2-utils)
 command -v wrk >/dev/null || need_apt+=(wrk)  # benches/load.sh (issue 8)
 # systemd units and socket activation (issue 24, tests/systemd_e2e.rs): systemd-analyze, systemd-socket-activate
 { command -v systemd-analyze && command -v systemd-socket-activate; } >/dev/null || need_apt+=(systemd)
+# the Debian package (issue 24, tests/packaging/check-deb.sh): dpkg-shlibdeps works out its Depends
+command -v dpkg-shlibdeps >/dev/null || need_apt+=(dpkg-dev)
 if [ ${#need_apt[@]} -gt 0 ]; then
   log "installing Debian packages: ${need_apt[*]}"
   SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
