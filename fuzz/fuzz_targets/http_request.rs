@@ -58,6 +58,7 @@ fuzz_target!(|data: &[u8]| {
         web: f.opts.web.clone(),
         metrics: f.opts.metrics.clone(),
         health_auth: f.opts.health_auth,
+        pprof: f.opts.pprof,
     };
     let answer = f.runtime.block_on(async {
         let (mut client, server_side) = tokio::io::duplex(64 * 1024);

@@ -2,6 +2,7 @@
 //! instance. They run on the collector thread once per collect interval, after the source poll and before
 //! publication, so a scrape never triggers a kubelet call or a directory read.
 
+pub mod containers;
 pub mod exp;
 pub mod hpc;
 pub mod kubernetes;

@@ -4,6 +4,7 @@
 //! HTTP server; [`otel`] pushes OTLP (and holds the OpenTelemetry SDK path and its Prometheus bridge).
 //! Exporters read snapshots only; what an enricher attributed reaches them as open attribute sets.
 
+pub mod dump;
 pub mod entity_labels;
 pub mod otel;
 pub mod process_series;

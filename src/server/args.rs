@@ -40,6 +40,25 @@ pub struct ServerArgs {
     )]
     pub web_config_file: Option<PathBuf>,
 
+    /// Serve on the listening sockets systemd passes (socket activation: LISTEN_FDS, LISTEN_PID; see
+    /// packaging/systemd/dcgm-otel.socket) instead of binding --address. The web config still applies.
+    #[arg(
+        long = "web-systemd-socket",
+        env = "DCGM_EXPORTER_SYSTEMD_SOCKET",
+        action = clap::ArgAction::SetTrue
+    )]
+    pub web_systemd_socket: bool,
+
+    /// Serve CPU profiles at /debug/pprof/profile?seconds=N (pprof protobuf) behind the web config's TLS
+    /// and auth; needs --web-config-file, as in dcgm-exporter. Part of builds with the `pprof` cargo
+    /// feature (on by default); a build without it refuses the flag.
+    #[arg(
+        long = "enable-pprof",
+        env = "DCGM_EXPORTER_ENABLE_PPROF",
+        action = clap::ArgAction::SetTrue
+    )]
+    pub enable_pprof: bool,
+
     /// Time to read a request's headers (also the keep-alive idle limit and the TLS handshake limit).
     /// Go duration: 10s, 500ms, 1m; 0 = none.
     #[arg(long = "web-read-timeout", env = "DCGM_EXPORTER_WEB_READ_TIMEOUT", value_name = "DURATION",

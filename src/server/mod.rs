@@ -8,12 +8,15 @@
 //! TLS ([`tls`]), basic auth ([`auth`]; `/health` and `/ready` too unless `--web-health-auth=false`),
 //! extra response headers, caps on open connections and in-flight requests (the excess gets a quick 503,
 //! never a queue), header-read / keep-alive-idle and write timeouts ([`io`]), a 16 KiB request-head
-//! limit and no request bodies. [`web`] holds the live settings, their SIGHUP reload and the HTTP
+//! limit and no request bodies; with `--enable-pprof`, CPU profiles behind the same checks (`pprof`). [`web`] holds the live settings, their SIGHUP reload and the HTTP
 //! self-metrics.
 
 pub mod args;
 pub mod auth;
 pub mod io;
+#[cfg(feature = "pprof")]
+pub mod pprof;
+pub mod systemd;
 pub mod tls;
 pub mod web;
 
@@ -231,6 +234,8 @@ pub struct ServeOptions {
     pub metrics: Arc<HttpMetrics>,
     /// Whether `/health` and `/ready` need basic auth too (when users are configured).
     pub health_auth: bool,
+    /// `--enable-pprof`: serve `/debug/pprof/profile`.
+    pub pprof: bool,
 }
 
 impl ServeOptions {
@@ -241,6 +246,7 @@ impl ServeOptions {
             web: Arc::new(ArcSwap::from_pointee(WebSecurity::plain())),
             metrics: Arc::new(HttpMetrics::new(&SelfMetrics::default())),
             health_auth: true,
+            pprof: false,
         }
     }
 }
@@ -250,6 +256,8 @@ struct Shared {
     web: Arc<ArcSwap<WebSecurity>>,
     metrics: Arc<HttpMetrics>,
     health_auth: bool,
+    #[cfg_attr(not(feature = "pprof"), allow(dead_code))]
+    pprof: bool,
     requests: Semaphore,
 }
 
@@ -260,6 +268,7 @@ impl Shared {
             web: opts.web,
             metrics: opts.metrics,
             health_auth: opts.health_auth,
+            pprof: opts.pprof,
             requests: Semaphore::new(opts.limits.max_requests.clamp(1, u32::MAX as usize >> 3)),
         })
     }
@@ -467,6 +476,12 @@ async fn respond(shared: &Shared, req: Request<Incoming>) -> Response<Full<Bytes
                 return r;
             }
         }
+    }
+    #[cfg(feature = "pprof")]
+    if shared.pprof && req.uri().path() == "/debug/pprof/profile" && req.method() == Method::GET {
+        let mut resp = pprof::profile(req.uri().query()).await;
+        add_headers(&web, &mut resp);
+        return resp;
     }
     let mut resp = route(&shared.state, &req);
     add_headers(&web, &mut resp);

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use clap::{ArgAction, Args};
 
+use super::log::DcgmLogLevel;
 use crate::config::duration::parse_go_duration;
 
 /// The DCGM flags.
@@ -34,6 +35,21 @@ pub struct DcgmArgs {
     #[arg(long = "gpu-bind-unbind-poll-interval", env = "DCGM_EXPORTER_GPU_BIND_UNBIND_POLL_INTERVAL",
           value_name = "DURATION", default_value = "1s", value_parser = parse_go_duration)]
     pub gpu_bind_unbind_poll_interval: Duration,
+
+    /// Pass DCGM's own log through (embedded host engine only; with -r it is nv-hostengine's): to
+    /// standard output, or to the file __DCGM_DBG_FILE names when it is set.
+    #[arg(long = "enable-dcgm-log", env = "DCGM_EXPORTER_ENABLE_DCGM_LOG", action = ArgAction::SetTrue)]
+    pub enable_dcgm_log: bool,
+
+    /// DCGM's log level with --enable-dcgm-log.
+    #[arg(
+        long = "dcgm-log-level",
+        env = "DCGM_EXPORTER_DCGM_LOG_LEVEL",
+        value_name = "LEVEL",
+        value_enum,
+        default_value = "NONE"
+    )]
+    pub dcgm_log_level: DcgmLogLevel,
 }
 
 impl DcgmArgs {

@@ -29,6 +29,7 @@ pub mod client;
 mod discover;
 pub mod ffi;
 pub mod incidents;
+pub mod log;
 pub mod remote;
 mod session;
 pub mod values;

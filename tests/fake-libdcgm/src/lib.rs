@@ -13,6 +13,7 @@
 
 mod calllog;
 mod config;
+mod dbglog;
 mod engine;
 
 use std::collections::HashMap;
@@ -161,6 +162,9 @@ pub unsafe extern "C" fn dcgmStartEmbedded(
                 Err(rc) => (rc, 0),
             }
         };
+        if rc == ffi::DCGM_ST_OK {
+            dbglog::host_engine_started(op_mode);
+        }
         log(format!(
             "dcgmStartEmbedded mode={op_mode} handle={h} rc={rc}"
         ));
@@ -201,6 +205,9 @@ pub unsafe extern "C" fn dcgmStartEmbedded_v2(
             }
             Err(rc) => (rc, 0),
         };
+        if rc == ffi::DCGM_ST_OK {
+            dbglog::host_engine_started(mode);
+        }
         log(format!(
             "dcgmStartEmbedded_v2 version={ver} mode={mode} handle={h} rc={rc}"
         ));
