@@ -26,8 +26,7 @@ use crate::counters::{CounterSet, MetricKind};
 use crate::fields::{health, p2p};
 use crate::snapshot::{
     ClockSample, DerivedFamily, DerivedInfo, DerivedKind, DerivedSample, DerivedSubject, Entity,
-    EntityKind,
-    EntityReading, FieldValue, Incident, IncidentKind, P2pLink, SeriesLabel,
+    EntityKind, EntityReading, FieldValue, Incident, IncidentKind, P2pLink, SeriesLabel,
 };
 
 use super::Enricher;
