@@ -370,14 +370,10 @@ fn unimplemented_dcgm_exporter_flags_are_accepted_with_a_warning() {
             "-fake-gpus",
             "-kubernetes-enable-pod-labels",
         ],
-        &[("DCGM_EXPORTER_CONFIGMAP_DATA", "default:dcgm-metrics")],
+        &[],
     );
     let err = common::terminate(e);
-    for flag in [
-        "--disable-startup-validate",
-        "--fake-gpus",
-        "--configmap-data",
-    ] {
+    for flag in ["--disable-startup-validate", "--fake-gpus"] {
         assert!(
             err.lines()
                 .any(|l| l.contains("not implemented") && l.contains(flag)),
