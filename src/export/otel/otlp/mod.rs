@@ -25,7 +25,6 @@ mod log_records_tests;
 pub mod logs;
 #[cfg(test)]
 mod process_points_tests;
-pub mod processes;
 pub mod proto;
 pub mod queue;
 pub mod request;

@@ -59,7 +59,6 @@ use crate::snapshot::SnapshotStore;
 use crate::snapshot::{
     Attribution, DerivedKind, DerivedSubject, Entity, EntityKind, FieldValue, Snapshot,
 };
-use holders::{HolderMetric, Holders};
 
 /// How one instrument reads its row.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -520,8 +519,8 @@ impl DirectBuilder {
         let (mut placed, extras, mut holders) =
             self.place_derived(snap, &ctx, first_derived, &mut next_previous);
         // Per-process points and the per-pod split (`--collect-processes`): the holders' own view.
-        super::processes::emit(
-            &super::processes::Context {
+        processes::emit(
+            &processes::Context {
                 naming: &self.naming,
                 time: nanos(snap.taken_at),
                 start: self.start_nanos,
@@ -664,11 +663,11 @@ impl DirectBuilder {
         ctx: &PointContext<'_>,
         first: usize,
         next: &mut CounterState,
-    ) -> (Vec<Vec<DerivedPoint>>, ExtraResources, Holders) {
+    ) -> (Vec<Vec<DerivedPoint>>, ExtraResources, holders::Holders) {
         let mut placed: Vec<Vec<DerivedPoint>> = vec![Vec::new(); self.layout.resources.len()];
         let mut extras: Vec<(Resource, Vec<DerivedPoint>)> = Vec::new();
         let mut holders =
-            Holders::new(self.base.clone(), matches!(self.split, ResourceSplit::Host));
+            holders::Holders::new(self.base.clone(), matches!(self.split, ResourceSplit::Host));
         if snap.derived.is_empty() {
             return (placed, extras, holders);
         }
@@ -754,7 +753,7 @@ impl DirectBuilder {
         ctx: &PointContext<'_>,
         first: usize,
         next: &mut CounterState,
-        holders: &mut Holders,
+        holders: &mut holders::Holders,
     ) {
         let Some(fam) = snap.derived.get(f) else {
             return;
@@ -787,7 +786,7 @@ impl DirectBuilder {
             let p = ctx.point(first + f, kind, &set, v, next);
             holders.push(
                 &holder,
-                HolderMetric {
+                holders::HolderMetric {
                     name: fam.info.otel_name,
                     description: &fam.info.help,
                     unit: fam.info.unit,
@@ -1155,6 +1154,7 @@ impl DirectExport {
 }
 
 pub(super) mod holders;
+mod processes;
 mod semconv_metrics;
 
 #[cfg(test)]

@@ -3,7 +3,7 @@
 //! ratios in `1`; :9400's `dcgm_otel_process_*` names are listed beside them in the README).
 //!
 //! A process is its holder's: it goes on the Resource of its pod (the pod's attribution attributes;
-//! [`super::request::holders`]), or on the host's Resource when it belongs to no pod, never on the
+//! [`super::holders`]), or on the host's Resource when it belongs to no pod, never on the
 //! device's Resource — the device's own readings are there, once. Its points carry the device's
 //! identity (`hw.id`, `nvidia.gpu.index`, the MIG profile, ...), `process.pid` (int) and
 //! `process.executable.name` (`pid`, `process_name` and dcgm-exporter's label names with
@@ -16,9 +16,9 @@ use opentelemetry::{Key, KeyValue, Value};
 use opentelemetry_proto::tonic::common::v1::KeyValue as PKeyValue;
 use opentelemetry_proto::tonic::metrics::v1::{number_data_point, NumberDataPoint};
 
-use super::proto::pkv;
-use super::request::holders::{HolderMetric, Holders};
+use super::holders::{HolderMetric, Holders};
 use crate::export::otel::naming::{Naming, OtelAttributeStyle};
+use crate::export::otel::otlp::proto::pkv;
 use crate::export::process_series::{FAMILIES, SPLIT_FAMILIES};
 use crate::snapshot::{pod_split, Snapshot};
 
@@ -79,27 +79,14 @@ pub(crate) fn emit(ctx: &Context, snap: &Snapshot, holders: &mut Holders) {
             Key::from_static_str(name_key),
             Value::String(Arc::<str>::clone(&p.name).into()),
         ));
-        if holders.host_mode() {
-            point.extend(holder.iter().cloned());
-        }
-        point.sort_by(|a, b| a.key.cmp(&b.key));
-        let attributes: Vec<_> = point.iter().map(pkv).collect();
-        for ((_, help, value), (name, unit, divisor)) in FAMILIES.iter().zip(OTEL_FAMILIES) {
-            let Some(v) = value(p).filter(|v| v.is_finite()) else {
-                continue;
-            };
-            holders.push(
-                &holder,
-                HolderMetric {
-                    name,
-                    description: help,
-                    unit,
-                    kind: super::request::Kind::Gauge,
-                    delta: false,
-                },
-                gauge_point(ctx, attributes.clone(), v / divisor),
-            );
-        }
+        let values =
+            FAMILIES
+                .iter()
+                .zip(OTEL_FAMILIES)
+                .map(|((_, help, value), (name, unit, divisor))| {
+                    (*name, *help, *unit, value(p).map(|v| v / divisor))
+                });
+        push_gauges(ctx, holders, &holder, point, values);
     }
     // Each pod's part of a device it runs processes on, on the Resource of its processes.
     for (device, shares) in pod_split::snapshot_shares(snap) {
@@ -122,31 +109,46 @@ pub(crate) fn emit(ctx: &Context, snap: &Snapshot, holders: &mut Holders) {
                 continue;
             };
             let holder = ctx.naming.attribution_attributes(holder_set);
-            let mut point = ctx.naming.device_attributes(&device);
-            if holders.host_mode() {
-                point.extend(holder.iter().cloned());
-            }
-            point.sort_by(|a, b| a.key.cmp(&b.key));
-            let attributes: Vec<_> = point.iter().map(pkv).collect();
-            for ((_, help, value), (name, unit, divisor)) in
-                SPLIT_FAMILIES.iter().zip(OTEL_SPLIT_FAMILIES)
-            {
-                let Some(v) = value(&share).filter(|v| v.is_finite()) else {
-                    continue;
-                };
-                holders.push(
-                    &holder,
-                    HolderMetric {
-                        name,
-                        description: help,
-                        unit,
-                        kind: super::request::Kind::Gauge,
-                        delta: false,
-                    },
-                    gauge_point(ctx, attributes.clone(), v / divisor),
-                );
-            }
+            let point = ctx.naming.device_attributes(&device);
+            let values = SPLIT_FAMILIES.iter().zip(OTEL_SPLIT_FAMILIES).map(
+                |((_, help, value), (name, unit, divisor))| {
+                    (*name, *help, *unit, value(&share).map(|v| v / divisor))
+                },
+            );
+            push_gauges(ctx, holders, &holder, point, values);
         }
+    }
+}
+
+/// One gauge point per (name, help, unit, value) with a finite value, on `holder`'s Resource: `point`
+/// (the device's identity, a process's pid and name) plus, in host mode, the holder's attributes.
+fn push_gauges<'a>(
+    ctx: &Context,
+    holders: &mut Holders,
+    holder: &[KeyValue],
+    mut point: Vec<KeyValue>,
+    values: impl Iterator<Item = (&'a str, &'a str, &'a str, Option<f64>)>,
+) {
+    if holders.host_mode() {
+        point.extend(holder.iter().cloned());
+    }
+    point.sort_by(|a, b| a.key.cmp(&b.key));
+    let attributes: Vec<PKeyValue> = point.iter().map(pkv).collect();
+    for (name, description, unit, v) in values {
+        let Some(v) = v.filter(|v| v.is_finite()) else {
+            continue;
+        };
+        holders.push(
+            holder,
+            HolderMetric {
+                name,
+                description,
+                unit,
+                kind: super::Kind::Gauge,
+                delta: false,
+            },
+            gauge_point(ctx, attributes.clone(), v),
+        );
     }
 }
 
