@@ -6,6 +6,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
+mod harness;
 
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixListener;
@@ -94,6 +95,8 @@ fn gpus_given_to_running_containers_carry_their_name() {
     let docker = FakeDocker::default();
     docker.serve(&socket);
 
+    let receiver = harness::Receiver::start();
+    let endpoint = format!("http://{}", receiver.addr);
     let e = common::start(
         &[
             "--simulate",
@@ -103,6 +106,12 @@ fn gpus_given_to_running_containers_carry_their_name() {
             "--container-labels",
             "--container-runtime-socket",
             socket.to_str().unwrap(),
+            "--otlp-protocol",
+            "http/protobuf",
+            "--otlp-endpoint",
+            &endpoint,
+            "--otlp-export-interval",
+            "200",
         ],
         &[],
     );
@@ -147,6 +156,49 @@ fn gpus_given_to_running_containers_carry_their_name() {
     }
     assert!(!body.contains("container=\"counted\""), "{body}");
     assert!(!body.contains("container=\"web\""), "{body}");
+    // :9400 keeps dcgm-exporter's label set: no container id label.
+    assert!(!body.contains("container_id"), "{body}");
+    // OTLP: the container's name and id on the Resource of the device it holds alone (GPU 0), and on
+    // each of GPU 1's MIG instances; GPU 1's board is held by no container.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let resources = loop {
+        let got = receiver.got.lock().unwrap().last().cloned();
+        if let Some(req) = got {
+            let resources = harness::resources(&req);
+            if resources
+                .iter()
+                .any(|(r, _)| r.get("container.name").map(String::as_str) == Some("trainer"))
+            {
+                break resources;
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no OTLP request with container.name"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let on = |gpu: &str| -> Vec<&std::collections::BTreeMap<String, String>> {
+        resources
+            .iter()
+            .map(|(r, _)| r)
+            .filter(|r| r.get("nvidia.gpu.index").map(String::as_str) == Some(gpu))
+            .collect()
+    };
+    let gpu0 = on("0");
+    assert_eq!(gpu0.len(), 1, "{gpu0:?}");
+    assert_eq!(gpu0[0]["container.name"], "trainer");
+    assert_eq!(gpu0[0]["container.id"], "aaa111");
+    let gpu1 = on("1");
+    assert_eq!(gpu1.len(), 4, "the board and three MIG instances: {gpu1:?}");
+    for r in &gpu1 {
+        if r.contains_key("hw.parent") {
+            assert_eq!(r["container.name"], "inference", "{r:?}");
+            assert_eq!(r["container.id"], "ccc333", "{r:?}");
+        } else {
+            assert!(!r.contains_key("container.name"), "the board: {r:?}");
+        }
+    }
 
     // The trainer stops: its label goes with it.
     docker.containers.lock().unwrap().remove(0);

@@ -40,6 +40,10 @@ const MAX_ANSWER: u64 = 16 * 1024 * 1024;
 pub static CONTAINER_NAME: LazyLock<Arc<AttributeKey>> =
     LazyLock::new(|| AttributeKey::new("container", "container.name", Placement::Attributes));
 
+/// `container.id` on OTLP only (dcgm-exporter's series have no container id label).
+pub static CONTAINER_ID: LazyLock<Arc<AttributeKey>> =
+    LazyLock::new(|| AttributeKey::new("container_id", "container.id", Placement::OtlpOnly));
+
 /// The container flags (`Kubernetes` in `--help`, beside the other attribution flags).
 #[derive(Debug, Clone, clap::Args)]
 #[command(next_help_heading = "Kubernetes")]
@@ -88,6 +92,8 @@ pub enum Devices {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Claim {
     pub container: String,
+    /// The container's full id (OTLP `container.id`; empty when the runtime gave none).
+    pub id: String,
     pub devices: Devices,
 }
 
@@ -108,7 +114,11 @@ pub fn claim(inspect: &Value) -> Option<Claim> {
     }
     let devices = requested(&inspect["HostConfig"]["DeviceRequests"])
         .or_else(|| visible_devices(&inspect["Config"]["Env"]))?;
-    Some(Claim { container, devices })
+    Some(Claim {
+        container,
+        id: id.to_string(),
+        devices,
+    })
 }
 
 /// `--gpus`: a device request for GPUs naming devices, or asking for all (count -1).
@@ -181,7 +191,13 @@ pub fn apply(claims: &[Claim], entities: &mut [EntityReading]) {
                         || e.entity.mig.as_ref().is_some_and(|m| *id == m.uuid)
                 }),
             })
-            .map(|c| vec![Attribute::new(&CONTAINER_NAME, c.container.as_str())])
+            .map(|c| {
+                let mut holder = vec![Attribute::new(&CONTAINER_NAME, c.container.as_str())];
+                if !c.id.is_empty() {
+                    holder.push(Attribute::new(&CONTAINER_ID, c.id.as_str()));
+                }
+                holder
+            })
             .collect();
         std::sync::Arc::make_mut(&mut e.attribution).split(&holders);
     }
@@ -314,9 +330,14 @@ pub fn apply_processes(
         else {
             continue;
         };
-        if let Some(name) = container_id(&text).and_then(|id| names.get(id)) {
-            Arc::make_mut(&mut p.attribution)
-                .add(&[Attribute::new(&CONTAINER_NAME, name.as_str())]);
+        let Some(id) = container_id(&text) else {
+            continue;
+        };
+        if let Some(name) = names.get(id) {
+            Arc::make_mut(&mut p.attribution).add(&[
+                Attribute::new(&CONTAINER_NAME, name.as_str()),
+                Attribute::new(&CONTAINER_ID, id),
+            ]);
         }
     }
 }
@@ -426,6 +447,7 @@ mod tests {
             ),
             Some(Claim {
                 container: "trainer".into(),
+                id: "abc".into(),
                 devices: listed(&["0", "GPU-1"])
             })
         );
@@ -436,6 +458,7 @@ mod tests {
             ),
             Some(Claim {
                 container: "0123456789ab".into(),
+                id: "0123456789abcdef".into(),
                 devices: Devices::All
             })
         );
@@ -453,6 +476,7 @@ mod tests {
             ),
             Some(Claim {
                 container: "n".into(),
+                id: "a".into(),
                 devices: listed(&["1", "MIG-x"])
             })
         );
@@ -460,6 +484,7 @@ mod tests {
             c(json!({"Id": "a", "Name": "/n", "Config": {"Env": ["NVIDIA_VISIBLE_DEVICES=all"]}})),
             Some(Claim {
                 container: "n".into(),
+                id: "a".into(),
                 devices: Devices::All
             })
         );

@@ -25,7 +25,7 @@
 
 use crate::config::LabelStyle;
 use crate::snapshot::pod_split::{self, PodShare};
-use crate::snapshot::{Entity, EntityKind, ProcessReading, Snapshot};
+use crate::snapshot::{Entity, EntityKind, Placement, ProcessReading, Snapshot};
 use crate::telemetry::exposition::{label_names, push_label, write_f64};
 
 /// One family: name, help, and how a reading gives its value.
@@ -104,6 +104,7 @@ pub fn labels(p: &ProcessReading, snap: &Snapshot, style: &LabelStyle) -> String
         p.attribution
             .sets()
             .flatten()
+            .filter(|a| a.key.placement != Placement::OtlpOnly)
             .map(|a| (a.key.prometheus_name(style.use_old_namespace), &*a.value))
             .filter(|(k, _)| !written.contains(k))
             .collect()

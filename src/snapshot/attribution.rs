@@ -20,6 +20,9 @@ use std::sync::{Arc, LazyLock};
 pub enum Placement {
     Labels,
     Attributes,
+    /// Written on OTLP only, never as a :9400 label (dcgm-exporter has no such label, and its series
+    /// must keep their label sets): a container's id beside its name.
+    OtlpOnly,
 }
 
 /// The name of an attribute, per exporter.
