@@ -1352,18 +1352,22 @@ mod tests {
         }
     }
 
-    #[test]
-    fn a_delta_starts_at_the_previous_export_and_a_reset_restarts() {
-        let counters = test_counters();
-        let start = UNIX_EPOCH + Duration::from_secs(1000);
-        let mut b = DirectBuilder::new(
-            naming(&counters, OtelAttributeStyle::Otel),
+    /// A host-mode builder of the test fleet whose exports start at t = 1000 s.
+    fn host_builder(counters: &Arc<CounterSet>, temporality: Temporality) -> DirectBuilder {
+        DirectBuilder::new(
+            naming(counters, OtelAttributeStyle::Otel),
             ResourceSplit::Host,
             &base(),
             counters.clone(),
-            Temporality::Delta,
-            start,
-        );
+            temporality,
+            UNIX_EPOCH + Duration::from_secs(1000),
+        )
+    }
+
+    #[test]
+    fn a_delta_starts_at_the_previous_export_and_a_reset_restarts() {
+        let counters = test_counters();
+        let mut b = host_builder(&counters, Temporality::Delta);
         let mut snap = snapshot(counters.clone(), 1, 5000);
         snap.taken_at = UNIX_EPOCH + Duration::from_secs(1010);
         let first = b.build(&snap);
@@ -1413,15 +1417,7 @@ mod tests {
     #[test]
     fn a_cumulative_reset_starts_a_new_stream() {
         let counters = test_counters();
-        let start = UNIX_EPOCH + Duration::from_secs(1000);
-        let mut b = DirectBuilder::new(
-            naming(&counters, OtelAttributeStyle::Otel),
-            ResourceSplit::Host,
-            &base(),
-            counters.clone(),
-            Temporality::Cumulative,
-            start,
-        );
+        let mut b = host_builder(&counters, Temporality::Cumulative);
         let mut got = Vec::new();
         for (seq, energy) in [(1u64, 5000i64), (2, 7000), (3, 100), (4, 300)] {
             let mut snap = snapshot(counters.clone(), seq, energy);
