@@ -19,7 +19,6 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::{ms, Stats};
-use dcgm_otel::config::devices::DeviceSelection;
 use dcgm_otel::counters::CounterSet;
 use dcgm_otel::export::prometheus::Renderer;
 use dcgm_otel::export::SnapshotConsumer;
@@ -193,7 +192,6 @@ fn fake_source(counters: &mut CounterSet) -> Result<DcgmSource, String> {
         library: Some(lib),
         remote: None,
         interval: Duration::from_secs(30),
-        devices: DeviceSelection::Flex,
         ..DcgmOptions::default()
     };
     DcgmSource::connect(opts, counters).map_err(|e| e.to_string())

@@ -20,6 +20,7 @@ pub mod pipeline;
 pub mod server;
 pub mod snapshot;
 pub mod source;
+pub mod startup;
 pub mod telemetry;
 
 /// `--version` output: package version and the git commit it was built from.

@@ -13,7 +13,6 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use dcgm_otel::config::devices::DeviceSelection;
 use dcgm_otel::counters::{self, CounterSet};
 use dcgm_otel::source::dcgm::{DcgmOptions, DcgmSource};
 use dcgm_otel::source::sim::scenario::builtin_counters;
@@ -44,7 +43,6 @@ fn measure(label: &str, mut set: CounterSet, log: &std::path::Path, cycles: usiz
         library: Some(fake_library()),
         remote: None,
         interval: Duration::from_secs(1),
-        devices: DeviceSelection::Flex,
         ..DcgmOptions::default()
     };
     let rows = set.len();

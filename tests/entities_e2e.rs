@@ -392,8 +392,3 @@ fn otlp_case(pipeline: &str) {
 fn otlp_resources_per_switch_and_cpu_direct() {
     otlp_case("direct");
 }
-
-#[test]
-fn otlp_resources_per_switch_and_cpu_sdk() {
-    otlp_case("sdk");
-}

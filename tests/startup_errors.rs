@@ -184,11 +184,18 @@ fn bad_otlp_settings() {
         2,
         "OTEL_RESOURCE_ATTRIBUTES: entry 1 'team': expected key=value",
     );
+    // The OpenTelemetry SDK paths of 0.1 are no longer built: naming them is one line, exit 2.
     expect(
         &["--simulate", "--prometheus-format", "otel"],
-        &[("OTEL_RESOURCE_ATTRIBUTES", "team")],
+        &[],
         2,
-        "OTEL_RESOURCE_ATTRIBUTES: entry 1 'team': expected key=value",
+        "--prometheus-format otel: the OpenTelemetry Prometheus bridge is no longer built; /metrics is dcgm-exporter's format (for OTel-style names in Prometheus, push OTLP to a collector with a prometheus exporter)",
+    );
+    expect(
+        &["--simulate", "--otlp", "--otlp-pipeline", "sdk"],
+        &[],
+        2,
+        "--otlp-pipeline sdk: the OpenTelemetry SDK pipeline is no longer built: it kept the Resource model of dcgm-otel 0.1, which counts a shared device's and a MIG GPU's measurements more than once; drop the flag (the direct pipeline is the only one)",
     );
 }
 

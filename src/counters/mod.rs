@@ -11,6 +11,7 @@
 
 pub mod configmap;
 pub mod exporter;
+pub mod plan;
 pub mod reload;
 pub mod watch_groups;
 

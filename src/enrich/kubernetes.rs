@@ -30,6 +30,7 @@ pub mod checkpoint;
 pub mod cost;
 pub mod labels;
 pub mod mapping;
+pub mod plan;
 pub mod podresources;
 pub mod processes;
 pub mod simulated;

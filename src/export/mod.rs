@@ -1,12 +1,13 @@
 //! Exporters: everything that turns published snapshots into something a user reads.
 //!
 //! [`prometheus`] renders dcgm-exporter-compatible text once per snapshot and keeps the bytes for the
-//! HTTP server; [`otel`] pushes OTLP (and holds the OpenTelemetry SDK path and its Prometheus bridge).
+//! HTTP server; [`otel`] pushes OTLP; [`dump`] writes bodies to files; [`plan`] builds them all.
 //! Exporters read snapshots only; what an enricher attributed reaches them as open attribute sets.
 
 pub mod dump;
 pub mod entity_labels;
 pub mod otel;
+pub mod plan;
 pub mod process_series;
 pub mod prometheus;
 

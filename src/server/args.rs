@@ -10,10 +10,12 @@ use clap::{Args, ValueEnum};
 use crate::config::duration::parse_go_duration;
 use crate::config::flags::parse_go_bool;
 
-/// Format of the /metrics body.
+/// Format of the /metrics body: dcgm-exporter's. `otel` (the OpenTelemetry Prometheus bridge of 0.1)
+/// is still parsed so that a configuration naming it gets one clear start-up error.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum PrometheusFormat {
     Dcgm,
+    #[value(hide = true)]
     Otel,
 }
 
@@ -87,8 +89,8 @@ pub struct ServerArgs {
           value_parser = parse_go_bool)]
     pub web_health_auth: bool,
 
-    /// /metrics format: dcgm (dcgm-exporter's names and labels) or otel (through the OpenTelemetry
-    /// Prometheus bridge: unit suffixes, _total, target_info, as an OTel Collector would write them).
+    /// /metrics format: dcgm (dcgm-exporter's names and labels; the only format: for OTel-style names in
+    /// Prometheus, push OTLP to a collector with a prometheus exporter).
     #[arg(
         long = "prometheus-format",
         env = "DCGM_OTEL_PROMETHEUS_FORMAT",

@@ -15,6 +15,7 @@ pub mod args;
 pub mod auth;
 pub mod io;
 #[cfg(feature = "pprof")]
+pub mod plan;
 pub mod pprof;
 pub mod systemd;
 pub mod tls;

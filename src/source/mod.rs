@@ -11,6 +11,8 @@ pub mod args;
 pub mod dcgm;
 pub mod incidents;
 pub mod nvml;
+pub mod plan;
+pub mod process_plan;
 pub mod processes;
 pub mod sim;
 

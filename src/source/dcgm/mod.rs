@@ -45,7 +45,7 @@ use self::client::{Connection, DcgmError, Library};
 use self::incidents::{IncidentState, IncidentWatch};
 use self::session::{RowPlan, Session, Unsupported, WatchConfig};
 use super::{Source, SourceError, Waker};
-use crate::config::devices::{DeviceError, DeviceSelection, Selectors};
+use crate::config::devices::{DeviceError, Selectors};
 use crate::counters::exporter::IncidentReads;
 use crate::counters::{Counter, CounterSet};
 use crate::snapshot::inventory::{Inventory, Selection, Wanted};
@@ -77,12 +77,8 @@ pub struct DcgmOptions {
     /// `-r`: remote host-engine address; `None` = embedded.
     pub remote: Option<String>,
     pub interval: Duration,
-    /// `-d`
-    pub devices: DeviceSelection,
-    /// `-s`
-    pub switches: DeviceSelection,
-    /// `-p`
-    pub cpus: DeviceSelection,
+    /// `-d`, `-s`, `-p`.
+    pub selectors: Selectors,
     /// `--enable-gpu-bind-unbind-watch`: how often to look at DCGM's bind/unbind event.
     pub bind_watch: Option<Duration>,
     /// Read XIDs, clock events and health for a consumer of incident occurrences (OTLP log records)
@@ -91,17 +87,21 @@ pub struct DcgmOptions {
 }
 
 impl DcgmOptions {
-    /// The DCGM flags with the collection's interval and device selections.
-    pub fn new(args: &args::DcgmArgs, interval: Duration, selectors: Selectors) -> Self {
+    /// The DCGM flags with the collection's interval and device selections; `incident_events`: a
+    /// consumer needs every incident (see [`DcgmOptions::incident_events`]).
+    pub fn new(
+        args: &args::DcgmArgs,
+        interval: Duration,
+        selectors: Selectors,
+        incident_events: bool,
+    ) -> Self {
         DcgmOptions {
             library: args.dcgm_library.clone(),
             remote: args.remote_hostengine_info.clone(),
             interval,
-            devices: selectors.devices,
-            switches: selectors.switches,
-            cpus: selectors.cpus,
+            selectors,
             bind_watch: args.bind_watch(),
-            incident_events: false,
+            incident_events,
         }
     }
 
@@ -114,14 +114,6 @@ impl DcgmOptions {
             }
         } else {
             IncidentReads::default()
-        }
-    }
-
-    fn selectors(&self) -> Selectors {
-        Selectors {
-            devices: self.devices.clone(),
-            switches: self.switches.clone(),
-            cpus: self.cpus.clone(),
         }
     }
 }
@@ -295,7 +287,7 @@ impl DcgmSource {
         );
         let conn = startup_connection(&lib, &mode, opts.interval)?;
         let wanted = Wanted::from_counters(counters);
-        let selectors = opts.selectors();
+        let selectors = opts.selectors.clone();
         tracing::info!(%mode, "discovering GPUs");
         let inv = discover::discover(&conn, wanted).map_err(step("discovering GPUs"))?;
         let selection = inv.select(&selectors, wanted)?;

@@ -9,13 +9,14 @@ use crate::config::flags::parse_go_bool;
 use crate::export::otel::naming::{OtelAttributeStyle, OtelResourceMode};
 use crate::export::otel::semconv::MetricNames;
 
-/// How OTLP requests are built.
+/// How OTLP requests are built: `direct` is the only pipeline; `sdk` (the OpenTelemetry SDK path of
+/// 0.1) is still parsed so that a configuration naming it gets one clear start-up error.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum OtlpPipeline {
-    /// Straight from the published snapshot, no OpenTelemetry SDK state.
+    /// Straight from the published snapshot.
     Direct,
-    /// Through the OpenTelemetry SDK's observable instruments and PeriodicReader (kept for comparison:
-    /// the Resource model of 0.1, a shared device once per pod, no board Resource for a MIG GPU).
+    /// No longer built: refused at start.
+    #[value(hide = true)]
     Sdk,
 }
 
@@ -84,8 +85,8 @@ pub struct OtlpArgs {
           value_parser = clap::value_parser!(u64).range(1..=1000))]
     pub otlp_max_pending: u64,
 
-    /// direct: build each request straight from the newest snapshot (fast, little memory); sdk: through
-    /// the OpenTelemetry SDK's observable instruments (the earlier path; more CPU and memory per series).
+    /// direct: build each request straight from the newest snapshot (the only pipeline; the
+    /// OpenTelemetry SDK pipeline of 0.1, `sdk`, is no longer built and refused at start).
     #[arg(
         long = "otlp-pipeline",
         env = "DCGM_OTEL_OTLP_PIPELINE",
@@ -116,8 +117,8 @@ pub struct OtlpArgs {
 
     /// dcgm: one metric per counters row, named after the DCGM field; semconv: OpenTelemetry
     /// semantic-convention names (hw.gpu.utilization, hw.energy, ...) where one exists, DCGM names for
-    /// the other fields; both: the two sets in one request. semconv and both need the direct pipeline
-    /// and --otel-attribute-style otel.
+    /// the other fields; both: the two sets in one request. semconv and both need
+    /// --otel-attribute-style otel.
     #[arg(
         long = "otel-metric-names",
         env = "DCGM_OTEL_METRIC_NAMES",

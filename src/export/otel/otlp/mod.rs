@@ -2,16 +2,15 @@
 //! (and per pod or job when attributed), to any OpenTelemetry collector or vendor.
 //!
 //! In data-flow order:
-//! - [`request`]: the newest snapshot → the request (`--otlp-pipeline direct`, the default), built on
-//!   its own export thread with per-entity resources cached between exports; no SDK state (the SDK
-//!   alternative is [`crate::export::otel::sdk`]).
+//! - [`request`]: the newest snapshot → the request, built on its own export thread with per-entity
+//!   resources cached between exports; no OpenTelemetry SDK state.
 //! - [`queue`]: the bounded queue of encoded requests (oldest dropped, counted) and the sender loop
 //!   with retries, backoff and `Retry-After`; the export self-metrics.
 //! - [`transport`]: gRPC (tonic) and HTTP/protobuf (hyper + rustls), TLS and mTLS, gzip.
 //! - [`args`] and [`settings`]: the `--otlp-*` flags and the `OTEL_EXPORTER_OTLP_*` variables, per
 //!   signal.
 //! - [`logs`]: the second signal, GPU incidents as log records ([`log_records`], [`severity`]), fed
-//!   every snapshot by the collector thread (whatever `--otlp-pipeline` says) and sent through its own
+//!   every snapshot by the collector thread and sent through its own
 //!   queue and sender.
 //!
 //! Start-up is two steps: [`OtlpPlan::resolve`] checks every setting without side effects (a bad one is
@@ -37,14 +36,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use opentelemetry::KeyValue;
-use opentelemetry_sdk::metrics::SdkMeterProvider;
 
 pub use args::{OtlpArgs, OtlpPipeline};
 pub use settings::{OtlpConfig, Protocol, Signal};
 
 use super::naming::{self, Naming, ResourceSplit};
 use super::semconv::MetricNames;
-use super::{sdk, OtelContext};
+use super::OtelContext;
 use crate::counters::CounterSet;
 use crate::export::SnapshotConsumer;
 use crate::snapshot::SnapshotStore;
@@ -64,6 +62,8 @@ pub enum OtelError {
         names: &'static str,
         reason: &'static str,
     },
+    #[error("--otlp-pipeline sdk: the OpenTelemetry SDK pipeline is no longer built: it kept the Resource model of dcgm-otel 0.1, which counts a shared device's and a MIG GPU's measurements more than once; drop the flag (the direct pipeline is the only one)")]
+    SdkPipelineRemoved,
     #[error("cannot start the OTLP sender thread: {0}")]
     Thread(String),
 }
@@ -78,7 +78,6 @@ impl OtelError {
 /// OTLP push, resolved and checked, not started.
 pub struct OtlpPlan {
     settings: OtlpConfig,
-    pipeline: OtlpPipeline,
     base: Vec<KeyValue>,
     naming: Naming,
     split: ResourceSplit,
@@ -100,9 +99,7 @@ fn metric_names_conflict(args: &OtlpArgs) -> Option<OtelError> {
         MetricNames::Semconv => "semconv",
         MetricNames::Both => "both",
     };
-    let reason = if args.otlp_pipeline == OtlpPipeline::Sdk {
-        "semantic-convention names are built by the direct pipeline only; use --otlp-pipeline direct (the default)"
-    } else if args.otel_attribute_style != naming::OtelAttributeStyle::Otel {
+    let reason = if args.otel_attribute_style != naming::OtelAttributeStyle::Otel {
         "semantic-convention names need semantic-convention attributes (hw.id); use --otel-attribute-style otel (the default)"
     } else {
         return None;
@@ -127,6 +124,9 @@ impl OtlpPlan {
         let Some(settings) = settings::resolve(args, collect_interval, env)? else {
             return Ok(None);
         };
+        if args.otlp_pipeline == OtlpPipeline::Sdk {
+            return Err(OtelError::SdkPipelineRemoved);
+        }
         if let Some(e) = metric_names_conflict(args) {
             return Err(e);
         }
@@ -157,15 +157,11 @@ impl OtlpPlan {
         };
         let logs_unrouted = args.otlp_logs && logs.is_none();
         let describe = format!(
-            "pipeline={:?} resource_mode={:?} attribute_style={:?} metric_names={:?}",
-            args.otlp_pipeline,
-            args.otel_resource_mode,
-            args.otel_attribute_style,
-            args.otel_metric_names
+            "resource_mode={:?} attribute_style={:?} metric_names={:?}",
+            args.otel_resource_mode, args.otel_attribute_style, args.otel_metric_names
         );
         Ok(Some(OtlpPlan {
             settings,
-            pipeline: args.otlp_pipeline,
             base,
             naming,
             split,
@@ -199,45 +195,21 @@ impl OtlpPlan {
         let queue = queue::Queue::new(cfg.max_pending, metrics.clone());
         queue.cap_retry_delay(cfg.interval);
         let done = spawn_sender(&cfg, queue.clone(), metrics.clone())?;
-        let (producer, n) = match self.pipeline {
-            OtlpPipeline::Direct => {
-                let builder = request::DirectBuilder::new(
-                    self.naming,
-                    self.split,
-                    &self.base,
-                    self.counters,
-                    cfg.temporality,
-                    std::time::SystemTime::now(),
-                )
-                .with_metric_names(self.names);
-                let n = builder.instrument_count();
-                match request::spawn(builder, store, queue.clone(), metrics, cfg.interval) {
-                    Ok(e) => (Producer::Direct(e), n),
-                    Err(e) => {
-                        queue.close();
-                        return Err(OtelError::Thread(e.to_string()));
-                    }
-                }
-            }
-            OtlpPipeline::Sdk => {
-                tracing::warn!(
-                    "--otlp-pipeline sdk keeps the Resource model of dcgm-otel 0.1: a device shared by \
-                     several pods is one Resource per pod and a GPU in MIG mode has no Resource of its \
-                     own (its power and energy repeat on every instance), so sums over Resources count \
-                     them more than once; the direct pipeline (the default) sends each measurement once"
-                );
-                let (provider, n) = sdk::start(
-                    store,
-                    self.naming,
-                    self.split,
-                    self.base,
-                    &self.counters,
-                    queue.clone(),
-                    metrics,
-                    cfg.temporality,
-                    cfg.interval,
-                );
-                (Producer::Sdk(provider), n)
+        let builder = request::DirectBuilder::new(
+            self.naming,
+            self.split,
+            &self.base,
+            self.counters,
+            cfg.temporality,
+            std::time::SystemTime::now(),
+        )
+        .with_metric_names(self.names);
+        let n = builder.instrument_count();
+        let producer = match request::spawn(builder, store, queue.clone(), metrics, cfg.interval) {
+            Ok(e) => e,
+            Err(e) => {
+                queue.close();
+                return Err(OtelError::Thread(e.to_string()));
             }
         };
         tracing::info!(
@@ -309,15 +281,9 @@ fn spawn_sender(
     }
 }
 
-/// What produces the requests.
-enum Producer {
-    Direct(request::DirectExport),
-    Sdk(SdkMeterProvider),
-}
-
 /// A running OTLP export; [`OtelExport::shutdown`] sends the last collection and stops.
 pub struct OtelExport {
-    producer: Producer,
+    producer: request::DirectExport,
     logs: Option<logs::LogsExport>,
     queue: Arc<queue::Queue>,
     done: mpsc::Receiver<()>,
@@ -334,14 +300,7 @@ impl OtelExport {
     /// Export the last collection, then give the sender up to the request timeout (at most 5 s) to
     /// deliver what is pending. Blocks; call it outside any async runtime.
     pub fn shutdown(self) {
-        match self.producer {
-            Producer::Direct(d) => d.shutdown(),
-            Producer::Sdk(provider) => {
-                if let Err(e) = provider.shutdown() {
-                    tracing::debug!(error = %e, "OTel meter provider shutdown");
-                }
-            }
-        }
+        self.producer.shutdown();
         self.queue.close();
         if self.done.recv_timeout(self.drain_timeout).is_err() {
             tracing::warn!("OTLP sender did not finish within the shutdown timeout; pending exports are dropped");

@@ -163,12 +163,12 @@ impl ExportMetrics {
             resources: r.gauge(&format!("{prefix}resources"), "Resources in the last OTLP request.", &p),
             encode_seconds: r.gauge(
                 &format!("{prefix}encode_duration_seconds"),
-                "Time to encode the last OTLP request after its collection (sdk pipeline: conversion and encoding).",
+                "Time to encode the last OTLP request after it was built.",
                 &p,
             ),
             collect_seconds: r.gauge(
                 &format!("{prefix}collect_duration_seconds"),
-                "Time of the last collection: building the request from the snapshot (direct pipeline) or the OTel SDK collection (sdk pipeline: callbacks and aggregation).",
+                "Time to build the last OTLP request from the snapshot.",
                 &p,
             ),
             send_seconds: r.gauge(

@@ -1164,25 +1164,16 @@ mod semconv_tests;
 
 #[cfg(test)]
 mod tests {
-    //! The direct builder against the SDK path on the same hand-made snapshot: equal requests once
-    //! timestamps are set aside and resources, metrics and points are put in one order.
-    use std::sync::Mutex;
-
-    use opentelemetry::metrics::MeterProvider as _;
-    use opentelemetry_sdk::metrics::{PeriodicReader, SdkMeterProvider};
-
+    //! The direct builder on hand-made snapshots: start times across resets, encoding, layout reuse.
     use prost::Message;
 
     use super::*;
     use crate::config::LabelStyle;
     use crate::export::otel::naming::{OtelAttributeStyle, OtelResourceMode};
-    use crate::export::otel::sdk::instruments::{register, SnapshotView};
     use crate::snapshot::*;
     use opentelemetry_proto::tonic::common::v1::any_value;
 
     use crate::export::otel::test_fleet::{counters as test_counters, snapshot};
-
-    use crate::export::otel::sdk::convert::tests::Capture;
 
     fn naming(counters: &CounterSet, style: OtelAttributeStyle) -> Naming {
         Naming::new(style, LabelStyle::default(), counters)
@@ -1193,163 +1184,6 @@ mod tests {
             KeyValue::new("service.name", "t"),
             KeyValue::new("host.name", "node-a"),
         ]
-    }
-
-    /// Both pipelines over the same snapshots (energy readings in order).
-    fn both(
-        style: OtelAttributeStyle,
-        per_entity: bool,
-        temporality: Temporality,
-        energy: &[i64],
-    ) -> Vec<(ExportMetricsServiceRequest, ExportMetricsServiceRequest)> {
-        let counters = test_counters();
-        let split = naming(&counters, style).resource_split(if per_entity {
-            OtelResourceMode::PerEntity
-        } else {
-            OtelResourceMode::Host
-        });
-        let store = SnapshotStore::new();
-        let view = SnapshotView::new(store.clone(), naming(&counters, style));
-        let out = Arc::new(Mutex::new(Vec::new()));
-        let reader = PeriodicReader::builder(Capture {
-            view: view.clone(),
-            split: split.clone(),
-            temporality,
-            out: out.clone(),
-        })
-        .with_interval(Duration::from_secs(3600))
-        .build();
-        let provider = SdkMeterProvider::builder()
-            .with_resource(
-                opentelemetry_sdk::Resource::builder_empty()
-                    .with_attributes(base())
-                    .build(),
-            )
-            .with_reader(reader)
-            .build();
-        register(
-            &provider.meter_with_scope(
-                opentelemetry::InstrumentationScope::builder("dcgm-otel")
-                    .with_version(env!("CARGO_PKG_VERSION"))
-                    .build(),
-            ),
-            &counters,
-            &view,
-        );
-        let mut direct = DirectBuilder::new(
-            naming(&counters, style),
-            split,
-            &base(),
-            counters.clone(),
-            temporality,
-            SystemTime::now(),
-        );
-        let mut pairs = Vec::new();
-        for (i, e) in energy.iter().enumerate() {
-            // GPU 0 held by one pod: the SDK path keeps the model before the entity model (one
-            // Resource per pod of a shared device), so the two agree only where nothing is shared.
-            let mut snap = snapshot(counters.clone(), i as u64 + 1, *e);
-            snap.entities[0].attribution = Arc::new(crate::export::otel::test_fleet::pods(&["a"]));
-            let snap = Arc::new(snap);
-            store.publish(snap.clone());
-            provider.force_flush().unwrap();
-            let sdk = out.lock().unwrap().pop().unwrap();
-            pairs.push((direct.build(&snap).request, sdk));
-        }
-        let _ = provider.shutdown();
-        pairs
-    }
-
-    /// Timestamps out, everything sorted: resources by attributes, metrics by name, points by
-    /// attributes (attribute lists by key).
-    fn normalized(mut req: ExportMetricsServiceRequest) -> ExportMetricsServiceRequest {
-        let sort_kv = |kvs: &mut Vec<PKeyValue>| kvs.sort_by(|a, b| a.key.cmp(&b.key));
-        for rm in &mut req.resource_metrics {
-            if let Some(r) = rm.resource.as_mut() {
-                sort_kv(&mut r.attributes);
-            }
-            // The SDK path sends no schema URL.
-            rm.schema_url.clear();
-            for sm in &mut rm.scope_metrics {
-                sm.schema_url.clear();
-                sm.metrics.sort_by(|a, b| a.name.cmp(&b.name));
-                for m in &mut sm.metrics {
-                    let dps = match &mut m.data {
-                        Some(Data::Gauge(g)) => &mut g.data_points,
-                        Some(Data::Sum(s)) => &mut s.data_points,
-                        _ => continue,
-                    };
-                    for dp in dps.iter_mut() {
-                        dp.start_time_unix_nano = 0;
-                        dp.time_unix_nano = 0;
-                        sort_kv(&mut dp.attributes);
-                    }
-                    dps.sort_by(|a, b| {
-                        format!("{:?}", a.attributes).cmp(&format!("{:?}", b.attributes))
-                    });
-                }
-            }
-        }
-        req.resource_metrics
-            .sort_by(|a, b| format!("{:?}", a.resource).cmp(&format!("{:?}", b.resource)));
-        req
-    }
-
-    #[test]
-    fn same_request_as_the_sdk_path_in_every_mode() {
-        for style in [OtelAttributeStyle::Otel, OtelAttributeStyle::Dcgm] {
-            for per_entity in [true, false] {
-                for (direct, sdk) in both(style, per_entity, Temporality::Cumulative, &[5000, 7000])
-                {
-                    assert!(!direct.resource_metrics.is_empty());
-                    assert_eq!(
-                        normalized(direct),
-                        normalized(sdk),
-                        "{style:?}, per-entity {per_entity}"
-                    );
-                }
-            }
-        }
-    }
-
-    #[test]
-    fn delta_counters_match_the_sdk_path() {
-        let pairs = both(
-            OtelAttributeStyle::Otel,
-            true,
-            Temporality::Delta,
-            &[5000, 7000, 7500],
-        );
-        let energy = |req: &ExportMetricsServiceRequest| -> Vec<i64> {
-            let mut v: Vec<i64> = req
-                .resource_metrics
-                .iter()
-                .flat_map(|rm| &rm.scope_metrics[0].metrics)
-                .filter_map(|m| match &m.data {
-                    Some(Data::Sum(s)) => {
-                        assert_eq!(
-                            s.aggregation_temporality,
-                            AggregationTemporality::Delta as i32
-                        );
-                        Some(s.data_points.iter().map(|dp| match dp.value {
-                            Some(number_data_point::Value::AsInt(i)) => i,
-                            _ => panic!("int points"),
-                        }))
-                    }
-                    _ => None,
-                })
-                .flatten()
-                .collect();
-            v.sort();
-            v
-        };
-        // GPU-aaa and GPU-ccc: whole value first, then differences (GPU-bbb is negative).
-        assert_eq!(energy(&pairs[0].0), vec![5000, 10000]);
-        assert_eq!(energy(&pairs[1].0), vec![2000, 4000]);
-        assert_eq!(energy(&pairs[2].0), vec![500, 1000]);
-        for (direct, sdk) in pairs {
-            assert_eq!(normalized(direct), normalized(sdk));
-        }
     }
 
     /// A host-mode builder of the test fleet whose exports start at t = 1000 s.

@@ -1,0 +1,154 @@
+//! Which counters are collected, and how they are followed: the counter set's own construction.
+//!
+//! By precedence: `-m` (a ConfigMap, as in dcgm-exporter); `-f` given explicitly (flag or variable);
+//! `--config-file`'s `metrics` (a file or inline fields); a simulated scenario's own set; `-f`'s default
+//! path (the built-in defaults when it does not exist). The config file's watch groups are then resolved
+//! against the set. Resolving reads and checks everything (reading the ConfigMap is the one request
+//! start-up checks make, so that a missing one stops the start with one line); starting follows the
+//! file or the ConfigMap for hot reload.
+
+use std::path::{Path, PathBuf};
+
+use crate::config::config_file::{ConfigFile, MetricsSource};
+use crate::config::CollectionArgs;
+use crate::counters::configmap::{self, ConfigMapFollower, ConfigMapRef};
+use crate::counters::reload::CountersReloader;
+use crate::counters::watch_groups::{self, WatchGroupSpec};
+use crate::counters::{self, CounterSet};
+use crate::enrich::kubernetes::api::ApiConfig;
+use crate::startup::{ResolveContext, StartContext, StartError};
+
+/// A simulated scenario's own counter set (`counters:` in its file).
+pub enum ScenarioCounters<'a> {
+    /// A built-in set, by name, and its text.
+    Builtin { name: &'a str, text: &'static str },
+    /// A CSV file.
+    File(&'a Path),
+}
+
+/// What the counters are resolved from.
+pub struct CountersFlags<'a> {
+    pub collection: &'a CollectionArgs,
+    /// `-f` (or its variable) was given explicitly: a missing file is an error, not the built-in set.
+    pub collectors_explicit: bool,
+    pub config_file: Option<&'a ConfigFile>,
+    pub scenario: Option<ScenarioCounters<'a>>,
+}
+
+/// The counter set, read and checked, and what follows it once started.
+pub struct CountersPlan {
+    set: CounterSet,
+    follow: Follow,
+    watch_groups: Vec<WatchGroupSpec>,
+}
+
+enum Follow {
+    /// Built in or inline: nothing to follow.
+    Nothing,
+    File(PathBuf),
+    /// `-m`: the ConfigMap read at start (its API, name and text).
+    ConfigMap {
+        api: ApiConfig,
+        r: ConfigMapRef,
+        text: String,
+    },
+}
+
+impl CountersPlan {
+    pub fn resolve(
+        flags: &CountersFlags<'_>,
+        ctx: &ResolveContext<'_>,
+    ) -> Result<CountersPlan, StartError> {
+        let watch_groups = flags
+            .config_file
+            .map(|c| c.watch_groups.clone())
+            .unwrap_or_default();
+        let configmap_ref = match &flags.collection.configmap_data {
+            Some(spec) => ConfigMapRef::parse(spec).map_err(StartError::input)?,
+            None => None,
+        };
+        let (mut set, follow) = match configmap_ref {
+            Some(r) => from_configmap(r, ctx)?,
+            None => from_files(flags)?,
+        };
+        if flags.config_file.is_some() {
+            set.watch_groups =
+                watch_groups::resolve(&watch_groups, &set).map_err(StartError::input)?;
+        }
+        Ok(CountersPlan {
+            set,
+            follow,
+            watch_groups,
+        })
+    }
+
+    /// The counter set as read (before a source drops the rows it cannot serve).
+    pub fn set(&self) -> &CounterSet {
+        &self.set
+    }
+
+    /// The set and, when it came from a file or a ConfigMap, what follows it for hot reload.
+    pub fn start(
+        self,
+        ctx: &StartContext<'_>,
+    ) -> Result<(CounterSet, Option<CountersReloader>), StartError> {
+        let reloader = match self.follow {
+            Follow::Nothing => None,
+            Follow::File(path) => Some(CountersReloader::new(&path, self.watch_groups)),
+            Follow::ConfigMap { api, r, text } => {
+                let follower =
+                    ConfigMapFollower::start(&api, r, text, ctx.interval, ctx.self_metrics)
+                        .map_err(StartError::environment)?;
+                Some(CountersReloader::for_configmap(follower, self.watch_groups))
+            }
+        };
+        Ok((self.set, reloader))
+    }
+}
+
+/// `-m`: the ConfigMap's counters win over every other source.
+fn from_configmap(
+    r: ConfigMapRef,
+    ctx: &ResolveContext<'_>,
+) -> Result<(CounterSet, Follow), StartError> {
+    let api = ApiConfig::discover(ctx.env)
+        .map_err(StartError::input)?
+        .ok_or_else(|| {
+            StartError::input(format!(
+                "--configmap-data {}:{} needs the Kubernetes API: no in-cluster service account and no KUBECONFIG",
+                r.namespace, r.name
+            ))
+        })?;
+    let (set, text) = configmap::load(&api, &r).map_err(StartError::input)?;
+    Ok((set, Follow::ConfigMap { api, r, text }))
+}
+
+/// `-f`, `--config-file`'s `metrics`, the scenario's set or the default path, by precedence.
+fn from_files(flags: &CountersFlags<'_>) -> Result<(CounterSet, Follow), StartError> {
+    let from_config = flags.config_file.and_then(|c| c.metrics.as_ref());
+    let own = flags
+        .scenario
+        .as_ref()
+        .filter(|_| !flags.collectors_explicit && from_config.is_none());
+    let (loaded, file) = match (flags.collectors_explicit, from_config, own) {
+        (false, Some(MetricsSource::File(path)), _) => {
+            (counters::load_file(path), Some(path.clone()))
+        }
+        (false, Some(MetricsSource::Fields(set)), _) => (Ok(set.clone()), None),
+        (_, _, Some(ScenarioCounters::Builtin { name, text })) => (
+            counters::parse(text, &format!("built-in '{name}' counters")),
+            None,
+        ),
+        (_, _, Some(ScenarioCounters::File(path))) => {
+            (counters::load_file(path), Some(path.to_path_buf()))
+        }
+        _ => {
+            let path = &flags.collection.collectors;
+            let explicit = flags.collectors_explicit;
+            let file = (explicit || path.exists()).then(|| path.clone());
+            (counters::load(path, explicit), file)
+        }
+    };
+    let set = loaded.map_err(StartError::input)?;
+    Ok((set, file.map_or(Follow::Nothing, Follow::File)))
+}
