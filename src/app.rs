@@ -20,19 +20,18 @@ mod signals;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::cli::{Cli, Parsed};
+use crate::cli::Parsed;
 use crate::config::config_file;
-use crate::counters::plan::{CountersFlags, CountersPlan, ScenarioCounters};
+use crate::counters::plan::{CountersFlags, CountersPlan};
 use crate::enrich::plan::{EnrichFlags, EnrichPlan};
 use crate::export::plan::{ExportFlags, ExportPlan};
 use crate::pipeline::{self, CollectorStatus, Control, Pipeline};
 use crate::server::plan::{Inherited, ServerPlan};
 use crate::server::ServerState;
 use crate::snapshot::{HostInfo, SnapshotStore};
-use crate::source::dcgm;
-use crate::source::plan::{SourceFlags, SourcePlan};
+use crate::source::plan::{host_info, SourceFlags, SourcePlan};
 use crate::source::process_plan::ProcessPlan;
-use crate::source::sim::{self, Scenario};
+use crate::source::sim::Scenario;
 pub use crate::startup::StartError;
 use crate::startup::{ResolveContext, StartContext};
 use crate::telemetry::self_metrics::SelfMetrics;
@@ -77,7 +76,13 @@ impl Plan {
             Some(name) => Some(Scenario::load(name).map_err(StartError::input)?),
             None => None,
         };
-        let host = resolve_host(&cli, scenario.is_some(), &env);
+        let host = host_info(
+            &cli.dcgm,
+            cli.kubernetes.kubernetes,
+            cli.collection.no_hostname,
+            scenario.is_some(),
+            &env,
+        );
         let ctx = ResolveContext {
             interval,
             host: &host,
@@ -88,7 +93,7 @@ impl Plan {
                 collection: &cli.collection,
                 collectors_explicit,
                 config_file: config_file.as_ref(),
-                scenario: scenario.as_ref().and_then(scenario_counters),
+                scenario: scenario.as_ref().and_then(Scenario::own_counters),
             },
             &ctx,
         )?;
@@ -168,7 +173,7 @@ impl Plan {
             self_metrics: &self_metrics,
         };
         let (counters, reloader) = self.counters.start(&ctx)?;
-        build_info(&self_metrics);
+        self_metrics.build_info();
         // The collector's control channel: SIGHUP and the source may ask it for an early collection.
         let (control_tx, control_rx) = std::sync::mpsc::channel::<Control>();
         // SIGHUP never ends the process: from here on it reloads what is reloadable.
@@ -231,49 +236,4 @@ impl Plan {
         runtime.shutdown_timeout(Duration::from_secs(1));
         Ok(())
     }
-}
-
-/// The host label: the host of -r for a remote engine (loopback and unix sockets: the local name),
-/// else NODE_NAME, else the kernel's name; with -k the node name always (dcgm-exporter 4.8.3).
-/// NODE_NAME is read here, once.
-fn resolve_host(cli: &Cli, simulated: bool, env: &dyn Fn(&str) -> Option<String>) -> HostInfo {
-    let node_name = env("NODE_NAME")
-        .map(|n| n.trim().to_string())
-        .filter(|n| !n.is_empty());
-    let remote_host = match &cli.dcgm.remote_hostengine_info {
-        Some(r) if !simulated && !cli.kubernetes.kubernetes => dcgm::remote_hostname(r),
-        _ => None,
-    };
-    let hostname = (!cli.collection.no_hostname).then(|| {
-        remote_host
-            .or_else(|| node_name.clone())
-            .unwrap_or_else(|| gethostname::gethostname().to_string_lossy().into_owned())
-    });
-    HostInfo {
-        hostname,
-        node_name,
-    }
-}
-
-/// A scenario's own counters (`counters:`): a built-in set by name, else a file.
-fn scenario_counters(scenario: &Scenario) -> Option<ScenarioCounters<'_>> {
-    let name = scenario.counters.as_deref()?;
-    Some(match sim::scenario::builtin_counters(name) {
-        Some(text) => ScenarioCounters::Builtin { name, text },
-        None => ScenarioCounters::File(std::path::Path::new(name)),
-    })
-}
-
-/// `dcgm_otel_build_info`: always 1, labelled with the version and commit.
-fn build_info(self_metrics: &SelfMetrics) {
-    self_metrics
-        .gauge(
-            "dcgm_otel_build_info",
-            "Build of the running exporter; always 1.",
-            &[
-                ("version", env!("CARGO_PKG_VERSION")),
-                ("commit", env!("DCGM_OTEL_GIT_COMMIT")),
-            ],
-        )
-        .set(1.0);
 }

@@ -9,6 +9,7 @@ use std::sync::Arc;
 
 use crate::config::CollectionArgs;
 use crate::counters::CounterSet;
+use crate::snapshot::HostInfo;
 use crate::source::args::{SourceArgs, SourceKind};
 use crate::source::dcgm::args::DcgmArgs;
 use crate::source::dcgm::{self, DcgmOptions, DcgmSource};
@@ -307,5 +308,33 @@ fn nvml_reason(e: &nvml::StartError) -> String {
     match e {
         nvml::StartError::Open(o) => o.to_string(),
         e => e.to_string(),
+    }
+}
+
+/// The host label: the host of -r for a remote engine (loopback and unix sockets: the local name),
+/// else NODE_NAME, else the kernel's name; with -k (`kubernetes`) the node name always (dcgm-exporter
+/// 4.8.3); none with `--no-hostname`. NODE_NAME is read here, once.
+pub fn host_info(
+    dcgm: &DcgmArgs,
+    kubernetes: bool,
+    no_hostname: bool,
+    simulated: bool,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> HostInfo {
+    let node_name = env("NODE_NAME")
+        .map(|n| n.trim().to_string())
+        .filter(|n| !n.is_empty());
+    let remote_host = match &dcgm.remote_hostengine_info {
+        Some(r) if !simulated && !kubernetes => dcgm::remote_hostname(r),
+        _ => None,
+    };
+    let hostname = (!no_hostname).then(|| {
+        remote_host
+            .or_else(|| node_name.clone())
+            .unwrap_or_else(|| gethostname::gethostname().to_string_lossy().into_owned())
+    });
+    HostInfo {
+        hostname,
+        node_name,
     }
 }

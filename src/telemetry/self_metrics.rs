@@ -60,6 +60,19 @@ pub struct SelfMetrics {
 }
 
 impl SelfMetrics {
+    /// `dcgm_otel_build_info`: always 1, labelled with the version and the commit.
+    pub fn build_info(&self) {
+        self.gauge(
+            "dcgm_otel_build_info",
+            "Build of the running exporter; always 1.",
+            &[
+                ("version", env!("CARGO_PKG_VERSION")),
+                ("commit", env!("DCGM_OTEL_GIT_COMMIT")),
+            ],
+        )
+        .set(1.0);
+    }
+
     pub fn new() -> Arc<SelfMetrics> {
         Arc::new(SelfMetrics::default())
     }

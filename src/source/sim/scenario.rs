@@ -212,6 +212,16 @@ pub fn builtin_counters(name: &str) -> Option<&'static str> {
 }
 
 impl Scenario {
+    /// The scenario's own counters (`counters:`): a built-in set by name, else a file.
+    pub fn own_counters(&self) -> Option<crate::counters::plan::ScenarioCounters<'_>> {
+        use crate::counters::plan::ScenarioCounters;
+        let name = self.counters.as_deref()?;
+        Some(match builtin_counters(name) {
+            Some(text) => ScenarioCounters::Builtin { name, text },
+            None => ScenarioCounters::File(std::path::Path::new(name)),
+        })
+    }
+
     /// Load a built-in scenario by name, or a YAML file by path.
     pub fn load(name_or_path: &str) -> Result<Scenario, ScenarioError> {
         if let Some((name, text)) = BUILTIN.iter().find(|(n, _)| *n == name_or_path) {
