@@ -1655,7 +1655,8 @@ fn figure_api_requests_per_minute_with_40_pods() {
 /// Per-process pods (issue 16): two pods share GPU 0 (time-slicing); the fake libnvidia-ml reports
 /// their processes (and a host process), the cgroup fixture tree under tests/fixtures/nvml/proc says
 /// which pod each belongs to, the kubelet and its checkpoint name the pods. Each process series carries
-/// its own pod, and each pod's split utilization is the sum of its processes'.
+/// its own pod, and each pod's split utilization is the sum of its processes' (also on its
+/// `DCGM_FI_DEV_GPU_UTIL`/`FB_USED` series, with `--kubernetes-virtual-gpus`).
 #[test]
 fn processes_get_their_pod_from_the_cgroup_and_a_shared_gpu_splits_per_pod() {
     let dir = tempfile::tempdir().unwrap();
@@ -1711,6 +1712,7 @@ fn processes_get_their_pod_from_the_cgroup_and_a_shared_gpu_splits_per_pod() {
             lib.to_str().unwrap(),
             "--proc-root",
             proc_root,
+            "--kubernetes-virtual-gpus",
         ],
     );
     let body = scrape_until(ex.port, "process pods", |b| {
@@ -1767,6 +1769,29 @@ fn processes_get_their_pod_from_the_cgroup_and_a_shared_gpu_splits_per_pod() {
     assert!((power("replica-1") - device_power * 25.0 / 80.0).abs() < 1e-6);
     // A process in a pod on a MIG instance nobody lists: its pod_uid from the cgroup only.
     assert!(body.contains("pid=\"6001\",process_name=\"tritonserver\",pod_uid=\"7e1c2f4a-0000-4000-8000-00000000000c\"} 21474836480"), "{body}");
+    // With --kubernetes-virtual-gpus, each pod's DCGM_FI_DEV_FB_USED and DCGM_FI_DEV_GPU_UTIL are its
+    // processes' (found by the pod UIDs of the cgroups and the checkpoint), the device's value on a
+    // series without pod labels.
+    let drv = ",DCGM_FI_DRIVER_VERSION=\"550.144.03\"";
+    for (metric, own) in [
+        ("DCGM_FI_DEV_FB_USED", ["30720", "12288"]),
+        ("DCGM_FI_DEV_GPU_UTIL", ["55", "25"]),
+    ] {
+        let got: Vec<&str> = body
+            .lines()
+            .filter(|l| l.starts_with(&format!("{metric}{{{dev}")))
+            .collect();
+        let device = got[0].rsplit_once(' ').unwrap().1;
+        assert_eq!(
+            got,
+            vec![
+                format!("{metric}{{{dev}{drv}}} {device}"),
+                format!("{metric}{{{dev}{drv},container=\"w\",namespace=\"a-team\",pod=\"replica-0\",pod_uid=\"7e1c2f4a-0000-4000-8000-00000000000a\",vgpu=\"0\"}} {}", own[0]),
+                format!("{metric}{{{dev}{drv},container=\"w\",namespace=\"b-team\",pod=\"replica-1\",pod_uid=\"7e1c2f4a-0000-4000-8000-00000000000b\",vgpu=\"1\"}} {}", own[1]),
+            ],
+            "{body}"
+        );
+    }
 }
 
 /// An API server whose pod list (`watch = false`) or pod watch (`watch = true`) is one endless body
