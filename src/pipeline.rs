@@ -405,6 +405,7 @@ impl Publisher {
             entities: Vec::new(),
             processes: Vec::new(),
             derived: Vec::new(),
+            per_set: Vec::new(),
             incidents: Vec::new(),
         }
     }
@@ -543,6 +544,10 @@ impl Pipeline {
                     for e in &mut self.enrichers {
                         e.derive(&reading.entities, &self.counters, &mut derived);
                     }
+                    let mut per_set = Vec::new();
+                    for e in &mut self.enrichers {
+                        e.per_set_values(&reading.entities, &self.counters, &mut per_set);
+                    }
                     self.count_absent(&reading, &mut metrics);
                     if was_down {
                         tracing::info!(
@@ -567,6 +572,7 @@ impl Pipeline {
                         entities: reading.entities,
                         processes,
                         derived,
+                        per_set,
                         incidents,
                     };
                     (snapshot, None)

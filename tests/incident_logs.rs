@@ -93,6 +93,7 @@ fn fleet() -> (Arc<counters::CounterSet>, Snapshot) {
         entities: reading.entities,
         processes: Vec::new(),
         derived: Vec::new(),
+        per_set: Vec::new(),
         incidents: Vec::new(),
     };
     (counters, snap)

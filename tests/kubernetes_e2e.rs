@@ -1655,7 +1655,8 @@ fn figure_api_requests_per_minute_with_40_pods() {
 /// Per-process pods (issue 16): two pods share GPU 0 (time-slicing); the fake libnvidia-ml reports
 /// their processes (and a host process), the cgroup fixture tree under tests/fixtures/nvml/proc says
 /// which pod each belongs to, the kubelet and its checkpoint name the pods. Each process series carries
-/// its own pod, and each pod's split utilization is the sum of its processes'.
+/// its own pod, and each pod's split utilization is the sum of its processes' (also on its
+/// `DCGM_FI_DEV_GPU_UTIL`/`FB_USED` series, with `--kubernetes-virtual-gpus`).
 #[test]
 fn processes_get_their_pod_from_the_cgroup_and_a_shared_gpu_splits_per_pod() {
     let dir = tempfile::tempdir().unwrap();
@@ -1711,6 +1712,7 @@ fn processes_get_their_pod_from_the_cgroup_and_a_shared_gpu_splits_per_pod() {
             lib.to_str().unwrap(),
             "--proc-root",
             proc_root,
+            "--kubernetes-virtual-gpus",
         ],
     );
     let body = scrape_until(ex.port, "process pods", |b| {
@@ -1767,6 +1769,29 @@ fn processes_get_their_pod_from_the_cgroup_and_a_shared_gpu_splits_per_pod() {
     assert!((power("replica-1") - device_power * 25.0 / 80.0).abs() < 1e-6);
     // A process in a pod on a MIG instance nobody lists: its pod_uid from the cgroup only.
     assert!(body.contains("pid=\"6001\",process_name=\"tritonserver\",pod_uid=\"7e1c2f4a-0000-4000-8000-00000000000c\"} 21474836480"), "{body}");
+    // With --kubernetes-virtual-gpus, each pod's DCGM_FI_DEV_FB_USED and DCGM_FI_DEV_GPU_UTIL are its
+    // processes' (found by the pod UIDs of the cgroups and the checkpoint), the device's value on a
+    // series without pod labels.
+    let drv = ",DCGM_FI_DRIVER_VERSION=\"550.144.03\"";
+    for (metric, own) in [
+        ("DCGM_FI_DEV_FB_USED", ["30720", "12288"]),
+        ("DCGM_FI_DEV_GPU_UTIL", ["55", "25"]),
+    ] {
+        let got: Vec<&str> = body
+            .lines()
+            .filter(|l| l.starts_with(&format!("{metric}{{{dev}")))
+            .collect();
+        let device = got[0].rsplit_once(' ').unwrap().1;
+        assert_eq!(
+            got,
+            vec![
+                format!("{metric}{{{dev}{drv}}} {device}"),
+                format!("{metric}{{{dev}{drv},container=\"w\",namespace=\"a-team\",pod=\"replica-0\",pod_uid=\"7e1c2f4a-0000-4000-8000-00000000000a\",vgpu=\"0\"}} {}", own[0]),
+                format!("{metric}{{{dev}{drv},container=\"w\",namespace=\"b-team\",pod=\"replica-1\",pod_uid=\"7e1c2f4a-0000-4000-8000-00000000000b\",vgpu=\"1\"}} {}", own[1]),
+            ],
+            "{body}"
+        );
+    }
 }
 
 /// An API server whose pod list (`watch = false`) or pod watch (`watch = true`) is one endless body
@@ -1969,4 +1994,159 @@ fn kubernetes_on_and_off_with_go_style_booleans() {
             series(&body, "DCGM_FI_DEV_GPU_TEMP").join("\n")
         );
     }
+}
+
+/// `--kubernetes-virtual-gpus` with per-process readings (issue 23), as dcgm-exporter ≥ 4.5: on a device
+/// pods hold, `DCGM_FI_DEV_GPU_UTIL` and `DCGM_FI_DEV_FB_USED` keep the device's value on a series
+/// without pod labels, and each pod's series carries the sum over its own processes (SM %, MiB), 0 for a
+/// pod with none; every other family repeats the device's value on each pod. The simulated cluster:
+/// GPU 0 time-sliced by three pods (two with processes, one idle, and a host process), GPU 1 held whole
+/// by a pod without processes, a MIG instance of GPU 2 held by a pod with one process.
+#[test]
+fn virtual_gpus_write_each_pods_own_utilization_and_framebuffer() {
+    let dir = tempfile::tempdir().unwrap();
+    let gpus = "gpus:\n  - { model: H100-SXM5-80GB, load: training }\n  - { model: H100-SXM5-80GB, load: inference }\n  - { model: H100-SXM5-80GB, mig: [3g.40gb, 2g.20gb, 1g.10gb], load: inference }\n";
+    let scenario = dir.path().join("shared.yaml");
+    std::fs::write(&scenario, gpus).unwrap();
+    let f = fleet(scenario.to_str().unwrap());
+    let (gi, _, _) = f.mig[2][0].clone();
+    std::fs::write(
+        &scenario,
+        format!(
+            "{gpus}pods:\n\
+             \x20 - {{ namespace: a-team, pod: train-0, container: main, devices: [{{ gpu: 0 }}] }}\n\
+             \x20 - {{ namespace: b-team, pod: train-1, container: main, devices: [{{ gpu: 0 }}] }}\n\
+             \x20 - {{ namespace: c-team, pod: idle-0, container: main, devices: [{{ gpu: 0 }}] }}\n\
+             \x20 - {{ namespace: d-team, pod: whole-0, container: main, devices: [{{ gpu: 1 }}] }}\n\
+             \x20 - {{ namespace: e-team, pod: mig-0, container: main, devices: [{{ gpu: 2, gpu_i_id: {gi} }}] }}\n\
+             processes:\n\
+             \x20 - {{ pid: 4242, name: python3, gpu: 0, memory_mib: 30720, sm_utilization: 40, pod: a-team/train-0 }}\n\
+             \x20 - {{ pid: 4243, name: python3, gpu: 0, memory_mib: 2048, sm_utilization: 15, pod: a-team/train-0 }}\n\
+             \x20 - {{ pid: 4377, name: python3, gpu: 0, memory_mib: 12288, sm_utilization: 25, pod: b-team/train-1 }}\n\
+             \x20 - {{ pid: 5120, name: nvidia-smi, gpu: 0, memory_mib: 64, sm_utilization: 5 }}\n\
+             \x20 - {{ pid: 6001, name: tritonserver, gpu: 2, gpu_i_id: {gi}, memory_mib: 20480, sm_utilization: 30, pod: e-team/mig-0 }}\n"
+        ),
+    )
+    .unwrap();
+    // No cgroup of a real process on this machine may re-attribute the scenario's pids.
+    let proc_root = dir.path().join("proc");
+    std::fs::create_dir(&proc_root).unwrap();
+    let ex = exporter(
+        dir.path(),
+        scenario.to_str().unwrap(),
+        &[
+            "-k",
+            "--kubernetes-virtual-gpus",
+            "--collect-processes",
+            "--proc-root",
+            proc_root.to_str().unwrap(),
+        ],
+    );
+    let body = scrape_until(ex.port, "per-pod framebuffer", |b| {
+        b.contains("pod=\"mig-0\"} 20480") && b.contains("dcgm_otel_process_gpu_memory_bytes{")
+    });
+    let labels = |gpu: usize, mig: Option<usize>| {
+        temp_line(&f, gpu, mig, "")
+            .trim_start_matches("DCGM_FI_DEV_GPU_TEMP{")
+            .trim_end_matches('}')
+            .to_string()
+    };
+    let pods0 = [
+        pod_attrs("main", "a-team", "train-0") + ",vgpu=\"0\"",
+        pod_attrs("main", "b-team", "train-1") + ",vgpu=\"1\"",
+        pod_attrs("main", "c-team", "idle-0") + ",vgpu=\"2\"",
+    ];
+    let whole = pod_attrs("main", "d-team", "whole-0");
+    let mig = pod_attrs("main", "e-team", "mig-0");
+    let lines = |metric: &str, gpu: usize, mig: Option<usize>| -> Vec<String> {
+        let prefix = format!("{metric}{{{},", labels(gpu, mig));
+        let exact = format!("{metric}{{{}}} ", labels(gpu, mig));
+        body.lines()
+            .filter(|l| l.starts_with(&prefix) || l.starts_with(&exact))
+            .map(str::to_string)
+            .collect()
+    };
+    // The device's own value, read from its series without pod labels.
+    let device = |metric: &str, gpu: usize, mig: Option<usize>| -> String {
+        let exact = format!("{metric}{{{}}} ", labels(gpu, mig));
+        body.lines()
+            .find_map(|l| l.strip_prefix(&exact))
+            .unwrap_or_else(|| panic!("no device-level {metric} on GPU {gpu}\n{body}"))
+            .to_string()
+    };
+    let line = |metric: &str, gpu: usize, mig: Option<usize>, attrs: &str, v: &str| {
+        format!("{metric}{{{}{attrs}}} {v}", labels(gpu, mig))
+    };
+    for (metric, own) in [
+        ("DCGM_FI_DEV_FB_USED", ["32768", "12288", "0"]),
+        ("DCGM_FI_DEV_GPU_UTIL", ["55", "25", "0"]),
+    ] {
+        let dev = device(metric, 0, None);
+        let mut want = vec![line(metric, 0, None, "", &dev)];
+        want.extend(
+            pods0
+                .iter()
+                .zip(own)
+                .map(|(p, v)| line(metric, 0, None, p, v)),
+        );
+        assert_eq!(lines(metric, 0, None), want, "{body}");
+        // A whole GPU one pod holds, the pod without processes.
+        let dev = device(metric, 1, None);
+        assert_eq!(
+            lines(metric, 1, None),
+            vec![
+                line(metric, 1, None, "", &dev),
+                line(metric, 1, None, &whole, "0")
+            ]
+        );
+    }
+    // MIG: the instance's framebuffer, the pod's process on it.
+    let dev = device("DCGM_FI_DEV_FB_USED", 2, Some(0));
+    assert_eq!(
+        lines("DCGM_FI_DEV_FB_USED", 2, Some(0)),
+        vec![
+            line("DCGM_FI_DEV_FB_USED", 2, Some(0), "", &dev),
+            line("DCGM_FI_DEV_FB_USED", 2, Some(0), &mig, "20480"),
+        ]
+    );
+    // Every other family: the device's value on each pod's series, no series without pod labels.
+    for metric in ["DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_POWER_USAGE"] {
+        let got = lines(metric, 0, None);
+        let v = got[0].rsplit_once(' ').unwrap().1;
+        let want: Vec<String> = pods0.iter().map(|p| line(metric, 0, None, p, v)).collect();
+        assert_eq!(got, want, "{body}");
+    }
+    // `sum by (pod)` of the framebuffer is each pod's processes' memory.
+    let pod_of = |l: &str| -> String {
+        l.split("pod=\"")
+            .nth(1)
+            .map(|r| r.split('"').next().unwrap().to_string())
+            .unwrap_or_default()
+    };
+    let mut fb: std::collections::BTreeMap<String, f64> = Default::default();
+    for l in body
+        .lines()
+        .filter(|l| l.starts_with("DCGM_FI_DEV_FB_USED{"))
+    {
+        let pod = pod_of(l);
+        if !pod.is_empty() {
+            *fb.entry(pod).or_default() += l.rsplit_once(' ').unwrap().1.parse::<f64>().unwrap();
+        }
+    }
+    let mut procs: std::collections::BTreeMap<String, f64> = Default::default();
+    for l in body
+        .lines()
+        .filter(|l| l.starts_with("dcgm_otel_process_gpu_memory_bytes{"))
+    {
+        let pod = pod_of(l);
+        if !pod.is_empty() {
+            *procs.entry(pod).or_default() +=
+                l.rsplit_once(' ').unwrap().1.parse::<f64>().unwrap() / 1048576.0;
+        }
+    }
+    for pod in ["idle-0", "whole-0"] {
+        procs.insert(pod.into(), 0.0);
+    }
+    assert_eq!(fb, procs);
+    assert_eq!(fb["train-0"], 32768.0);
 }

@@ -222,6 +222,7 @@ fn thirty_collections_of_one_second_then_retention() {
             driver_version: None,
             entities,
             derived,
+            per_set: Vec::new(),
             incidents: Vec::new(),
             processes: Vec::new(),
         };

@@ -114,6 +114,7 @@ pub fn snapshot(
         entities: reading.entities,
         processes: Vec::new(),
         derived: Vec::new(),
+        per_set: Vec::new(),
         incidents: Vec::new(),
     }
 }

@@ -21,7 +21,8 @@
 //! Where the pod-resources answers come from is pluggable ([`PodSource`]): the kubelet's socket, or,
 //! on a simulated fleet whose scenario has `pods:`, the simulated cluster ([`simulated`]), which also
 //! plays the API server (pod UIDs and labels). After the mapping, the cost counters ([`cost`]) are
-//! derived from the attributed readings.
+//! derived from the attributed readings, and with `--kubernetes-virtual-gpus` each pod's own
+//! utilization and framebuffer from its processes ([`virtual_gpus`]).
 
 pub mod api;
 pub mod args;
@@ -34,6 +35,7 @@ pub mod plan;
 pub mod podresources;
 pub mod processes;
 pub mod simulated;
+pub mod virtual_gpus;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -44,7 +46,7 @@ pub use mapping::{GpuIdType, Mapping, MatchRules, PodRef};
 
 use super::Enricher;
 use crate::counters::CounterSet;
-use crate::snapshot::{Attribute, DerivedFamily, EntityReading, ProcessReading};
+use crate::snapshot::{Attribute, DerivedFamily, EntityReading, PerSetValues, ProcessReading};
 use crate::telemetry::self_metrics::{Metric, SelfMetrics};
 use cost::{CostAccumulator, CostSettings, EqualShares, ProcessShares};
 use labels::{PodLabels, PodMeta};
@@ -292,6 +294,10 @@ pub struct KubernetesEnricher {
     proc_root: PathBuf,
     /// This collection's processes, as attributed (per-process collection on), for the cost split.
     last_processes: Vec<ProcessReading>,
+    /// Whether this collection's processes were read (`last_processes` may be empty: none ran).
+    processes_read: bool,
+    /// Whether any collection's processes were read (a failed poll is then told from none).
+    processes_seen: bool,
 }
 
 impl KubernetesEnricher {
@@ -398,6 +404,8 @@ impl KubernetesEnricher {
             checkpoint_failing: false,
             proc_root: PathBuf::from("/proc"),
             last_processes: Vec::new(),
+            processes_read: false,
+            processes_seen: false,
         })
     }
 
@@ -590,6 +598,7 @@ impl Enricher for KubernetesEnricher {
     fn enrich(&mut self, entities: &mut [EntityReading]) {
         // Processes of an earlier collection never split this one's devices.
         self.last_processes.clear();
+        self.processes_read = false;
         self.refresh();
         if let Some(m) = &self.mapping {
             apply(m, self.config.rules.id_type, entities);
@@ -605,6 +614,8 @@ impl Enricher for KubernetesEnricher {
         );
         // The cost counters split shared devices by these processes' SM use (`derive`, next).
         self.last_processes = processes.to_vec();
+        self.processes_read = true;
+        self.processes_seen = true;
     }
 
     fn derive(
@@ -623,6 +634,32 @@ impl Enricher for KubernetesEnricher {
             self.cost.collect(entities, counters, now, &shares)
         };
         out.extend(collected);
+    }
+
+    fn per_set_values(
+        &mut self,
+        entities: &[EntityReading],
+        counters: &CounterSet,
+        out: &mut Vec<PerSetValues>,
+    ) {
+        let Some(mapping) = self.mapping.as_deref().filter(|_| self.config.virtual_gpus) else {
+            return;
+        };
+        let processes = if self.processes_read {
+            virtual_gpus::Processes::Read(&self.last_processes)
+        } else if self.processes_seen {
+            virtual_gpus::Processes::Failed
+        } else {
+            virtual_gpus::Processes::None
+        };
+        virtual_gpus::per_set_values(
+            mapping,
+            self.config.rules.id_type,
+            entities,
+            counters,
+            processes,
+            out,
+        );
     }
 }
 

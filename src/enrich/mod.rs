@@ -10,7 +10,7 @@ pub mod plan;
 
 use crate::counters::CounterSet;
 use crate::snapshot::{
-    ClockSample, DerivedFamily, EntityReading, Incident, P2pLink, ProcessReading,
+    ClockSample, DerivedFamily, EntityReading, Incident, P2pLink, PerSetValues, ProcessReading,
 };
 
 /// Adds attribution to the entities of one reading. Must not panic; failures are logged and counted by
@@ -39,6 +39,16 @@ pub trait Enricher: Send {
         _entities: &[EntityReading],
         _counters: &CounterSet,
         _out: &mut Vec<DerivedFamily>,
+    ) {
+    }
+    /// Fields whose series differ per attribute set of an entity (each pod sharing a GPU with its own
+    /// value, beside the device's), once every enricher has run, appended to `out`
+    /// (`snapshot::per_set`). Most enrichers have none.
+    fn per_set_values(
+        &mut self,
+        _entities: &[EntityReading],
+        _counters: &CounterSet,
+        _out: &mut Vec<PerSetValues>,
     ) {
     }
 }

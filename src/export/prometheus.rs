@@ -7,7 +7,9 @@
 //! model_name`). NvSwitch, switch-link, CPU and CPU-core series use dcgm-exporter's templates for
 //! those entity groups ([`super::entity_labels`]). One `# HELP`/`# TYPE` per family, families by field
 //! id. Absent values (blank and not-supported sentinels, errors) are never written, nor are NaN or
-//! infinities.
+//! infinities. A field the snapshot gives per attribute set (`Snapshot::per_set`: each sharing pod's
+//! own `DCGM_FI_DEV_GPU_UTIL`/`DCGM_FI_DEV_FB_USED`) is written as the device's series without
+//! attribution, then each set's series with its own value.
 //!
 //! The renderer runs on the collector thread after each collection and publishes the finished body
 //! (plain and gzip) with one atomic swap; the HTTP server only copies those bytes.
@@ -23,7 +25,8 @@ use crate::config::LabelStyle;
 use crate::counters::{CounterSet, MetricKind};
 use crate::lock::LockExt;
 use crate::snapshot::{
-    Attribution, Entity, EntityKind, EntityReading, FieldValue, HostInfo, Placement, Snapshot,
+    Attribution, Entity, EntityKind, EntityReading, FieldValue, HostInfo, PerSetValues, Placement,
+    Snapshot,
 };
 use crate::telemetry::exposition::{
     escape_help, label_names, push_label, whole_f64, write_f64_slow,
@@ -137,6 +140,9 @@ struct EntityLabels {
     /// The XID family's label strings for the last code seen (`labels} `, one per set): rebuilt only when
     /// the code changes, which is rare.
     xid: Option<(i64, Vec<String>)>,
+    /// `labels} ` of the entity's series without attribution, for fields written per attribute set
+    /// (`snapshot::PerSetValues`): made when first needed.
+    device: Option<String>,
 }
 
 /// What follows the identity labels in one series: the `label` fields with the label-class attributes
@@ -402,6 +408,27 @@ fn write_xid_samples(
     }
 }
 
+/// The attribute sets' series of a field written per set (`snapshot::PerSetValues`), each with its own value
+/// (the device's series without attribution is written before). Returns the samples written.
+fn write_per_set(
+    out: &mut String,
+    fam: &FamilyLayout,
+    labels: &EntityLabels,
+    per_set: &PerSetValues,
+    fmt: &mut ValueFormatter,
+) -> usize {
+    let mut samples = 0;
+    for (set, v) in labels.sets.iter().zip(&per_set.per_set) {
+        let Some(value) = fmt.format(v) else { continue };
+        out.push_str(&fam.open);
+        out.push_str(set);
+        out.push_str(value);
+        out.push('\n');
+        samples += 1;
+    }
+    samples
+}
+
 impl Renderer {
     /// `self_metrics`: appended to every body when given (`--no-self-metrics` passes `None`).
     pub fn new(style: LabelStyle, self_metrics: Option<Arc<SelfMetrics>>) -> Renderer {
@@ -466,7 +493,7 @@ impl Renderer {
         let mut samples = 0;
         for fam in families.iter() {
             let mut wrote_any = false;
-            for (e, labels) in snap.entities.iter().zip(entities.iter_mut()) {
+            for (i, (e, labels)) in snap.entities.iter().zip(entities.iter_mut()).enumerate() {
                 let Some(v) = e.values.get(fam.row) else {
                     continue;
                 };
@@ -475,7 +502,20 @@ impl Renderer {
                     out.push_str(&fam.header);
                     wrote_any = true;
                 }
-                if fam.xid {
+                let per_set = snap
+                    .per_set
+                    .iter()
+                    .find(|p| p.entity == i && p.row == fam.row);
+                if let Some(per_set) = per_set {
+                    let device = labels
+                        .device
+                        .get_or_insert_with(|| self.device_labels(e, &labels.base, snap));
+                    out.push_str(&fam.open);
+                    out.push_str(device);
+                    out.push_str(value);
+                    out.push('\n');
+                    samples += 1 + write_per_set(out, fam, labels, per_set, &mut fmt);
+                } else if fam.xid {
                     write_xid_samples(out, fam, labels, v, value);
                 } else {
                     for set in &labels.sets {
@@ -485,7 +525,9 @@ impl Renderer {
                         out.push('\n');
                     }
                 }
-                samples += labels.sets.len();
+                if per_set.is_none() {
+                    samples += labels.sets.len();
+                }
             }
             if let Some(g) = gzip.as_deref_mut() {
                 if out.len() - g.fed >= GZIP_CHUNK {
@@ -624,6 +666,7 @@ impl Renderer {
                 base,
                 tails,
                 xid: None,
+                device: None,
             };
             if i < cache.entities.len() {
                 cache.entities[i] = built;
@@ -693,6 +736,23 @@ impl Renderer {
             push_label(&mut base, &mut first, host_label, h);
         }
         base
+    }
+
+    /// `labels} ` of an entity's series without attribution: its identity labels (`base`) and
+    /// `label`-type fields.
+    fn device_labels(&self, e: &EntityReading, base: &str, snap: &Snapshot) -> String {
+        let bare = EntityReading {
+            entity: e.entity.clone(),
+            values: e.values.clone(),
+            attribution: Arc::default(),
+        };
+        let (mut s, tails) = self.tails_of(&bare, base.to_string(), snap);
+        let mut first = s.is_empty();
+        if let Some(tail) = tails.first() {
+            tail.write(&mut s, &mut first, &[]);
+        }
+        s.push_str("} ");
+        s
     }
 
     /// Per attribute set of an entity, what follows its identity labels.

@@ -9,7 +9,7 @@
 //! the monitored entities in output order, [`attribution`] who uses each entity, as open attribute sets;
 //! [`process`] the processes running on them (per-process GPU use, beside the entities);
 //! [`incident`] events between collections (XID, clock events, health transitions); [`p2p`] the NvLink
-//! peer-to-peer status of GPU pairs;
+//! peer-to-peer status of GPU pairs; [`PerSetValues`] a field written with each pod's own value;
 //! [`SnapshotStore`] holds the newest published snapshot.
 
 pub mod attribution;
@@ -105,6 +105,24 @@ pub struct EntityReading {
     pub attribution: Arc<Attribution>,
 }
 
+/// One field of one entity whose series carry a value per attribute set instead of the entity's one
+/// value repeated: the device's own value goes on one series without attribution (the device-level
+/// series), and each attribute set's series carries the value given for it. The writer is the Kubernetes
+/// enricher with `--kubernetes-virtual-gpus` and per-process readings (`DCGM_FI_DEV_GPU_UTIL` and
+/// `DCGM_FI_DEV_FB_USED` of a pod-held device, each pod's own, as dcgm-exporter ≥ 4.5 writes them); the
+/// :9400 renderer the reader. OTLP needs none of it: there a device's readings are on its Resource once,
+/// and each pod's part on the pod's own Resource (`pod_split`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct PerSetValues {
+    /// Index of the entity in `Snapshot::entities`.
+    pub entity: usize,
+    /// The counter row (index into `CounterSet::rows`).
+    pub row: usize,
+    /// One value per attribute set of the entity, in `Attribution::sets` order; an absent value writes
+    /// no series for that set.
+    pub per_set: Vec<FieldValue>,
+}
+
 /// What a source returns from one poll.
 #[derive(Debug, Clone, Default)]
 pub struct Reading {
@@ -145,6 +163,9 @@ pub struct Snapshot {
     /// Series derived from the enriched readings that are not DCGM fields (per-pod cost counters);
     /// written after the DCGM families. Empty when the collection failed.
     pub derived: Vec<DerivedFamily>,
+    /// Fields of entities whose series carry a value per attribute set (each sharing pod's own), beside
+    /// the device's value on a series without attribution (`--kubernetes-virtual-gpus`). Usually empty.
+    pub per_set: Vec<PerSetValues>,
     /// Incidents seen by this collection only (XIDs, clock events, health transitions), with the
     /// attribution their entity had; a later snapshot never repeats them.
     pub incidents: Vec<Incident>,

@@ -15,10 +15,11 @@
 //!
 //! Per-device values (temperature, clocks) are not split. Input: the snapshot's processes
 //! ([`pod_usage`]) and the device's power and energy increment; output: one [`PodShare`] per pod
-//! ([`split`]). The Prometheus renderer writes the `dcgm_otel_pod_gpu_*` split series from it; the
-//! `--kubernetes-virtual-gpus` series and the per-pod cost counters are meant to call the same two
-//! functions when per-process data exists (the energy increment needs the previous collection's
-//! counter, which those counters keep).
+//! ([`split`]). The Prometheus renderer writes the `dcgm_otel_pod_gpu_*` split series from it; with
+//! `--kubernetes-virtual-gpus` each pod's `DCGM_FI_DEV_GPU_UTIL`/`DCGM_FI_DEV_FB_USED` series carry its
+//! [`pod_usage`] sums (`enrich::kubernetes::virtual_gpus`), and the per-pod cost counters split a
+//! shared device by them too (their energy increment needs the previous collection's counter, which
+//! those counters keep).
 
 use std::collections::BTreeMap;
 

@@ -64,7 +64,8 @@ pub struct KubernetesArgs {
     )]
     pub kubernetes_pod_label_allowlist_regex: Vec<String>,
 
-    /// Shared GPUs (time slicing, MPS): add the vgpu label (the replica) to each sharing pod's series.
+    /// Shared GPUs (time slicing, MPS): add the vgpu label (the replica) to each sharing pod's series;
+    /// with per-process readings, each pod's own DCGM_FI_DEV_GPU_UTIL and DCGM_FI_DEV_FB_USED.
     #[arg(long = "kubernetes-virtual-gpus", env = "KUBERNETES_VIRTUAL_GPUS", action = ArgAction::SetTrue)]
     pub kubernetes_virtual_gpus: bool,
 

@@ -106,6 +106,7 @@ pub fn snapshot(counters: Arc<CounterSet>, seq: u64, energy: i64) -> Snapshot {
         entities: vec![shared, link(0), link(1), unusable, plain],
         processes: Vec::new(),
         derived: Vec::new(),
+        per_set: Vec::new(),
         incidents: Vec::new(),
     }
 }

@@ -119,6 +119,7 @@ fn snapshot_of(counters: Arc<CounterSet>, entities: Vec<EntityReading>) -> Snaps
         entities,
         processes: Vec::new(),
         derived: Vec::new(),
+        per_set: Vec::new(),
         incidents: Vec::new(),
     }
 }
