@@ -9,7 +9,9 @@
 //! - a block marked `<!-- doc-test: lines of PATH -->` is lines of that file, in order (`…` stands for
 //!   any text within a line, a line `...` for any lines); `<!-- doc-test: output of COMMAND -->`: lines
 //!   of what that command serves at its first collection;
-//! - every repository path the pages name (in backticks or as a link) exists;
+//! - every repository path the pages name (in backticks or as a link) exists, and every relative link
+//!   (`](path)`, `](path#anchor)`, `](#anchor)`) leads to a file of the repository and, with an anchor, to
+//!   a heading of that page;
 //! - every row of a flag table (`| Flag | Env | Default |`) names a flag `--help` has, with that
 //!   variable, and the default `--help` shows when the table gives one in backticks.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests and benches fail loudly on purpose
@@ -401,6 +403,112 @@ fn every_repository_path_the_docs_name_exists() {
     assert!(missing.is_empty(), "missing:\n{}", missing.join("\n"));
 }
 
+/// GitHub's anchor of a heading: lower case, punctuation dropped (`-` and `_` kept), spaces as `-`.
+fn slug(heading: &str) -> String {
+    heading
+        .trim()
+        .to_lowercase()
+        .chars()
+        .filter(|c| c.is_alphanumeric() || matches!(c, '-' | '_' | ' '))
+        .map(|c| if c == ' ' { '-' } else { c })
+        .collect()
+}
+
+/// The anchors of a Markdown page's headings (outside fenced blocks); repeated ones get `-1`, `-2`, ….
+fn anchors(text: &str) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    let mut fenced = false;
+    for l in text.lines() {
+        if l.starts_with("```") {
+            fenced = !fenced;
+            continue;
+        }
+        let hashes = l.chars().take_while(|&c| c == '#').count();
+        if fenced || hashes == 0 || !l[hashes..].starts_with(' ') {
+            continue;
+        }
+        let s = slug(&l[hashes..]);
+        let n = out
+            .iter()
+            .filter(|a| {
+                **a == s
+                    || a.strip_prefix(&format!("{s}-"))
+                        .is_some_and(|r| r.parse::<u32>().is_ok())
+            })
+            .count();
+        out.push(if n == 0 { s } else { format!("{s}-{n}") });
+    }
+    out
+}
+
+/// The link targets of a page outside fenced blocks, with their line numbers.
+fn link_targets(text: &str) -> Vec<(usize, String)> {
+    let mut out = Vec::new();
+    let mut fenced = false;
+    for (n, l) in text.lines().enumerate() {
+        if l.starts_with("```") {
+            fenced = !fenced;
+        }
+        if fenced {
+            continue;
+        }
+        for part in l.split("](").skip(1) {
+            if let Some(end) = part.find(')') {
+                out.push((n + 1, part[..end].to_string()));
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn headings_give_github_anchors() {
+    assert_eq!(
+        slug(" GPU incidents (`DCGM_EXP_*`)"),
+        "gpu-incidents-dcgm_exp_"
+    );
+    assert_eq!(slug(" GPU bind/unbind"), "gpu-bindunbind");
+    assert_eq!(
+        anchors("# A\n## Run\n```\n# not a heading\n```\n### Run\n"),
+        ["a", "run", "run-1"]
+    );
+}
+
+#[test]
+fn every_relative_link_leads_to_a_file_and_heading() {
+    let mut broken = Vec::new();
+    let mut checked = 0;
+    for (page, text) in pages() {
+        let dir = Path::new(&page).parent().unwrap_or(Path::new(""));
+        for (line, target) in link_targets(&text) {
+            if target.contains("://") || target.starts_with("mailto:") {
+                continue;
+            }
+            checked += 1;
+            let (path, anchor) = target.split_once('#').unwrap_or((&target, ""));
+            let file = if path.is_empty() {
+                page.clone()
+            } else {
+                normalize(&dir.join(path))
+            };
+            if file.starts_with("..") || !root().join(&file).exists() {
+                broken.push(format!("{page}:{line}: {target} (no file {file})"));
+                continue;
+            }
+            if !anchor.is_empty() {
+                let target_text = std::fs::read_to_string(root().join(&file)).unwrap_or_default();
+                if !anchors(&target_text).iter().any(|a| a == anchor) {
+                    broken.push(format!(
+                        "{page}:{line}: {target} (no heading #{anchor} in {file})"
+                    ));
+                }
+            }
+        }
+    }
+    assert!(checked > 50, "only {checked} links found");
+    assert!(broken.is_empty(), "broken links:\n{}", broken.join("\n"));
+}
+
 /// One `--help` option: long flag, `[env: …]`, `[default: …]`, its whole text.
 type HelpOption = (String, Option<String>, Option<String>, String);
 
@@ -557,7 +665,7 @@ fn pages_name_no_issue_and_nothing_outside_the_repository() {
     assert!(found.is_empty(), "{}", found.join("\n"));
 }
 
-/// README: "the default CSV has the six `DCGM_EXP_*` rows commented out".
+/// docs/otlp.md: "the default CSV has the six `DCGM_EXP_*` rows commented out".
 #[test]
 fn the_default_csv_carries_every_exp_row_commented() {
     let csv = std::fs::read_to_string(root().join("src/counters/default-counters.csv")).unwrap();
@@ -576,11 +684,11 @@ fn the_default_csv_carries_every_exp_row_commented() {
     }
 }
 
-/// Every counters file the README says the container image has under /etc/dcgm-otel/ is installed
+/// Every counters file the pages say the container image has under /etc/dcgm-otel/ is installed
 /// there by the Dockerfile (the config.yaml of the error examples is the user's own).
 #[test]
 fn image_paths_the_readme_names_are_installed() {
-    let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
+    let readme: String = pages().into_iter().map(|(_, text)| text).collect();
     let dockerfile = std::fs::read_to_string(root().join("Dockerfile")).unwrap();
     let named: Vec<&str> = readme
         .split(['`', ' ', '\n', ')'])
@@ -624,7 +732,7 @@ fn the_documented_large_body_size_is_what_the_binary_serves() {
     assert_eq!((plain.body.len(), zipped.body.len()), (text, gzip));
 }
 
-/// README "Per-process GPU use": NVML gives no per-process utilization on MIG GPUs, but the simulator
+/// docs/sources.md "Per-process GPU use": NVML gives no per-process utilization on MIG GPUs, but the simulator
 /// serves a scenario's processes as written, so `--simulate --collect-processes` shows it on MIG
 /// instances too.
 #[test]

@@ -442,14 +442,14 @@ def check_otel_config(path):
 
 
 # Families dcgm-otel computes itself (not counters-CSV rows): the per-pod cost counters of -k.
-# dcgm-otel's own per-pod families under their OTLP names (README "OTLP names of dcgm-otel's own families").
+# dcgm-otel's own per-pod families under their OTLP names (docs/otlp.md, "dcgm-otel's own families on OTLP").
 DERIVED_METRICS = ["nvidia.pod.gpu.time", "nvidia.pod.gpu.energy", "nvidia.pod.gpu.idle_time"]
 
 
 def semconv_metric_names():
-    """The semantic-convention metric names of README.md's mapping table (--otel-metric-names semconv; a
+    """The semantic-convention metric names of docs/otlp.md's mapping table (--otel-metric-names semconv; a
     unit test keeps that table equal to the exporter's data table)."""
-    with open("README.md") as f:
+    with open("docs/otlp.md") as f:
         text = f.read()
     table = text.split("<!-- semconv-table:start -->", 1)[-1].split("<!-- semconv-table:end -->", 1)[0]
     return sorted({m for m in re.findall(r"^\|[^|]*\| `(hw\.[a-z._]+)` \|", table, re.M)})

@@ -7,7 +7,7 @@
 //! host-engine reconnect (the source re-creates its cursors and health group) never moves a total back.
 //! It writes the families that the counters CSV lists, with the CSV's type and help, in dcgm-exporter's
 //! order (9001 … 9006) and with its names, labels and values. Where dcgm-exporter is known to be wrong
-//! this stage is not (README "Incidents"): an XID on a MIG instance is counted on that instance, and the
+//! this stage is not (docs/incidents.md): an XID on a MIG instance is counted on that instance, and the
 //! XID `_COUNT` counts occurrences (each XID is one DCGM sample). `DCGM_EXP_CLOCK_EVENTS_COUNT` counts,
 //! as dcgm-exporter does, the bitmask samples within the window that have each reason set (so a held
 //! throttle stays above 0 while it lasts; the value depends on the watch frequency, the collect

@@ -117,7 +117,7 @@ impl Input {
         }
     }
 
-    /// How the README table writes the input.
+    /// How the docs/otlp.md table writes the input.
     pub fn describe(&self) -> String {
         match *self {
             Input::Field(f) => format!("`{f}`"),
@@ -177,7 +177,7 @@ impl Scale {
         matches!(self, Scale::Times(k) if k.fract() == 0.0)
     }
 
-    /// How the README table writes it.
+    /// How the docs/otlp.md table writes it.
     pub fn describe(self) -> String {
         match self {
             Scale::Times(k) => format!("×{k}"),
@@ -575,7 +575,7 @@ pub fn combine(
     }
 }
 
-/// The README's mapping table (one line per row), the form a test compares with README.md.
+/// The mapping table of docs/otlp.md (one line per row), the form a test compares with that page.
 pub fn markdown_rows() -> Vec<String> {
     MAPPINGS
         .iter()
@@ -635,16 +635,16 @@ mod tests {
         assert_eq!(hw_state(15.0), "degraded");
     }
 
-    /// The README table lists every row of [`MAPPINGS`], in order, and nothing else.
+    /// The docs/otlp.md table lists every row of [`MAPPINGS`], in order, and nothing else.
     #[test]
     fn readme_table_equals_the_data_table() {
         let readme = std::fs::read_to_string(
-            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md"),
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/otlp.md"),
         )
         .unwrap();
         let start = readme
             .find("<!-- semconv-table:start -->")
-            .expect("README has the semconv table markers");
+            .expect("docs/otlp.md has the semconv table markers");
         let end = readme.find("<!-- semconv-table:end -->").unwrap();
         let rows: Vec<&str> = readme[start..end]
             .lines()
@@ -655,7 +655,7 @@ mod tests {
         assert_eq!(
             rows,
             want.iter().map(String::as_str).collect::<Vec<_>>(),
-            "README.md's semconv table differs from semconv::MAPPINGS; the rows should be:\n{}",
+            "docs/otlp.md's semconv table differs from semconv::MAPPINGS; the rows should be:\n{}",
             want.join("\n")
         );
     }

@@ -5,7 +5,7 @@
 //! give (profiling `DCGM_FI_PROF_*`, vGPU licensing, DCGM-computed fields): it is reported absent with
 //! reason `unsupported` and listed once at start. Units follow DCGM's: clocks MHz, temperatures °C,
 //! power W (NVML gives mW), energy mJ, framebuffer MiB (NVML gives bytes), PCIe throughput KB/s.
-//! README.md ("Sources and fields") has the same table for users.
+//! docs/sources.md ("Hosts without DCGM (NVML)") has the same table for users.
 
 use super::ffi;
 
