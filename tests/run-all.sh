@@ -95,11 +95,10 @@ cargo clippy --workspace --all-targets -- -D warnings
 log "cargo build (workspace, incl. the fake libraries the tests would otherwise build on demand)"
 cargo build --workspace --all-targets
 log "cargo nextest"
-# CI=true: a test whose outside program is missing fails instead of skipping (tests/support/peers.rs)
-export CI="${CI:-true}"
 # tests/e2e/web_security.rs opens 1,000+ sockets in one process (the 1,000-scrape burst, 500 slowloris clients)
 [ "$(ulimit -n)" = unlimited ] || [ "$(ulimit -n)" -ge 4096 ] || ulimit -n 4096 2>/dev/null || ulimit -n "$(ulimit -Hn)" || true
-cargo nextest run --workspace --no-fail-fast
+# CI=true: a test whose outside program is missing fails instead of skipping (tests/support/peers.rs)
+CI="${CI:-true}" cargo nextest run --workspace --no-fail-fast
 
 log "fault-matrix soak, short: 90 s, the 30-minute schedule compressed (tests/soak/, docs/reliability.md)"
 # Its own step (the soak is #[ignore]d in the run above): the pass criteria read the process alone.
