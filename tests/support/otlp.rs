@@ -351,15 +351,26 @@ impl Receiver {
         n: usize,
         limit: Duration,
     ) -> Vec<Received<ExportMetricsServiceRequest>> {
+        self.wait_until(limit, "requests", n, || self.received())
+    }
+
+    /// Poll `get` until it returns at least `n` items; panics after `limit`, naming `what`.
+    fn wait_until<T>(
+        &self,
+        limit: Duration,
+        what: &str,
+        n: usize,
+        get: impl Fn() -> Vec<T>,
+    ) -> Vec<T> {
         let deadline = Instant::now() + limit;
         loop {
-            let got = self.received();
+            let got = get();
             if got.len() >= n {
                 return got;
             }
             assert!(
                 Instant::now() < deadline,
-                "receiver on {} got {} requests, wanted {n}, within {limit:?}",
+                "receiver on {} got {} {what}, wanted {n}, within {limit:?}",
                 self.addr,
                 got.len()
             );
@@ -391,10 +402,8 @@ impl Receiver {
 
     /// The log records received so far, with their resource's attributes, once at least `n` arrived.
     pub fn wait_for_records(&self, n: usize) -> Vec<(BTreeMap<String, String>, LogRecord)> {
-        let deadline = Instant::now() + WAIT;
-        loop {
-            let records: Vec<_> = self
-                .store
+        self.wait_until(WAIT, "log records", n, || {
+            self.store
                 .lock()
                 .unwrap()
                 .logs
@@ -407,18 +416,8 @@ impl Receiver {
                         .flat_map(|sl| sl.log_records.iter())
                         .map(move |r| (res.clone(), r.clone()))
                 })
-                .collect();
-            if records.len() >= n {
-                return records;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "receiver on {} got {} log records, wanted {n}",
-                self.addr,
-                records.len()
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
+                .collect()
+        })
     }
 }
 
