@@ -340,7 +340,7 @@ with open("src/counters/default-counters.csv") as f:
 if (cm.get("data") or {}).get("metrics") != csv:
     fail.append("the counters ConfigMap's data.metrics differs from src/counters/default-counters.csv")
 # ... and mounted as a directory: the kubelet updates it by swapping the volume's ..data symlink, which
-# dcgm-otel's counters reload follows (tests/reload_e2e.rs); a subPath mount is never updated.
+# dcgm-otel's counters reload follows (tests/e2e/reload_e2e.rs); a subPath mount is never updated.
 ds_container = ds["spec"]["template"]["spec"]["containers"][0]
 counters_mounts = [m for m in ds_container.get("volumeMounts") or [] if m["name"] == "counters"]
 collectors = next((e.get("value") for e in ds_container.get("env") or []

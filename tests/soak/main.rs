@@ -13,6 +13,9 @@
 //! `SOAK_OUT` (default `target/soak`): `samples.csv`, `timeline.csv`, `report.md`, `exporter.log`.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a test driver fails loudly on purpose
 
+#[path = "../support/mod.rs"]
+mod support;
+
 mod load;
 mod peers;
 mod probe;
@@ -112,20 +115,9 @@ fn free_port() -> u16 {
         .port()
 }
 
-/// `libdcgm.so.4` → the fake, beside the test binary.
+/// `libdcgm.so.4` → the fake (built if needed), in `dir/lib`.
 fn fake_dir(dir: &Path) -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let so = exe
-        .parent()
-        .unwrap()
-        .parent()
-        .unwrap()
-        .join("libfake_libdcgm.so");
-    assert!(
-        so.exists(),
-        "{} missing: cargo build --workspace",
-        so.display()
-    );
+    let so = support::fake_lib::built("libfake_libdcgm.so");
     let lib = dir.join("lib");
     std::fs::create_dir_all(&lib).unwrap();
     std::os::unix::fs::symlink(so, lib.join("libdcgm.so.4")).unwrap();

@@ -16,6 +16,7 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
+use crate::support::otlp;
 use dcgm_otel::enrich::kubernetes::podresources::{
     ContainerDevices, ContainerResources, ListPodResourcesRequest, ListPodResourcesResponse,
     PodResources, LIST_PATH,
@@ -296,44 +297,30 @@ impl Received {
         }
     }
 
-    fn count_logs(&self, body: &[u8], gzip: bool) {
-        use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
-        use prost::Message;
-        let plain = if gzip {
-            let mut out = Vec::new();
-            if flate2::read::GzDecoder::new(body)
-                .read_to_end(&mut out)
-                .is_err()
-            {
-                return;
-            }
-            out
-        } else {
-            body.to_vec()
-        };
-        let Ok(req) = ExportLogsServiceRequest::decode(&plain[..]) else {
-            return;
-        };
-        let records: usize = req
-            .resource_logs
-            .iter()
-            .flat_map(|r| &r.scope_logs)
-            .map(|s| s.log_records.len())
-            .sum();
-        self.log_records.fetch_add(records as u64, Ordering::SeqCst);
-        self.log_bytes
-            .fetch_add(plain.len() as u64, Ordering::SeqCst);
-        self.max_log_request
-            .fetch_max(plain.len() as u64, Ordering::SeqCst);
+    fn count(&self, seen: &otlp::Seen, at: f64) {
+        let counter = if seen.logs { &self.logs } else { &self.metrics };
+        counter.fetch_add(1, Ordering::SeqCst);
+        self.bytes
+            .fetch_add(seen.body_bytes as u64, Ordering::SeqCst);
+        if seen.logs {
+            self.log_records
+                .fetch_add(seen.log_records as u64, Ordering::SeqCst);
+            self.log_bytes
+                .fetch_add(seen.plain_bytes as u64, Ordering::SeqCst);
+            self.max_log_request
+                .fetch_max(seen.plain_bytes as u64, Ordering::SeqCst);
+        }
+        self.arrived(at, seen.logs);
     }
 }
 
-/// An OTLP/HTTP collector on 127.0.0.1 that answers 200 to `/v1/metrics` and `/v1/logs`.
+/// An OTLP/HTTP collector on 127.0.0.1 taking `/v1/metrics` and `/v1/logs`: the tests' one receiver
+/// (`support::otlp`), counting what it gets; down means the receiver is dropped (port closed, open
+/// connections cut), up a new one on the same port.
 pub struct Collector {
-    runtime: tokio::runtime::Runtime,
     pub port: u16,
     pub received: Arc<Received>,
-    stop: Option<tokio::sync::watch::Sender<bool>>,
+    receiver: Option<otlp::Receiver>,
     epoch: Instant,
 }
 
@@ -345,10 +332,9 @@ impl Collector {
             .unwrap()
             .port();
         let mut c = Collector {
-            runtime: runtime(),
             port,
             received: Arc::default(),
-            stop: None,
+            receiver: None,
             epoch,
         };
         c.up();
@@ -356,91 +342,15 @@ impl Collector {
     }
 
     pub fn up(&mut self) {
-        let deadline = Instant::now() + Duration::from_secs(10);
-        let listener = loop {
-            match self
-                .runtime
-                .block_on(tokio::net::TcpListener::bind(("127.0.0.1", self.port)))
-            {
-                Ok(l) => break l,
-                Err(e) if Instant::now() > deadline => panic!("collector cannot rebind: {e}"),
-                Err(_) => std::thread::sleep(Duration::from_millis(50)),
-            }
-        };
-        let (tx, rx) = tokio::sync::watch::channel(false);
         let (received, epoch) = (self.received.clone(), self.epoch);
-        self.runtime.spawn(async move {
-            let mut stop = rx.clone();
-            loop {
-                let tcp = tokio::select! {
-                    _ = stop.changed() => return,
-                    accepted = listener.accept() => match accepted {
-                        Ok((tcp, _)) => tcp,
-                        Err(_) => continue,
-                    },
-                };
-                let (received, mut stop) = (received.clone(), rx.clone());
-                tokio::spawn(async move {
-                    let svc = hyper::service::service_fn(
-                        move |req: hyper::Request<hyper::body::Incoming>| {
-                            let received = received.clone();
-                            async move {
-                                use http_body_util::BodyExt;
-                                let path = req.uri().path().to_string();
-                                let gzip = req
-                                    .headers()
-                                    .get("content-encoding")
-                                    .is_some_and(|v| v.as_bytes() == b"gzip");
-                                let body = req
-                                    .into_body()
-                                    .collect()
-                                    .await
-                                    .map(|b| b.to_bytes())
-                                    .unwrap_or_default();
-                                let status = match path.as_str() {
-                                    "/v1/metrics" => {
-                                        received.metrics.fetch_add(1, Ordering::SeqCst);
-                                        200
-                                    }
-                                    "/v1/logs" => {
-                                        received.logs.fetch_add(1, Ordering::SeqCst);
-                                        received.count_logs(&body, gzip);
-                                        200
-                                    }
-                                    _ => 404,
-                                };
-                                if status == 200 {
-                                    received
-                                        .bytes
-                                        .fetch_add(body.len() as u64, Ordering::SeqCst);
-                                    received
-                                        .arrived(epoch.elapsed().as_secs_f64(), path == "/v1/logs");
-                                }
-                                let mut resp = hyper::Response::new(http_body_util::Full::new(
-                                    bytes::Bytes::new(),
-                                ));
-                                *resp.status_mut() = hyper::StatusCode::from_u16(status).unwrap();
-                                Ok::<_, Infallible>(resp)
-                            }
-                        },
-                    );
-                    let io = hyper_util::rt::TokioIo::new(tcp);
-                    let conn = hyper::server::conn::http1::Builder::new().serve_connection(io, svc);
-                    // A collector that dies cuts its open connections too.
-                    tokio::select! {
-                        _ = conn => {}
-                        _ = stop.changed() => {}
-                    }
-                });
-            }
-        });
-        self.stop = Some(tx);
+        self.receiver = Some(otlp::Receiver::http_counting(
+            self.port,
+            Arc::new(move |seen: &otlp::Seen| received.count(seen, epoch.elapsed().as_secs_f64())),
+        ));
     }
 
     pub fn down(&mut self) {
-        if let Some(tx) = self.stop.take() {
-            let _ = tx.send(true);
-        }
+        self.receiver = None;
         // Let the accept loop and the connections see it before the port is reused.
         std::thread::sleep(Duration::from_millis(100));
     }

@@ -3,7 +3,7 @@
 //!
 //! This is the only module of the exporter allowed to contain `unsafe` (docs/developing.md). Everything
 //! here mirrors NVIDIA's DCGM 4.x headers (`dcgm_structs.h`, `dcgm_agent.h`, `dcgm_fields.h`); the numbers are
-//! checked against the compiled layout probe `tests/fixtures/dcgm/dcgm-abi-layout.txt` by `tests/abi_layout.rs`.
+//! checked against the compiled layout probe `tests/fixtures/dcgm/dcgm-abi-layout.txt` by `tests/e2e/abi_layout.rs`.
 //!
 //! Names deliberately keep the C spelling (`dcgmFieldValue_v1`, `DCGM_ST_OK`, `entityGroupId`) so that
 //! the ABI test can match every Rust item to its C counterpart by name, and so that a reader can grep the

@@ -4,7 +4,7 @@
 //! NVML ships with every NVIDIA driver; it is loaded with `dlopen` at start-up (never linked), so the
 //! binary starts on hosts without a driver. Everything here mirrors NVIDIA's `nvml.h` (NVML API 12, as
 //! DCGM 4.6 carries it in `sdk/nvidia/nvml/dcgm_nvml.h`); sizes, offsets and constants are checked
-//! against the compiled probe `tests/fixtures/nvml/nvml-abi-layout.txt` by `tests/nvml_abi_layout.rs`.
+//! against the compiled probe `tests/fixtures/nvml/nvml-abi-layout.txt` by `tests/e2e/nvml_abi_layout.rs`.
 //! Names keep the C spelling so every item can be matched to the header by name.
 //!
 //! A hand-written binding rather than the `nvml-wrapper` crate: that crate lacks

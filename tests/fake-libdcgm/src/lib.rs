@@ -64,7 +64,7 @@ unsafe fn c_string(p: *const c_char) -> Option<String> {
 /// `p` is non-NULL and points to at least 4 readable, aligned bytes.
 unsafe fn read_version<T>(p: *const T) -> u32 {
     // SAFETY: every versioned DCGM struct starts with `unsigned int version` at offset 0 (checked by
-    // tests/abi_layout.rs); the pointer is non-NULL and aligned per the caller's contract.
+    // tests/e2e/abi_layout.rs); the pointer is non-NULL and aligned per the caller's contract.
     unsafe { p.cast::<u32>().read() }
 }
 

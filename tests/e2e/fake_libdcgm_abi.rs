@@ -8,22 +8,12 @@
 use std::ffi::CString;
 use std::path::PathBuf;
 
+use crate::support::{fake_lib, own_process};
 use dcgm_otel::source::dcgm::ffi::*;
 
 /// `target/<profile>/libfake_libdcgm.so`, next to this test binary's `deps/` directory.
 fn fake_library() -> PathBuf {
-    let exe = std::env::current_exe().expect("test binary path");
-    let dir = exe
-        .parent()
-        .and_then(|deps| deps.parent())
-        .expect("target/<profile> directory");
-    let so = dir.join("libfake_libdcgm.so");
-    assert!(
-        so.exists(),
-        "{} is missing: build it with `cargo build -p fake-libdcgm` (tests/run-all.sh builds the workspace)",
-        so.display()
-    );
-    so
+    fake_lib::built("libfake_libdcgm.so")
 }
 
 fn cs(s: &str) -> CString {
@@ -40,6 +30,13 @@ fn read_log(path: &std::path::Path) -> Vec<String> {
 
 #[test]
 fn exporter_call_sequence_against_the_fake() {
+    own_process::run(
+        concat!(module_path!(), "::exporter_call_sequence_against_the_fake"),
+        exporter_call_sequence_against_the_fake_body,
+    );
+}
+
+fn exporter_call_sequence_against_the_fake_body() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let link = tmp.path().join("libdcgm.so.4");
     std::os::unix::fs::symlink(fake_library(), &link).expect("symlink libdcgm.so.4");

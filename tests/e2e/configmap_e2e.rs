@@ -4,7 +4,7 @@
 //! missing key or a bad CSV stops start-up with one line (exit 2).
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail loudly on purpose
 
-mod common;
+use crate::support::common;
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};

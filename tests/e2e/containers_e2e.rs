@@ -5,8 +5,8 @@
 //! delays nothing and is counted; per-process series get their container from a fake /proc's cgroup.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
-mod harness;
+use crate::support::common;
+use crate::support::otlp;
 
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixListener;
@@ -95,7 +95,7 @@ fn gpus_given_to_running_containers_carry_their_name() {
     let docker = FakeDocker::default();
     docker.serve(&socket);
 
-    let receiver = harness::Receiver::start();
+    let receiver = otlp::Receiver::http(0, None);
     let endpoint = format!("http://{}", receiver.addr);
     let e = common::start(
         &[
@@ -162,9 +162,9 @@ fn gpus_given_to_running_containers_carry_their_name() {
     // each of GPU 1's MIG instances; GPU 1's board is held by no container.
     let deadline = Instant::now() + Duration::from_secs(20);
     let resources = loop {
-        let got = receiver.got.lock().unwrap().last().cloned();
+        let got = receiver.requests().pop();
         if let Some(req) = got {
-            let resources = harness::resources(&req);
+            let resources = otlp::resources(&req);
             if resources
                 .iter()
                 .any(|(r, _)| r.get("container.name").map(String::as_str) == Some("trainer"))

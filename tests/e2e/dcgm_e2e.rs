@@ -4,80 +4,18 @@
 //! remote modes. The fake serves the simulated fleet through NVIDIA's C ABI and writes a call log
 //! (`FAKE_DCGM_CALL_LOG`), which the tests read to check what the exporter asked DCGM.
 //!
-//! Golden file: `UPDATE_GOLDEN=1 cargo nextest run --test dcgm_e2e` rewrites
+//! Golden file: `UPDATE_GOLDEN=1 cargo nextest run --test e2e dcgm_e2e` rewrites
 //! tests/golden/dcgm-fake-default.prom.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests and benches fail loudly on purpose
 
-mod common;
+use crate::support::common;
+use crate::support::fake_lib::Fake;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use common::{get, run_to_exit, start, terminate, Exporter};
-
-/// The fake library as built next to the binary under test.
-fn fake_library() -> PathBuf {
-    let bin = common::binary();
-    let dir = bin.parent().expect("binary has a directory");
-    let lib = dir.join("libfake_libdcgm.so");
-    assert!(
-        lib.exists(),
-        "{} is missing: build the workspace first (cargo build --workspace; tests/run-all.sh does)",
-        lib.display()
-    );
-    lib
-}
-
-/// A private directory holding `libdcgm.so.4` (a symlink to the fake) and the fake's call log.
-struct Fake {
-    dir: tempfile::TempDir,
-}
-
-impl Fake {
-    fn new() -> Fake {
-        let dir = tempfile::tempdir().unwrap();
-        std::os::unix::fs::symlink(fake_library(), dir.path().join("libdcgm.so.4")).unwrap();
-        Fake { dir }
-    }
-
-    fn lib_dir(&self) -> String {
-        self.dir.path().display().to_string()
-    }
-
-    fn lib_path(&self) -> String {
-        self.dir.path().join("libdcgm.so.4").display().to_string()
-    }
-
-    fn log_path(&self) -> PathBuf {
-        self.dir.path().join("calls.log")
-    }
-
-    /// Environment for the exporter: the call log, plus `extra` (FAKE_DCGM_*, LD_LIBRARY_PATH...).
-    fn env(&self, extra: &[(&str, &str)]) -> Vec<(String, String)> {
-        let mut env = vec![(
-            "FAKE_DCGM_CALL_LOG".to_string(),
-            self.log_path().display().to_string(),
-        )];
-        env.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
-        env
-    }
-
-    /// Environment with the fake found through LD_LIBRARY_PATH.
-    fn ld_env(&self, extra: &[(&str, &str)]) -> Vec<(String, String)> {
-        let mut env = self.env(extra);
-        env.push(("LD_LIBRARY_PATH".to_string(), self.lib_dir()));
-        env
-    }
-
-    fn calls(&self) -> Vec<String> {
-        std::fs::read_to_string(self.log_path())
-            .unwrap_or_default()
-            .lines()
-            .map(str::to_string)
-            .collect()
-    }
-}
 
 fn refs(env: &[(String, String)]) -> Vec<(&str, &str)> {
     env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect()

@@ -16,7 +16,7 @@
 //!   variable, and the default `--help` shows when the table gives one in backticks.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests and benches fail loudly on purpose
 
-mod common;
+use crate::support::common;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};

@@ -7,14 +7,13 @@
 //! where each signal went when `OTEL_EXPORTER_OTLP_METRICS_ENDPOINT` and `..._LOGS_ENDPOINT` differ.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail loudly on purpose
 
-mod common;
-mod logs_sink;
+use crate::support::{common, peers};
 
 use std::collections::BTreeMap;
-use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use crate::support::otlp::{attrs, body, value, Receiver as Sink, WAIT};
 use clap::Parser;
 use dcgm_otel::counters;
 use dcgm_otel::export::otel::naming::{Naming, OtelAttributeStyle, OtelResourceMode};
@@ -29,7 +28,7 @@ use dcgm_otel::snapshot::{
 use dcgm_otel::source::sim::{Scenario, SimSource};
 use dcgm_otel::source::Source;
 use dcgm_otel::telemetry::self_metrics::SelfMetrics;
-use logs_sink::{attrs, body, Sink, WAIT};
+use opentelemetry_proto::tonic::common::v1::any_value::Value::{DoubleValue, IntValue};
 use opentelemetry_proto::tonic::logs::v1::LogRecord;
 
 // ---- snapshots with incidents --------------------------------------------------------------------
@@ -259,23 +258,34 @@ fn assert_the_five_records(records: &[(BTreeMap<String, String>, LogRecord)]) {
         attrs(&xid31.attributes),
         BTreeMap::from([
             ("nvidia.xid.class".into(), "other".into()),
-            ("nvidia.xid.code".into(), "int:31".into()),
+            ("nvidia.xid.code".into(), "31".into()),
             ("nvidia.xid.message".into(), "GPU memory page fault".into()),
         ])
     );
+    assert_eq!(
+        value(&xid31.attributes, "nvidia.xid.code"),
+        Some(&IntValue(31))
+    );
     assert_eq!(body(xid31), "XID 31: GPU memory page fault");
     let (_, xid48) = by_time[2];
-    assert_eq!(attrs(&xid48.attributes)["nvidia.xid.code"], "int:48");
+    assert_eq!(
+        value(&xid48.attributes, "nvidia.xid.code"),
+        Some(&IntValue(48))
+    );
     let (gpu1, ended) = by_time[3];
     assert!(!gpu1.contains_key("k8s.pod.name"), "{gpu1:?}");
     assert_eq!(gpu1["nvidia.mig.profile"], "3g.40gb", "{gpu1:?}");
     assert_eq!(
         attrs(&ended.attributes),
         BTreeMap::from([
-            ("nvidia.clock_event.duration".into(), "double:2".into()),
+            ("nvidia.clock_event.duration".into(), "2".into()),
             ("nvidia.clock_event.reason".into(), "hw_thermal".into()),
             ("nvidia.clock_event.state".into(), "ended".into()),
         ])
+    );
+    assert_eq!(
+        value(&ended.attributes, "nvidia.clock_event.duration"),
+        Some(&DoubleValue(2.0))
     );
     let (_, health) = by_time[4];
     assert_eq!(
@@ -304,7 +314,7 @@ fn rendered(registry: &SelfMetrics) -> String {
 
 #[test]
 fn http_receiver_gets_every_incident_once() {
-    let sink = Sink::http("/v1/logs", "/v1/metrics");
+    let sink = Sink::http(0, None);
     let registry = export_logs(vec![
         ("OTEL_EXPORTER_OTLP_ENDPOINT", sink.url()),
         ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf".into()),
@@ -326,7 +336,7 @@ fn http_receiver_gets_every_incident_once() {
 
 #[test]
 fn grpc_receiver_gets_every_incident_once() {
-    let sink = Sink::grpc();
+    let sink = Sink::grpc(0, None);
     export_logs(vec![("OTEL_EXPORTER_OTLP_LOGS_ENDPOINT", sink.url())]);
     let records = sink.wait_for_records(5);
     assert_eq!(records.len(), 5);
@@ -337,8 +347,8 @@ fn grpc_receiver_gets_every_incident_once() {
 fn metrics_and_logs_go_to_their_own_endpoints() {
     // Metrics over HTTP to one receiver's custom path, logs over gRPC to another: the signal
     // variables win over the generic ones, and a signal endpoint is used as it is.
-    let metrics_sink = Sink::http("/v1/logs", "/custom/metrics");
-    let logs_sink = Sink::grpc();
+    let metrics_sink = Sink::http_paths(0, None, "/v1/logs", "/custom/metrics");
+    let logs_sink = Sink::grpc(0, None);
     let env = env_of(vec![
         ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:9".into()),
         ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf".into()),
@@ -379,7 +389,7 @@ fn metrics_and_logs_go_to_their_own_endpoints() {
         metrics_got.unknown
     );
     let logs_got = logs_sink.store.lock().unwrap();
-    assert!(logs_got.logs.iter().all(|(via, _)| via == "grpc"));
+    assert!(logs_got.logs.iter().all(|r| r.via == "grpc"));
 }
 
 #[test]
@@ -424,7 +434,7 @@ fn records_wait_while_the_collector_is_down() {
         );
         std::thread::sleep(Duration::from_millis(20));
     }
-    let sink = Sink::http_on(port, "/v1/logs", "/v1/metrics");
+    let sink = Sink::http(port, None);
     let records = sink.wait_for_records(5);
     export.shutdown();
     assert_eq!(records.len(), 5);
@@ -468,19 +478,6 @@ fn otlp_logs_false_sends_no_records() {
 
 // ---- rotel ---------------------------------------------------------------------------------------
 
-fn rotel_bin() -> Option<String> {
-    match std::env::var("ROTEL_BIN") {
-        Ok(p) if Path::new(&p).is_file() => Some(p),
-        other => {
-            if common::in_ci() {
-                panic!("ROTEL_BIN is {other:?}: rotel is required in CI (tests/run-all.sh installs it into .venv)");
-            }
-            eprintln!("SKIP: rotel not found (set ROTEL_BIN; tests/run-all.sh does)");
-            None
-        }
-    }
-}
-
 struct Rotel(std::process::Child);
 
 impl Drop for Rotel {
@@ -492,7 +489,7 @@ impl Drop for Rotel {
 
 #[test]
 fn rotel_receives_the_records_over_grpc_and_http() {
-    let Some(bin) = rotel_bin() else { return };
+    let Some(bin) = peers::rotel() else { return };
     let dir = tempfile::tempdir().unwrap();
     let (gp, hp) = (common::free_port(), common::free_port());
     let log = dir.path().join("rotel.log");

@@ -4,16 +4,16 @@
 //! receivers started inside the test, routed by `OTEL_EXPORTER_OTLP_METRICS_ENDPOINT` (HTTP, a custom
 //! path) and `OTEL_EXPORTER_OTLP_LOGS_ENDPOINT` (gRPC). Assertions are on the records that arrived and
 //! the resources they arrived under.
-//! The exporter side alone is tested at library level in `tests/incident_logs.rs`.
+//! The exporter side alone is tested at library level in `tests/e2e/incident_logs.rs`.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail loudly on purpose
 
-mod common;
-mod harness;
-mod logs_sink;
+use crate::support::common;
 
 use std::collections::BTreeMap;
 
-use logs_sink::{attrs, body, Sink};
+use crate::support::fake_lib;
+use crate::support::otlp::{attrs, body, value, Receiver as Sink};
+use opentelemetry_proto::tonic::common::v1::any_value::Value::IntValue;
 use opentelemetry_proto::tonic::logs::v1::LogRecord;
 
 type Received = (BTreeMap<String, String>, LogRecord);
@@ -29,8 +29,8 @@ fn on_gpu<'a>(records: &'a [Received], gpu: &str, event: &str) -> Vec<&'a Receiv
 
 #[test]
 fn scripted_incidents_arrive_as_log_records_on_their_gpu() {
-    let metrics = Sink::http("/v1/logs", "/custom/metrics");
-    let logs = Sink::grpc();
+    let metrics = Sink::http_paths(0, None, "/v1/logs", "/custom/metrics");
+    let logs = Sink::grpc(0, None);
     let scenario = common::fixtures_path("scenarios/incidents.yaml");
     let exporter = common::start(
         &[
@@ -55,11 +55,11 @@ fn scripted_incidents_arrive_as_log_records_on_their_gpu() {
     assert!(!metrics.wait_for_metrics().is_empty());
     drop(exporter);
 
-    let xids: Vec<String> = on_gpu(&records, "0", "nvidia.gpu.xid")
+    let xids: Vec<_> = on_gpu(&records, "0", "nvidia.gpu.xid")
         .iter()
-        .map(|(_, r)| attrs(&r.attributes)["nvidia.xid.code"].clone())
+        .map(|(_, r)| value(&r.attributes, "nvidia.xid.code").cloned())
         .collect();
-    assert_eq!(xids, vec!["int:31", "int:48"]);
+    assert_eq!(xids, vec![Some(IntValue(31)), Some(IntValue(48))]);
     let severities: Vec<&str> = on_gpu(&records, "0", "nvidia.gpu.xid")
         .iter()
         .map(|(_, r)| r.severity_text.as_str())
@@ -115,8 +115,8 @@ fn scripted_incidents_arrive_as_log_records_on_their_gpu() {
 /// the DCGM source read XID history, clock events and health, so the same incidents arrive.
 #[test]
 fn dcgm_source_reads_incidents_for_log_records_without_exp_rows() {
-    let logs = Sink::http("/v1/logs", "/v1/metrics");
-    let fake = harness::Fake::new();
+    let logs = Sink::http(0, None);
+    let fake = fake_lib::Fake::new();
     let scenario = common::fixtures_path("scenarios/incidents.yaml");
     let exporter = fake.start(
         &["-c", "200", "--otlp"],
@@ -128,11 +128,11 @@ fn dcgm_source_reads_incidents_for_log_records_without_exp_rows() {
     );
     let records = logs.wait_for_records(5);
     drop(exporter);
-    let xids: Vec<String> = on_gpu(&records, "0", "nvidia.gpu.xid")
+    let xids: Vec<_> = on_gpu(&records, "0", "nvidia.gpu.xid")
         .iter()
-        .map(|(_, r)| attrs(&r.attributes)["nvidia.xid.code"].clone())
+        .map(|(_, r)| value(&r.attributes, "nvidia.xid.code").cloned())
         .collect();
-    assert_eq!(xids, vec!["int:31", "int:48"]);
+    assert_eq!(xids, vec![Some(IntValue(31)), Some(IntValue(48))]);
     assert_eq!(on_gpu(&records, "1", "nvidia.gpu.clock_event").len(), 2);
     assert_eq!(on_gpu(&records, "1", "nvidia.gpu.health").len(), 1);
     let calls = fake.calls();
@@ -147,7 +147,7 @@ fn dcgm_source_reads_incidents_for_log_records_without_exp_rows() {
 /// holding an instance, and with no pod or MIG attributes (the `demo` scenario's GPU 1).
 #[test]
 fn a_whole_gpu_incident_on_a_mig_gpu_is_one_record_on_the_gpu() {
-    let logs = Sink::grpc();
+    let logs = Sink::grpc(0, None);
     let exporter = common::start(
         &[
             "--simulate=demo",

@@ -6,7 +6,7 @@
 //! skipped without it outside CI.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::support::{common, peers};
 
 use std::io::Read;
 use std::path::PathBuf;
@@ -19,19 +19,7 @@ fn repo() -> PathBuf {
 
 /// Whether `tool` is installed; outside CI a missing tool skips the test, in CI it fails it.
 fn have(tool: &str) -> bool {
-    let found = Command::new("sh")
-        .args(["-c", &format!("command -v {tool}")])
-        .stdout(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    if !found {
-        assert!(
-            !common::in_ci(),
-            "{tool} is required in CI (apt-get install systemd)"
-        );
-        eprintln!("{tool} not installed; skipped outside CI");
-    }
-    found
+    peers::have(&[tool])
 }
 
 /// A root for `systemd-analyze --root`: the host's system units, `kill`, the two units under

@@ -4,7 +4,7 @@
 //! the whole stderr, not a fragment of it.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests and benches fail loudly on purpose
 
-mod common;
+use crate::support::common;
 
 use common::run_to_exit;
 

@@ -4,13 +4,12 @@
 //! and every bad file a one-line start-up error with `file:line:column` and exit code 2.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests and benches fail loudly on purpose
 
-mod common;
-mod harness;
+use crate::support::common;
 
 use std::path::Path;
 
+use crate::support::fake_lib::Fake;
 use common::{get, run_to_exit, start, terminate};
-use harness::Fake;
 
 fn scrape(port: u16) -> String {
     let r = get(port, "/metrics").unwrap();

@@ -6,7 +6,7 @@
 //! them open takes under 5 s.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests and benches fail loudly on purpose
 
-mod common;
+use crate::support::{common, peers};
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -249,6 +249,9 @@ fn rss_kib(pid: u32, key: &str) -> u64 {
 
 #[test]
 fn bad_web_configs_stop_startup_with_one_line_and_exit_2() {
+    if !peers::have(&["curl", "openssl", "htpasswd"]) {
+        return;
+    }
     let tmp = tempfile::tempdir().unwrap();
     let low = htpasswd("prom", "secret", 5);
     let cases = [
@@ -307,6 +310,9 @@ fn bad_web_configs_stop_startup_with_one_line_and_exit_2() {
 
 #[test]
 fn basic_auth_good_wrong_missing_malformed() {
+    if !peers::have(&["curl", "openssl", "htpasswd"]) {
+        return;
+    }
     let hash = htpasswd("prom", "s3cret-pass", 10);
     let web = format!(
         "basic_auth_users:\n  prom: {hash}\nhttp_server_config:\n  headers:\n    X-Frame-Options: deny\n    \
@@ -413,6 +419,9 @@ fn basic_auth_good_wrong_missing_malformed() {
 
 #[test]
 fn health_can_be_exempt_from_auth() {
+    if !peers::have(&["curl", "openssl", "htpasswd"]) {
+        return;
+    }
     let hash = htpasswd("prom", "pw", 10);
     let s = start(
         Some(&format!("basic_auth_users:\n  prom: {hash}\n")),
@@ -429,6 +438,9 @@ fn health_can_be_exempt_from_auth() {
 
 #[test]
 fn tls_mtls_and_sighup_reload() {
+    if !peers::have(&["curl", "openssl", "htpasswd"]) {
+        return;
+    }
     let mtls = "tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\n  \
                 client_auth_type: RequireAndVerifyClientCert\n  client_ca_file: ca.crt\n";
     let s = start(Some(mtls), &[], make_certs);
@@ -794,6 +806,9 @@ fn connection_cap_answers_503_at_once_and_slow_headers_are_cut_off() {
 
 #[test]
 fn requests_over_the_in_flight_cap_get_503_not_a_queue() {
+    if !peers::have(&["curl", "openssl", "htpasswd"]) {
+        return;
+    }
     // Cost 12: each wrong password holds its request slot for a bcrypt of a few hundred ms.
     let hash = htpasswd("prom", "pw", 12);
     let s = start(
@@ -827,6 +842,9 @@ fn requests_over_the_in_flight_cap_get_503_not_a_queue() {
 
 #[test]
 fn verify_client_cert_if_given_and_tls12_only() {
+    if !peers::have(&["curl", "openssl", "htpasswd"]) {
+        return;
+    }
     let web = "tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\n  \
                client_auth_type: VerifyClientCertIfGiven\n  client_ca_file: ca.crt\n  max_version: TLS12\n  \
                cipher_suites: [TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256]\n  curve_preferences: [CurveP256]\n";

@@ -16,6 +16,7 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
+use crate::support::fake_lib;
 use dcgm_otel::enrich::kubernetes::api::{MAX_LIST_PAGE, MAX_WATCH_LINE};
 use dcgm_otel::enrich::kubernetes::podresources::{
     ClaimResource, ContainerDevices, ContainerResources, DynamicResource, ListPodResourcesRequest,
@@ -1693,9 +1694,8 @@ fn processes_get_their_pod_from_the_cgroup_and_a_shared_gpu_splits_per_pod() {
         "gpus:\n  - { model: H100-SXM5-80GB, load: training }\n  - { model: H100-SXM5-80GB, mig: [3g.40gb, 2g.20gb, 1g.10gb], load: inference }\n",
     )
     .unwrap();
-    let bin = PathBuf::from(env!("CARGO_BIN_EXE_dcgm-otel"));
     let lib = dir.path().join("libnvidia-ml.so.1");
-    std::os::unix::fs::symlink(bin.parent().unwrap().join("libfake_libnvml.so"), &lib).unwrap();
+    std::os::unix::fs::symlink(fake_lib::built("libfake_libnvml.so"), &lib).unwrap();
     let proc_root = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/nvml/proc");
     let ex = exporter(
         dir.path(),

@@ -6,342 +6,25 @@
 //! units, types, temporality, and values equal to those of the same simulated poll.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests and benches fail loudly on purpose
 
-mod common;
+use crate::support::otlp::{attrs, Receiver as Sink, ServerTls};
+use crate::support::{common, fake_lib, peers};
 
 use std::collections::{BTreeMap, HashMap};
-use std::io::Read as _;
-use std::net::SocketAddr;
 use std::path::Path;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use dcgm_otel::counters;
 use dcgm_otel::snapshot::EntityKind;
 use dcgm_otel::source::sim::{Scenario, SimSource};
 use dcgm_otel::source::Source;
-use opentelemetry_proto::tonic::collector::metrics::v1::metrics_service_server::{
-    MetricsService, MetricsServiceServer,
-};
-use opentelemetry_proto::tonic::collector::metrics::v1::{
-    ExportMetricsPartialSuccess, ExportMetricsServiceRequest, ExportMetricsServiceResponse,
-};
+use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
 use opentelemetry_proto::tonic::common::v1::{any_value, KeyValue};
 use opentelemetry_proto::tonic::metrics::v1::{
     metric::Data, number_data_point, Metric, NumberDataPoint,
 };
-use prost::Message;
 
-// ---- receivers -----------------------------------------------------------------------------------
-
-#[derive(Debug, Clone)]
-struct Received {
-    via: &'static str,
-    headers: Vec<(String, String)>,
-    gzip: bool,
-    req: ExportMetricsServiceRequest,
-}
-
-/// What a receiver got, and how it answers: the first `fail_first` requests fail retryably (gRPC
-/// UNAVAILABLE, HTTP 503 with `Retry-After: 1`), later ones succeed, partially when `reject_points` > 0.
-#[derive(Default)]
-struct Shared {
-    got: Vec<Received>,
-    fail_first: usize,
-    failed: usize,
-    reject_points: i64,
-}
-
-type Store = Arc<Mutex<Shared>>;
-
-fn partial(reject_points: i64) -> Option<ExportMetricsPartialSuccess> {
-    (reject_points > 0).then(|| ExportMetricsPartialSuccess {
-        rejected_data_points: reject_points,
-        error_message: "test receiver rejects some points".into(),
-    })
-}
-
-struct GrpcSink(Store);
-
-#[tonic::async_trait]
-impl MetricsService for GrpcSink {
-    async fn export(
-        &self,
-        request: tonic::Request<ExportMetricsServiceRequest>,
-    ) -> Result<tonic::Response<ExportMetricsServiceResponse>, tonic::Status> {
-        let headers: Vec<(String, String)> = request
-            .metadata()
-            .clone()
-            .into_headers()
-            .iter()
-            .map(|(k, v)| (k.as_str().to_string(), v.to_str().unwrap_or("").to_string()))
-            .collect();
-        let gzip = headers
-            .iter()
-            .any(|(k, v)| k == "grpc-encoding" && v == "gzip");
-        let mut shared = self.0.lock().unwrap();
-        if shared.failed < shared.fail_first {
-            shared.failed += 1;
-            return Err(tonic::Status::unavailable("test receiver warming up"));
-        }
-        shared.got.push(Received {
-            via: "grpc",
-            headers,
-            gzip,
-            req: request.into_inner(),
-        });
-        Ok(tonic::Response::new(ExportMetricsServiceResponse {
-            partial_success: partial(shared.reject_points),
-        }))
-    }
-}
-
-/// PEM material for a TLS receiver.
-#[derive(Clone)]
-struct ServerTls {
-    cert_pem: String,
-    key_pem: String,
-    /// Require client certificates issued by this CA (mTLS).
-    client_ca_pem: Option<String>,
-}
-
-/// A receiver on 127.0.0.1, stopped on drop.
-struct Sink {
-    _runtime: tokio::runtime::Runtime,
-    store: Store,
-    addr: SocketAddr,
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-}
-
-impl Drop for Sink {
-    fn drop(&mut self) {
-        if let Some(tx) = self.stop.take() {
-            let _ = tx.send(());
-        }
-    }
-}
-
-impl Sink {
-    fn new_runtime() -> tokio::runtime::Runtime {
-        tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .unwrap()
-    }
-
-    fn grpc(port: u16, tls: Option<ServerTls>) -> Sink {
-        let runtime = Self::new_runtime();
-        let store: Store = Arc::default();
-        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-        let listener = runtime
-            .block_on(tokio::net::TcpListener::bind(("127.0.0.1", port)))
-            .unwrap();
-        let addr = listener.local_addr().unwrap();
-        let svc = MetricsServiceServer::new(GrpcSink(store.clone()))
-            .accept_compressed(tonic::codec::CompressionEncoding::Gzip);
-        let mut builder = tonic::transport::Server::builder();
-        if let Some(t) = tls {
-            let mut cfg = tonic::transport::ServerTlsConfig::new().identity(
-                tonic::transport::Identity::from_pem(&t.cert_pem, &t.key_pem),
-            );
-            if let Some(ca) = &t.client_ca_pem {
-                cfg = cfg.client_ca_root(tonic::transport::Certificate::from_pem(ca));
-            }
-            builder = builder.tls_config(cfg).unwrap();
-        }
-        runtime.spawn(async move {
-            let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
-            let _ = builder
-                .serve_with_incoming_shutdown(svc, incoming, async {
-                    let _ = rx.await;
-                })
-                .await;
-        });
-        Sink {
-            _runtime: runtime,
-            store,
-            addr,
-            stop: Some(tx),
-        }
-    }
-
-    fn http(port: u16, tls: Option<ServerTls>) -> Sink {
-        let runtime = Self::new_runtime();
-        let store: Store = Arc::default();
-        let (tx, mut rx) = tokio::sync::oneshot::channel::<()>();
-        let listener = runtime
-            .block_on(tokio::net::TcpListener::bind(("127.0.0.1", port)))
-            .unwrap();
-        let addr = listener.local_addr().unwrap();
-        let acceptor =
-            tls.map(|t| tokio_rustls::TlsAcceptor::from(Arc::new(rustls_server_config(&t))));
-        let st = store.clone();
-        runtime.spawn(async move {
-            loop {
-                let conn = tokio::select! {
-                    c = listener.accept() => c,
-                    _ = &mut rx => break,
-                };
-                let Ok((tcp, _)) = conn else { continue };
-                let st = st.clone();
-                let acceptor = acceptor.clone();
-                tokio::spawn(async move {
-                    let svc = hyper::service::service_fn(move |req| handle_http(st.clone(), req));
-                    match acceptor {
-                        Some(a) => {
-                            if let Ok(tls) = a.accept(tcp).await {
-                                let io = hyper_util::rt::TokioIo::new(tls);
-                                let _ = hyper::server::conn::http1::Builder::new()
-                                    .serve_connection(io, svc)
-                                    .await;
-                            }
-                        }
-                        None => {
-                            let io = hyper_util::rt::TokioIo::new(tcp);
-                            let _ = hyper::server::conn::http1::Builder::new()
-                                .serve_connection(io, svc)
-                                .await;
-                        }
-                    }
-                });
-            }
-        });
-        Sink {
-            _runtime: runtime,
-            store,
-            addr,
-            stop: Some(tx),
-        }
-    }
-
-    /// Fail the first `n` requests retryably; then reject `points` data points of each request.
-    fn behave(&self, fail_first: usize, reject_points: i64) {
-        let mut s = self.store.lock().unwrap();
-        s.fail_first = fail_first;
-        s.reject_points = reject_points;
-    }
-
-    fn received(&self) -> Vec<Received> {
-        self.store.lock().unwrap().got.clone()
-    }
-
-    /// Wait until at least `n` requests arrived; panics after `limit`.
-    fn wait_for(&self, n: usize, limit: Duration) -> Vec<Received> {
-        let deadline = Instant::now() + limit;
-        loop {
-            let got = self.received();
-            if got.len() >= n {
-                return got;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "receiver on {} got {} requests, wanted {n}, within {limit:?}",
-                self.addr,
-                got.len()
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-}
-
-async fn handle_http(
-    store: Store,
-    req: hyper::Request<hyper::body::Incoming>,
-) -> Result<hyper::Response<http_body_util::Full<bytes::Bytes>>, std::convert::Infallible> {
-    use http_body_util::BodyExt;
-    let headers: Vec<(String, String)> = req
-        .headers()
-        .iter()
-        .map(|(k, v)| (k.as_str().to_string(), v.to_str().unwrap_or("").to_string()))
-        .collect();
-    let path_ok = req.uri().path() == "/v1/metrics" && req.method() == hyper::Method::POST;
-    let body = req
-        .into_body()
-        .collect()
-        .await
-        .map(|b| b.to_bytes())
-        .unwrap_or_default();
-    let reply = |status: u16, body: Vec<u8>| {
-        Ok(hyper::Response::builder()
-            .status(status)
-            .header("content-type", "application/x-protobuf")
-            .body(http_body_util::Full::new(bytes::Bytes::from(body)))
-            .unwrap())
-    };
-    if !path_ok {
-        return reply(404, Vec::new());
-    }
-    let gzip = headers
-        .iter()
-        .any(|(k, v)| k == "content-encoding" && v == "gzip");
-    let raw = if gzip {
-        let mut out = Vec::new();
-        if flate2::read::GzDecoder::new(&body[..])
-            .read_to_end(&mut out)
-            .is_err()
-        {
-            return reply(400, Vec::new());
-        }
-        out
-    } else {
-        body.to_vec()
-    };
-    let Ok(decoded) = ExportMetricsServiceRequest::decode(&raw[..]) else {
-        return reply(400, Vec::new());
-    };
-    let mut shared = store.lock().unwrap();
-    if shared.failed < shared.fail_first {
-        shared.failed += 1;
-        return Ok(hyper::Response::builder()
-            .status(503)
-            .header("retry-after", "1")
-            .body(http_body_util::Full::new(bytes::Bytes::new()))
-            .unwrap());
-    }
-    shared.got.push(Received {
-        via: "http",
-        headers,
-        gzip,
-        req: decoded,
-    });
-    reply(
-        200,
-        ExportMetricsServiceResponse {
-            partial_success: partial(shared.reject_points),
-        }
-        .encode_to_vec(),
-    )
-}
-
-fn rustls_server_config(t: &ServerTls) -> rustls::ServerConfig {
-    use rustls::pki_types::pem::PemObject;
-    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(t.cert_pem.as_bytes())
-        .collect::<Result<_, _>>()
-        .unwrap();
-    let key = PrivateKeyDer::from_pem_slice(t.key_pem.as_bytes()).unwrap();
-    let builder = rustls::ServerConfig::builder_with_provider(provider.clone())
-        .with_safe_default_protocol_versions()
-        .unwrap();
-    let builder = match &t.client_ca_pem {
-        Some(ca) => {
-            let mut roots = rustls::RootCertStore::empty();
-            for c in CertificateDer::pem_slice_iter(ca.as_bytes()) {
-                roots.add(c.unwrap()).unwrap();
-            }
-            let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
-                Arc::new(roots),
-                provider,
-            )
-            .build()
-            .unwrap();
-            builder.with_client_cert_verifier(verifier)
-        }
-        None => builder.with_no_client_auth(),
-    };
-    builder.with_single_cert(certs, key).unwrap()
-}
+// ---- receivers: support::otlp ------------------------------------------------------------------
 
 /// A throwaway CA, a server certificate for 127.0.0.1/localhost and a client certificate.
 struct TestPki {
@@ -373,20 +56,6 @@ fn make_pki() -> TestPki {
 }
 
 // ---- reading requests -----------------------------------------------------------------------------
-
-fn text(kv: &KeyValue) -> String {
-    match kv.value.as_ref().and_then(|v| v.value.as_ref()) {
-        Some(any_value::Value::StringValue(s)) => s.clone(),
-        Some(any_value::Value::IntValue(i)) => i.to_string(),
-        Some(any_value::Value::DoubleValue(d)) => d.to_string(),
-        Some(any_value::Value::BoolValue(b)) => b.to_string(),
-        other => format!("{other:?}"),
-    }
-}
-
-fn attrs(kvs: &[KeyValue]) -> BTreeMap<String, String> {
-    kvs.iter().map(|kv| (kv.key.clone(), text(kv))).collect()
-}
 
 fn value(dp: &NumberDataPoint) -> f64 {
     match dp.value {
@@ -1133,21 +802,6 @@ fn bad_otlp_settings_exit_2_naming_the_input() {
 
 // ---- rotel: an independent OTLP receiver ----------------------------------------------------------
 
-/// rotel's binary: `ROTEL_BIN` (set by tests/run-all.sh from the project venv). Missing is a failure
-/// in CI (any non-empty `CI`) and a skip elsewhere.
-fn rotel_bin() -> Option<String> {
-    match std::env::var("ROTEL_BIN") {
-        Ok(p) if Path::new(&p).is_file() => Some(p),
-        other => {
-            if common::in_ci() {
-                panic!("ROTEL_BIN is {other:?}: rotel is required in CI (tests/run-all.sh installs it into .venv)");
-            }
-            eprintln!("SKIP: rotel not found (set ROTEL_BIN; tests/run-all.sh does)");
-            None
-        }
-    }
-}
-
 struct Rotel {
     child: std::process::Child,
     log: std::path::PathBuf,
@@ -1162,7 +816,7 @@ impl Drop for Rotel {
 
 #[test]
 fn rotel_receives_grpc_and_http() {
-    let Some(bin) = rotel_bin() else { return };
+    let Some(bin) = peers::rotel() else { return };
     let dir = tempfile::tempdir().unwrap();
     let (gp, hp) = (common::free_port(), common::free_port());
     let log = dir.path().join("rotel.log");
@@ -1591,7 +1245,7 @@ fn semconv_names_reach_the_receiver() {
         format!(
             "{}DCGM_FI_PROF_PCIE_TX_BYTES_TOTAL, counter, PCIe bytes sent.\n\
              DCGM_FI_PROF_PCIE_RX_BYTES_TOTAL, counter, PCIe bytes received.\n",
-            include_str!("../src/counters/default-counters.csv")
+            include_str!("../../src/counters/default-counters.csv")
         ),
     )
     .unwrap();
@@ -1734,7 +1388,7 @@ fn semconv_names_refused_with_dcgm_attributes() {
 
 #[test]
 fn rotel_receives_semconv_names() {
-    let Some(bin) = rotel_bin() else { return };
+    let Some(bin) = peers::rotel() else { return };
     let dir = tempfile::tempdir().unwrap();
     let gp = common::free_port();
     let log = dir.path().join("rotel.log");
@@ -1818,27 +1472,14 @@ fn rotel_receives_semconv_names() {
     assert!(!text.contains("-> Name: DCGM_FI_DEV_GPU_UTIL"));
 }
 
-/// A fake GPU library built next to the binary (`cargo build --workspace`), linked as `soname` in `dir`.
-fn fake_library(dir: &Path, built: &str, soname: &str) -> String {
-    let lib = common::binary().parent().unwrap().join(built);
-    assert!(
-        lib.exists(),
-        "{} is missing: cargo build --workspace (tests/run-all.sh does)",
-        lib.display()
-    );
-    let link = dir.join(soname);
-    std::os::unix::fs::symlink(lib, &link).unwrap();
-    link.display().to_string()
-}
-
 /// Serial and VBIOS from discovery reach the Resource as hw.serial_number / hw.firmware_version, through
 /// libdcgm (dcgmGetDeviceAttributes) and NVML (nvmlDeviceGetSerial / GetVbiosVersion) alike: the fakes
 /// answer with the simulated fleet's values.
 #[test]
 fn semconv_resources_carry_serial_and_vbios_from_dcgm_and_nvml() {
     let dir = tempfile::tempdir().unwrap();
-    let dcgm = fake_library(dir.path(), "libfake_libdcgm.so", "libdcgm.so.4");
-    let nvml = fake_library(dir.path(), "libfake_libnvml.so", "libnvidia-ml.so.1");
+    let dcgm = fake_lib::link(dir.path(), "libfake_libdcgm.so", "libdcgm.so.4");
+    let nvml = fake_lib::link(dir.path(), "libfake_libnvml.so", "libnvidia-ml.so.1");
     let fleet = dcgm_otel::source::sim::Fleet::new(&Scenario::load("default").unwrap(), 1);
     let want: BTreeMap<String, (String, String)> = fleet
         .gpus()
@@ -2095,7 +1736,7 @@ fn entity_model_in_every_naming_mode() {
 #[test]
 fn entity_model_through_the_fake_libdcgm() {
     let dir = tempfile::tempdir().unwrap();
-    let dcgm = fake_library(dir.path(), "libfake_libdcgm.so", "libdcgm.so.4");
+    let dcgm = fake_lib::link(dir.path(), "libfake_libdcgm.so", "libdcgm.so.4");
     for scenario in ["default", "dgx-h100-mig"] {
         let env = [("FAKE_DCGM_SCENARIO", scenario)];
         entity_model_case(&["--dcgm-library", &dcgm], &env, "both", false, true);

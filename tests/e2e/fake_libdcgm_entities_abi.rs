@@ -1,26 +1,18 @@
 //! The fake libdcgm's NvSwitch and CPU side at the C boundary, through the exporter's own
 //! `ffi::Symbols`: `dcgmGetEntityGroupEntities` for switches, CPUs and cores, the switch part of
 //! `dcgmGetNvLinkLinkStatus` (v4 and v5), `dcgmGetCpuHierarchy` (v1) and `_v2` (with serials) and their
-//! version checks, packed switch-link entity ids, and the bind/unbind event field. One test per process
-//! (the fake's engine is process-global and reads its environment at `dcgmInit`).
+//! version checks, packed switch-link entity ids, and the bind/unbind event field. Each test in a
+//! process of its own (`support::own_process`: the fake's engine is process-global and reads its
+//! environment at `dcgmInit`).
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests and benches fail loudly on purpose
 
 use std::path::PathBuf;
 
+use crate::support::{fake_lib, own_process};
 use dcgm_otel::source::dcgm::ffi::*;
 
 fn load(scenario: &str) -> (tempfile::TempDir, Symbols, dcgmHandle_t) {
-    let exe = std::env::current_exe().unwrap();
-    let so = exe
-        .parent()
-        .and_then(|d| d.parent())
-        .map(|d| d.join("libfake_libdcgm.so"))
-        .unwrap();
-    assert!(
-        so.exists(),
-        "{} is missing: cargo build --workspace",
-        so.display()
-    );
+    let so = fake_lib::built("libfake_libdcgm.so");
     let tmp = tempfile::tempdir().unwrap();
     let link: PathBuf = tmp.path().join("libdcgm.so.4");
     std::os::unix::fs::symlink(&so, &link).unwrap();
@@ -50,6 +42,13 @@ fn entities(syms: &Symbols, h: dcgmHandle_t, group: u32) -> Vec<u32> {
 
 #[test]
 fn switches_and_their_links() {
+    own_process::run(
+        concat!(module_path!(), "::switches_and_their_links"),
+        switches_and_their_links_body,
+    );
+}
+
+fn switches_and_their_links_body() {
     let (_tmp, syms, h) = load("hgx-h100");
     assert_eq!(entities(&syms, h, DCGM_FE_SWITCH), [0, 1, 2, 3]);
     let mut v5 = dcgmNvLinkStatus_v5::boxed_zeroed();
@@ -124,6 +123,13 @@ fn switches_and_their_links() {
 
 #[test]
 fn cpus_cores_and_their_hierarchy() {
+    own_process::run(
+        concat!(module_path!(), "::cpus_cores_and_their_hierarchy"),
+        cpus_cores_and_their_hierarchy_body,
+    );
+}
+
+fn cpus_cores_and_their_hierarchy_body() {
     let (_tmp, syms, h) = load("grace-hopper");
     assert_eq!(entities(&syms, h, DCGM_FE_CPU), [0, 1]);
     let cores = entities(&syms, h, DCGM_FE_CPU_CORE);

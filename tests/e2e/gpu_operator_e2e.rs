@@ -10,8 +10,7 @@
 //! byte-identical to the vendored copies, so the operator's `DCGM_EXPORTER_COLLECTORS` finds its file.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail loudly on purpose
 
-mod common;
-mod harness;
+use crate::support::common;
 
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
@@ -19,7 +18,7 @@ use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use harness::Fake;
+use crate::support::fake_lib::Fake;
 use serde_yaml::Value;
 
 /// How long the host engine is away: the 60 s.
@@ -71,7 +70,7 @@ fn the_image_ships_dcgm_exporters_counters_files_at_its_paths() {
             installed.display()
         );
     }
-    // Ours, with the same fields and types as dcgm-exporter's (tests/simulated_e2e.rs compares them).
+    // Ours, with the same fields and types as dcgm-exporter's (tests/e2e/simulated_e2e.rs compares them).
     assert_eq!(
         files.get("/etc/dcgm-exporter/default-counters.csv"),
         Some(&repo("src/counters/default-counters.csv"))

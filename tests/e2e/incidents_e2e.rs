@@ -1,17 +1,17 @@
 //! GPU incidents end to end (issue 13): the `DCGM_EXP_*` families on :9400 with dcgm-exporter's names,
 //! labels and values, from a scenario's `events:` — through the simulated source and through the fake
 //! libdcgm (values-since with timestamps, a health group and check, P2P status), which must show the
-//! same series. Golden file: `UPDATE_GOLDEN=1 cargo nextest run --test incidents_e2e` rewrites
+//! same series. Golden file: `UPDATE_GOLDEN=1 cargo nextest run --test e2e incidents_e2e` rewrites
 //! tests/golden/incidents-exp.prom (the `DCGM_EXP_*` lines only).
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests and benches fail loudly on purpose
 
-mod common;
-mod harness;
+use crate::support::common;
+use crate::support::{fake_lib, otlp};
 
 use std::time::{Duration, Instant};
 
+use crate::support::fake_lib::Fake;
 use common::{check_golden, fixtures_path, get, start};
-use harness::Fake;
 
 fn scrape(port: u16) -> String {
     let r = get(port, "/metrics").unwrap();
@@ -108,7 +108,7 @@ fn simulated_events_show_the_dcgm_exporter_series() {
     }
 }
 
-/// The fake libdcgm (harness::Fake: `libdcgm.so.4` in a private directory, its call log) serving
+/// The fake libdcgm (fake_lib::Fake: `libdcgm.so.4` in a private directory, its call log) serving
 /// `scenario` with `faults`, read by the exporter with the exp.csv counters.
 fn start_fake_with(fake: &Fake, scenario: &str, faults: &str) -> common::Exporter {
     let csv = fixtures_path("counters/exp.csv");
@@ -348,7 +348,7 @@ fn incident_families_feed_the_semconv_status_and_errors() {
     use opentelemetry_proto::tonic::common::v1::any_value::Value;
     use opentelemetry_proto::tonic::metrics::v1::{metric::Data, number_data_point};
 
-    let receiver = harness::Receiver::start();
+    let receiver = otlp::Receiver::http(0, None);
     let scenario = format!(
         "--simulate={}",
         fixtures_path("scenarios/incidents-acceptance.yaml")
@@ -372,7 +372,7 @@ fn incident_families_feed_the_semconv_status_and_errors() {
         &[],
     );
     scrape_after(e.port, 10);
-    let seen = receiver.got.lock().unwrap().len();
+    let seen = receiver.requests().len();
     let req = receiver.nth_or_later(seen + 1);
     drop(e);
     // (GPU index, metric, its point's attributes) → value
@@ -445,15 +445,7 @@ fn incident_families_feed_the_semconv_status_and_errors() {
 /// DCGM, so through NVML they are not exported (absent, not a made-up "healthy"), said once at start.
 #[test]
 fn nvml_source_shows_the_same_xid_and_clock_event_series_as_dcgm() {
-    let lib = common::binary()
-        .parent()
-        .unwrap()
-        .join("libfake_libnvml.so");
-    assert!(
-        lib.exists(),
-        "{} is missing: cargo build --workspace",
-        lib.display()
-    );
+    let lib = fake_lib::built("libfake_libnvml.so");
     let dir = tempfile::tempdir().unwrap();
     let nvml_lib = dir.path().join("libnvidia-ml.so.1");
     std::os::unix::fs::symlink(lib, &nvml_lib).unwrap();

@@ -5,16 +5,16 @@
 //! "Within two intervals" is counted in collections (`dcgm_otel_collects_total`), not in wall time.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests and benches fail loudly on purpose
 
-mod common;
-mod harness;
+use crate::support::common;
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::support::fake_lib::Fake;
+use crate::support::otlp::{resources, Receiver};
 use common::{get, start, terminate};
-use harness::{resources, Fake, Receiver};
 
 fn scrape(port: u16) -> String {
     let r = get(port, "/metrics").unwrap();
@@ -122,7 +122,7 @@ impl ConfigMapVolume {
 fn configmap_case() -> String {
     let mut volume = ConfigMapVolume::new(V1);
     let csv = volume.path().display().to_string();
-    let receiver = Receiver::start();
+    let receiver = Receiver::http(0, None);
     let endpoint = format!("http://{}", receiver.addr);
     let args = [
         "--simulate",
@@ -177,7 +177,7 @@ fn configmap_case() -> String {
     assert_eq!(reloads(&after, "success"), 1.0);
     assert_eq!(reloads(&after, "failure"), 0.0);
     // OTLP follows: the removed field is no longer pushed, the new one is.
-    let sent = receiver.got.lock().unwrap().len();
+    let sent = receiver.requests().len();
     let req = receiver.nth_or_later(sent + 2);
     let names: std::collections::BTreeSet<String> = resources(&req)
         .into_iter()
@@ -341,7 +341,7 @@ const BIND_FAULTS: &str = "unbind_gpu=0@4,bind_gpu=0@10";
 #[test]
 fn unbound_gpu_disappears_and_a_bound_one_appears_without_a_restart() {
     let fake = Fake::new();
-    let receiver = Receiver::start();
+    let receiver = Receiver::http(0, None);
     let endpoint = format!("http://{}", receiver.addr);
     let e = fake.start(
         &[
@@ -374,14 +374,14 @@ fn unbound_gpu_disappears_and_a_bound_one_appears_without_a_restart() {
     // Cleanly: the other GPU's series stay, the source stays up, and OTLP has no GPU 0 either.
     assert!(gone.contains("DCGM_FI_DEV_GPU_TEMP{gpu=\"1\""), "{gone}");
     assert!(gone.contains("dcgm_otel_source_up{source=\"dcgm\"} 1"));
-    let sent = receiver.got.lock().unwrap().len();
+    let sent = receiver.requests().len();
     assert!(
         !otlp_gpu0(sent + 2),
         "GPU 0 still pushed after it was unbound"
     );
     let back = scrape_until(e.port, "GPU 0 bound again", gpu0);
     assert!(back.contains("DCGM_FI_DEV_GPU_TEMP{gpu=\"1\""));
-    let sent = receiver.got.lock().unwrap().len();
+    let sent = receiver.requests().len();
     assert!(otlp_gpu0(sent + 2), "GPU 0 not pushed after it was bound");
     let err = terminate(e);
     assert!(err.contains("watching GPU bind/unbind events"), "{err}");

@@ -5,7 +5,8 @@
 //! here from profile.proto's field numbers (independent of the exporter's encoder).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::support::common;
+use crate::support::fake_lib;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Read;
@@ -15,16 +16,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 /// The fake libdcgm as built next to the binary under test.
 fn fake_library() -> String {
-    let lib = common::binary()
-        .parent()
-        .unwrap()
-        .join("libfake_libdcgm.so");
-    assert!(
-        lib.exists(),
-        "{} is missing: cargo build --workspace",
-        lib.display()
-    );
-    lib.display().to_string()
+    fake_lib::built("libfake_libdcgm.so").display().to_string()
 }
 
 /// Run the exporter on the fake libdcgm until it has collected once, stop it, and return

@@ -5,57 +5,14 @@
 //! Asserts the exposition lines a user sees.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests and benches fail loudly on purpose
 
-mod common;
+use crate::support::common;
+use crate::support::fake_lib::Fake as Libs;
 
 use std::collections::BTreeSet;
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use common::{get, start, Exporter};
 use dcgm_otel::source::sim::{Fleet, Scenario};
-
-/// A built fake library next to the binary under test.
-fn built(name: &str) -> PathBuf {
-    let bin = common::binary();
-    let lib = bin.parent().expect("binary has a directory").join(name);
-    assert!(
-        lib.exists(),
-        "{} is missing: build the workspace first (cargo build --workspace; tests/run-all.sh does)",
-        lib.display()
-    );
-    lib
-}
-
-/// A private directory with `libnvidia-ml.so.1` and `libdcgm.so.4` (symlinks to the fakes).
-struct Libs {
-    dir: tempfile::TempDir,
-}
-
-impl Libs {
-    fn new() -> Libs {
-        let dir = tempfile::tempdir().unwrap();
-        std::os::unix::fs::symlink(
-            built("libfake_libnvml.so"),
-            dir.path().join("libnvidia-ml.so.1"),
-        )
-        .unwrap();
-        std::os::unix::fs::symlink(built("libfake_libdcgm.so"), dir.path().join("libdcgm.so.4"))
-            .unwrap();
-        Libs { dir }
-    }
-
-    fn nvml(&self) -> String {
-        self.dir
-            .path()
-            .join("libnvidia-ml.so.1")
-            .display()
-            .to_string()
-    }
-
-    fn dcgm(&self) -> String {
-        self.dir.path().join("libdcgm.so.4").display().to_string()
-    }
-}
 
 fn scrape(port: u16) -> String {
     let r = get(port, "/metrics").unwrap();
@@ -124,13 +81,13 @@ fn nvml_source_serves_the_dcgm_series_minus_the_dcgm_only_fields() {
             "--source",
             "nvml",
             "--nvml-library",
-            &libs.nvml(),
+            &libs.nvml_path(),
             "-c",
             "200",
         ],
         &[],
     );
-    let dcgm = start(&["--dcgm-library", &libs.dcgm(), "-c", "200"], &[]);
+    let dcgm = start(&["--dcgm-library", &libs.lib_path(), "-c", "200"], &[]);
     let nvml_body = scrape_until(&nvml, "GPU series", |b| b.contains("DCGM_FI_DEV_SM_CLOCK{"));
     let dcgm_body = scrape_until(&dcgm, "GPU series", |b| b.contains("DCGM_FI_DEV_SM_CLOCK{"));
     // Same series (names, labels, label order) from both sources, except the fields NVML cannot give.
@@ -183,7 +140,7 @@ fn per_process_series_with_exact_values() {
             "--source",
             "nvml",
             "--nvml-library",
-            &libs.nvml(),
+            &libs.nvml_path(),
             "--collect-processes",
             "-c",
             "200",
@@ -223,9 +180,9 @@ fn processes_next_to_dcgm_and_capped_per_gpu() {
     let e = start(
         &[
             "--dcgm-library",
-            &libs.dcgm(),
+            &libs.lib_path(),
             "--nvml-library",
-            &libs.nvml(),
+            &libs.nvml_path(),
             "--collect-processes",
             "--max-processes-per-gpu",
             "1",
@@ -265,7 +222,7 @@ fn a_lost_gpu_an_exiting_process_an_unsupported_call_and_an_xid() {
             "--source",
             "nvml",
             "--nvml-library",
-            &libs.nvml(),
+            &libs.nvml_path(),
             "--collect-processes",
             "-c",
             "200",
@@ -313,7 +270,7 @@ fn source_auto_takes_dcgm_when_it_answers_else_nvml() {
             "--dcgm-library",
             missing.to_str().unwrap(),
             "--nvml-library",
-            &libs.nvml(),
+            &libs.nvml_path(),
             "-c",
             "200",
         ],
@@ -338,9 +295,9 @@ fn source_auto_takes_dcgm_when_it_answers_else_nvml() {
             "--source",
             "auto",
             "--dcgm-library",
-            &libs.dcgm(),
+            &libs.lib_path(),
             "--nvml-library",
-            &libs.nvml(),
+            &libs.nvml_path(),
             "-c",
             "200",
         ],

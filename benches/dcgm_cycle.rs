@@ -3,11 +3,15 @@
 //! and the default counters, and with the default counters plus the six `DCGM_EXP_*` rows (what the
 //! incident reads add per collection). Prints the DCGM functions called, the calls per cycle and the
 //! wall time per cycle; asserts only that every poll succeeds and covers every entity (no timing
-//! assertions). Its own test binary, because it sets the
-//! fake's environment in this process.
+//! assertions). A bench binary of its own: it sets the fake's environment in this process.
 //!
-//! `cargo nextest run --test dcgm_cycle_measure --no-capture` shows the numbers.
+//! Run: `cargo bench --bench dcgm_cycle` (the figures in docs/performance.md), `-- --smoke` (a few
+//! cycles: proves it runs). The fake libdcgm is built on demand (tests/support/fake_lib.rs).
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests and benches fail loudly on purpose
+
+mod common;
+#[path = "../tests/support/mod.rs"]
+mod support;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -19,14 +23,7 @@ use dcgm_otel::source::sim::scenario::builtin_counters;
 use dcgm_otel::source::Source;
 
 fn fake_library() -> PathBuf {
-    let bin = PathBuf::from(env!("CARGO_BIN_EXE_dcgm-otel"));
-    let lib = bin.parent().unwrap().join("libfake_libdcgm.so");
-    assert!(
-        lib.exists(),
-        "{} missing: cargo build --workspace first",
-        lib.display()
-    );
-    lib
+    support::fake_lib::built("libfake_libdcgm.so")
 }
 
 fn calls(log: &std::path::Path) -> Vec<String> {
@@ -95,17 +92,18 @@ fn measure(label: &str, mut set: CounterSet, log: &std::path::Path, cycles: usiz
     assert_eq!(steady, per_cycle * cycles, "calls per cycle vary");
 }
 
-#[test]
-fn cycle_of_eight_gpus_with_seven_mig_instances_each() {
+fn main() {
+    // A few cycles under --smoke (proves it runs), the figures' numbers otherwise.
+    let (large_cycles, default_cycles) = if common::smoke() { (2, 3) } else { (40, 100) };
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("calls.log");
-    // This test binary runs alone in its process (nextest), so setting the fake's environment is fine.
+    // This bench runs alone in its process, so setting the fake's environment is fine.
     std::env::set_var("FAKE_DCGM_SCENARIO", "large");
     std::env::set_var("FAKE_DCGM_CALL_LOG", &log);
     let large = counters::parse(builtin_counters("large").unwrap(), "large counters").unwrap();
-    measure("large counters", large, &log, 40);
+    measure("large counters", large, &log, large_cycles);
     let default = counters::parse(counters::DEFAULT_COUNTERS_CSV, "default counters").unwrap();
-    measure("default counters", default, &log, 100);
+    measure("default counters", default, &log, default_cycles);
     let exp_rows = "DCGM_EXP_XID_ERRORS_COUNT, gauge, x\nDCGM_EXP_XID_ERRORS_TOTAL, counter, x\n\
                     DCGM_EXP_CLOCK_EVENTS_COUNT, gauge, c\nDCGM_EXP_CLOCK_EVENTS_TOTAL, counter, c\n\
                     DCGM_EXP_GPU_HEALTH_STATUS, gauge, h\nDCGM_EXP_P2P_STATUS, gauge, p\n";
@@ -114,7 +112,12 @@ fn cycle_of_eight_gpus_with_seven_mig_instances_each() {
         "default counters + DCGM_EXP_*",
     )
     .unwrap();
-    measure("default counters + DCGM_EXP_*", with_exp, &log, 100);
+    measure(
+        "default counters + DCGM_EXP_*",
+        with_exp,
+        &log,
+        default_cycles,
+    );
     let mut used: BTreeMap<String, usize> = BTreeMap::new();
     for c in calls(&log) {
         *used
