@@ -19,7 +19,7 @@ use dcgm_otel::snapshot::EntityKind;
 use dcgm_otel::source::sim::{Scenario, SimSource};
 use dcgm_otel::source::Source;
 use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
-use opentelemetry_proto::tonic::common::v1::{any_value, KeyValue};
+use opentelemetry_proto::tonic::common::v1::any_value;
 use opentelemetry_proto::tonic::metrics::v1::{
     metric::Data, number_data_point, Metric, NumberDataPoint,
 };
@@ -222,15 +222,9 @@ fn own_attributes(metric: &str, style: &Style) -> BTreeMap<String, String> {
     ])
 }
 
-/// Resources of the default scenario's bare fleet: GPU 0, GPU 1's board (the entity model; the SDK
-/// path has none) and GPU 1's three MIG instances.
-fn gpu_resources(pipeline: &str) -> usize {
-    if pipeline == "sdk" {
-        4
-    } else {
-        5
-    }
-}
+/// Resources of the default scenario's bare fleet: GPU 0, GPU 1's board (the entity model) and GPU 1's
+/// three MIG instances.
+const GPU_RESOURCES: usize = 5;
 
 fn otlp_args(endpoint: &str, extra: &[&str]) -> Vec<String> {
     let mut v: Vec<String> = [
@@ -303,7 +297,7 @@ fn grpc_per_entity_otel_attributes_case(pipeline: &str) {
         .iter()
         .map(|rm| attrs(&rm.resource.as_ref().unwrap().attributes))
         .collect();
-    assert_eq!(resources.len(), gpu_resources(pipeline), "{resources:#?}");
+    assert_eq!(resources.len(), GPU_RESOURCES, "{resources:#?}");
     for res in &resources {
         assert_eq!(res["service.name"], "dcgm-otel");
         assert_eq!(res["service.version"], env!("CARGO_PKG_VERSION"));
@@ -542,7 +536,7 @@ fn grpc_host_mode_otel_and_http_per_entity_dcgm_case(pipeline: &str) {
     let exporter = start_exporter(&args, &[]);
     let got = sink.wait_for(2, WAIT);
     drop(exporter);
-    assert_eq!(got[1].req.resource_metrics.len(), gpu_resources(pipeline));
+    assert_eq!(got[1].req.resource_metrics.len(), GPU_RESOURCES);
     for (r, p, m, _) in flatten(&got[1].req) {
         assert_eq!(p, own_attributes(&m.name, &DCGM));
         assert!(r["UUID"].starts_with("GPU-"));
@@ -570,7 +564,7 @@ fn gzip_on_both_transports() {
         "grpc-encoding: gzip expected, headers {:?}",
         got[0].headers
     );
-    assert_eq!(got[0].req.resource_metrics.len(), gpu_resources("direct"));
+    assert_eq!(got[0].req.resource_metrics.len(), GPU_RESOURCES);
 
     let h = Sink::http(0, None);
     let exporter = start_exporter(
@@ -583,7 +577,7 @@ fn gzip_on_both_transports() {
     let got = h.wait_for(1, WAIT);
     drop(exporter);
     assert!(got[0].gzip);
-    assert_eq!(got[0].req.resource_metrics.len(), gpu_resources("direct"));
+    assert_eq!(got[0].req.resource_metrics.len(), GPU_RESOURCES);
 }
 
 fn write(dir: &Path, name: &str, text: &str) -> String {
@@ -623,7 +617,7 @@ fn tls_and_mtls_with_a_test_ca() {
     );
     let got = g.wait_for(1, WAIT);
     drop(exporter);
-    assert_eq!(got[0].req.resource_metrics.len(), gpu_resources("direct"));
+    assert_eq!(got[0].req.resource_metrics.len(), GPU_RESOURCES);
 
     // HTTP over TLS with mTLS, everything from the standard variables.
     let h = Sink::http(0, Some(server));
@@ -642,7 +636,7 @@ fn tls_and_mtls_with_a_test_ca() {
     );
     let got = h.wait_for(1, WAIT);
     drop(exporter);
-    assert_eq!(got[0].req.resource_metrics.len(), gpu_resources("direct"));
+    assert_eq!(got[0].req.resource_metrics.len(), GPU_RESOURCES);
 
     // Without the client certificate the mTLS receiver gets nothing, and the exporter counts failures.
     let h = Sink::http(
@@ -734,7 +728,7 @@ fn collector_down_at_start_then_up_case(pipeline: &str) {
     // Collector up on the same port: data arrives.
     let sink = Sink::grpc(port, None);
     let got = sink.wait_for(2, WAIT);
-    assert_eq!(got[1].req.resource_metrics.len(), gpu_resources(pipeline));
+    assert_eq!(got[1].req.resource_metrics.len(), GPU_RESOURCES);
     let rss_up = vm_rss_kib(pid);
     eprintln!("VmRSS: collector down {rss_down} KiB, 2 s later {rss_down_later} KiB, after recovery {rss_up} KiB");
     assert!(
@@ -940,7 +934,7 @@ fn retryable_failures_are_retried_and_partial_success_counted_case(pipeline: &st
             &[],
         );
         let got = sink.wait_for(2, WAIT);
-        assert_eq!(got[0].req.resource_metrics.len(), gpu_resources(pipeline));
+        assert_eq!(got[0].req.resource_metrics.len(), GPU_RESOURCES);
         let deadline = Instant::now() + WAIT;
         loop {
             let retries = self_metric(exporter.port, "dcgm_otel_otlp_retries_total{");
@@ -988,7 +982,7 @@ fn shutdown_sends_the_last_collection_case(pipeline: &str) {
     let code = exporter.child.wait().unwrap();
     assert!(code.success(), "{code:?}");
     let got = sink.wait_for(1, WAIT);
-    assert_eq!(got[0].req.resource_metrics.len(), gpu_resources(pipeline));
+    assert_eq!(got[0].req.resource_metrics.len(), GPU_RESOURCES);
 }
 
 both_pipelines!(
@@ -1039,11 +1033,7 @@ fn hpc_jobs_make_one_resource_per_gpu_and_job_case(pipeline: &str) {
         .map(|r| r.get("hpc.job.id").map(String::as_str).unwrap_or("-"))
         .collect();
     jobs.sort();
-    if pipeline == "sdk" {
-        assert_eq!(jobs, vec!["job-a", "job-b"]);
-    } else {
-        assert_eq!(jobs, vec!["-"], "a GPU shared by two jobs is one Resource");
-    }
+    assert_eq!(jobs, vec!["-"], "a GPU shared by two jobs is one Resource");
     assert!(resources
         .iter()
         .filter(|r| r["nvidia.gpu.index"] == "1")
