@@ -763,6 +763,86 @@ impl NvmlSource {
         FieldValue::Int(self.last_xid.get(&key).copied().unwrap_or(0))
     }
 
+    /// Discover again when the GPU count changed (or a lost GPU is to be asked for again), or, with
+    /// unusable GPUs, every [`UNUSABLE_RETRY`].
+    fn discover_if_stale(&mut self) -> Result<(), SourceError> {
+        let count = self
+            .nvml
+            .check("nvmlDeviceGetCount_v2", self.nvml.sym().device_count())
+            .map_err(|e| SourceError::Unavailable(e.to_string()))?;
+        let stale = match &self.discovered {
+            None => true,
+            Some(d) => {
+                d.count != count
+                    || (!d.unusable.is_empty() && self.discovered_at.elapsed() >= UNUSABLE_RETRY)
+            }
+        };
+        if stale {
+            self.rediscover()?;
+        }
+        Ok(())
+    }
+
+    /// The readings of one GPU's entities (`mine`: the GPU, its instances and links), each NVML call
+    /// made once; the (field, entity) pairs newly not supported into `newly_unsupported`. Whether
+    /// the GPU was lost meanwhile.
+    fn read_gpu(
+        &mut self,
+        g: &GpuHandles,
+        mine: &[Arc<Entity>],
+        driver: Option<&str>,
+        newly_unsupported: &mut Vec<(u16, Arc<Entity>)>,
+    ) -> (Vec<EntityReading>, bool) {
+        let nvml = self.nvml.clone();
+        let mut gpu_reads = DeviceReads::new(&nvml, g.handle);
+        let batch = self.field_batch(g, mine, &mut gpu_reads);
+        let mut readings = Vec::with_capacity(mine.len());
+        let mut lost = gpu_reads.lost;
+        for e in mine {
+            let mut mig_reads = e.mig.as_ref().and_then(|m| {
+                g.instances
+                    .iter()
+                    .find(|(id, _)| id.entity_id == m.entity_id)
+                    .map(|(_, h)| DeviceReads::new(&nvml, *h))
+            });
+            let values: Vec<FieldValue> = self
+                .rows
+                .iter()
+                .map(|plan| {
+                    let v = self.value(
+                        plan,
+                        e,
+                        g,
+                        &mut gpu_reads,
+                        mig_reads.as_mut(),
+                        &batch,
+                        driver,
+                    );
+                    if v == FieldValue::Absent(Absent::NotSupported)
+                        && !self
+                            .logged_not_supported
+                            .contains(&(plan.field, e.kind, e.entity_id))
+                    {
+                        newly_unsupported.push((plan.field, e.clone()));
+                    }
+                    v
+                })
+                .collect();
+            if let Some(m) = &mig_reads {
+                self.calls += m.calls;
+                lost |= m.lost;
+            }
+            readings.push(EntityReading {
+                entity: e.clone(),
+                values,
+                attribution: self.no_attribution.clone(),
+            });
+        }
+        self.calls += gpu_reads.calls;
+        lost |= gpu_reads.lost;
+        (readings, lost)
+    }
+
     fn log_not_supported(&mut self, newly: Vec<(u16, Arc<Entity>)>) {
         let mut by_field: BTreeMap<u16, Vec<String>> = BTreeMap::new();
         for (field, e) in newly {
@@ -877,27 +957,14 @@ impl Source for NvmlSource {
 
     fn poll(&mut self) -> Result<Reading, SourceError> {
         self.calls = 1;
-        let count = self
-            .nvml
-            .check("nvmlDeviceGetCount_v2", self.nvml.sym().device_count())
-            .map_err(|e| SourceError::Unavailable(e.to_string()))?;
-        let stale = match &self.discovered {
-            None => true,
-            Some(d) => {
-                d.count != count
-                    || (!d.unusable.is_empty() && self.discovered_at.elapsed() >= UNUSABLE_RETRY)
-            }
-        };
-        if stale {
-            self.rediscover()?;
-        }
+        self.discover_if_stale()?;
         self.drain_events();
         let Some(found) = self.discovered.clone() else {
             return Err(SourceError::Unavailable("NVML not discovered".into()));
         };
         let driver = found.inventory.driver_version.clone();
         let mut out: Vec<EntityReading> = Vec::with_capacity(self.entities.len());
-        let mut lost_gpus: Vec<String> = Vec::new();
+        let mut any_lost = false;
         let mut newly_unsupported: Vec<(u16, Arc<Entity>)> = Vec::new();
         let entities = self.entities.clone();
         for g in &found.gpus {
@@ -909,57 +976,10 @@ impl Source for NvmlSource {
             if mine.is_empty() {
                 continue;
             }
-            let nvml = self.nvml.clone();
-            let mut gpu_reads = DeviceReads::new(&nvml, g.handle);
-            let batch = self.field_batch(g, &mine, &mut gpu_reads);
-            let mut readings = Vec::with_capacity(mine.len());
-            let mut lost = gpu_reads.lost;
-            for e in &mine {
-                let mut mig_reads = e.mig.as_ref().and_then(|m| {
-                    g.instances
-                        .iter()
-                        .find(|(id, _)| id.entity_id == m.entity_id)
-                        .map(|(_, h)| DeviceReads::new(&nvml, *h))
-                });
-                let values: Vec<FieldValue> = self
-                    .rows
-                    .iter()
-                    .map(|plan| {
-                        let v = self.value(
-                            plan,
-                            e,
-                            g,
-                            &mut gpu_reads,
-                            mig_reads.as_mut(),
-                            &batch,
-                            driver.as_deref(),
-                        );
-                        if v == FieldValue::Absent(Absent::NotSupported)
-                            && !self.logged_not_supported.contains(&(
-                                plan.field,
-                                e.kind,
-                                e.entity_id,
-                            ))
-                        {
-                            newly_unsupported.push((plan.field, e.clone()));
-                        }
-                        v
-                    })
-                    .collect();
-                if let Some(m) = &mig_reads {
-                    self.calls += m.calls;
-                    lost |= m.lost;
-                }
-                readings.push(EntityReading {
-                    entity: e.clone(),
-                    values,
-                    attribution: self.no_attribution.clone(),
-                });
-            }
-            self.calls += gpu_reads.calls;
-            lost |= gpu_reads.lost;
+            let (readings, lost) =
+                self.read_gpu(g, &mine, driver.as_deref(), &mut newly_unsupported);
             if lost {
-                lost_gpus.push(g.identity.uuid.clone());
+                any_lost = true;
                 if self.lost_logged.insert(g.identity.uuid.clone()) {
                     tracing::error!(gpu = g.identity.index, uuid = %g.identity.uuid, "NVML: GPU is lost (fallen off the bus or inaccessible); its series are withdrawn and the GPUs rediscovered");
                 }
@@ -973,7 +993,7 @@ impl Source for NvmlSource {
         if !newly_unsupported.is_empty() {
             self.log_not_supported(newly_unsupported);
         }
-        if !lost_gpus.is_empty() {
+        if any_lost {
             // Ask again from scratch next time: the lost GPU is left out until it answers.
             if let Some(d) = self.discovered.as_mut() {
                 d.count = u32::MAX;
