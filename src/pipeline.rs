@@ -488,32 +488,8 @@ impl Pipeline {
             self.source.attach_waker(w);
         }
         let mut metrics = PipelineMetrics::new(self.self_metrics.clone(), self.source.name());
-        let publisher = Arc::new(Publisher {
-            store: self.store.clone(),
-            consumers: std::mem::take(&mut self.consumers),
-            status: self.status.clone(),
-            counters: arc_swap::ArcSwap::new(self.counters.clone()),
-            host: self.host.clone(),
-            seq: AtomicU64::new(0),
-            lock: Mutex::new(()),
-            source_up: metrics.source_up.clone(),
-            stuck_total: self.self_metrics.counter(
-                "dcgm_otel_collect_stuck_total",
-                "Collections that ran past the freshness limit (2 collect intervals + 5 s) and had their series withdrawn while the source did not answer.",
-                &[("source", self.source.name())],
-            ),
-        });
-        let (watchdog_stop, watchdog_rx) = std::sync::mpsc::channel::<()>();
-        let watchdog = {
-            let publisher = publisher.clone();
-            let interval = self.interval;
-            std::thread::Builder::new()
-                .name("collect-watchdog".into())
-                .spawn(move || watch_polls(publisher, interval, watchdog_rx))
-        };
-        if let Err(e) = &watchdog {
-            tracing::error!(error = %e, "cannot start the collection watchdog; a hanging source will not be detected");
-        }
+        let publisher = self.publisher(&metrics);
+        let (watchdog_stop, watchdog) = self.start_watchdog(&publisher);
         let mut next = Instant::now();
         let mut was_down = false;
         let mut process_state = ProcessPollState::new(&self.self_metrics, self.processes.is_some());
@@ -528,72 +504,13 @@ impl Pipeline {
             let polled = self.source.poll();
             self.status.poll_ended();
             let (snapshot, failure) = match polled {
-                Ok(mut reading) => {
-                    for e in &mut self.enrichers {
-                        e.enrich(&mut reading.entities);
-                    }
-                    let processes = self.poll_processes(&reading.entities, &mut process_state);
-                    let incidents = attribute_incidents(
-                        std::mem::take(&mut reading.incidents),
-                        &reading.entities,
-                    );
-                    let mut derived = Vec::new();
-                    for e in &mut self.enrichers {
-                        e.observe(&incidents, &reading.clock_samples, &reading.p2p);
-                    }
-                    for e in &mut self.enrichers {
-                        e.derive(&reading.entities, &self.counters, &mut derived);
-                    }
-                    let mut per_set = Vec::new();
-                    for e in &mut self.enrichers {
-                        e.per_set_values(&reading.entities, &self.counters, &mut per_set);
-                    }
-                    self.count_absent(&reading, &mut metrics);
-                    if was_down {
-                        tracing::info!(
-                            source = self.source.name(),
-                            "source is back; collection resumed"
-                        );
-                        was_down = false;
-                    }
-                    metrics.source_up.set(1.0);
-                    metrics.last_success.set(
-                        SystemTime::now()
-                            .duration_since(UNIX_EPOCH)
-                            .map(|d| d.as_secs_f64())
-                            .unwrap_or(0.0),
-                    );
-                    let snapshot = Snapshot {
-                        seq: 0,
-                        taken_at: SystemTime::now(),
-                        counters: self.counters.clone(),
-                        host: self.host.clone(),
-                        driver_version: reading.driver_version,
-                        entities: reading.entities,
-                        processes,
-                        derived,
-                        per_set,
-                        incidents,
-                    };
+                Ok(reading) => {
+                    let snapshot = self.snapshot(reading, &mut metrics, &mut process_state);
+                    self.source_answered(&mut metrics, &mut was_down);
                     (snapshot, None)
                 }
                 Err(err) => {
-                    metrics.errors.inc();
-                    metrics.source_up.set(0.0);
-                    let msg = err.to_string();
-                    if !was_down {
-                        match &err {
-                            SourceError::Unavailable(_) => {
-                                tracing::error!(source = self.source.name(), error = %msg, "source unavailable; its series are withdrawn until it is back")
-                            }
-                            SourceError::Failed(_) => {
-                                tracing::error!(source = self.source.name(), error = %msg, "collection failed; series withdrawn")
-                            }
-                        }
-                        was_down = true;
-                    } else {
-                        tracing::debug!(error = %msg, "source still down");
-                    }
+                    let msg = self.source_failed(&err, &mut metrics, &mut was_down);
                     (publisher.empty_snapshot(0), Some(msg))
                 }
             };
@@ -610,37 +527,169 @@ impl Pipeline {
             self.status.cycle_done();
             // Poll, enrichment, publication and rendering: shown in the next body.
             metrics.duration.set(started.elapsed().as_secs_f64());
-            // A collection asked for early leaves the tick it came before on schedule.
-            if !early {
-                next += self.interval;
-            }
-            let now = Instant::now();
-            if next < now {
-                // A slow cycle: skip the missed ticks instead of bursting.
-                next = now + self.interval;
-            }
-            match control.recv_timeout(next - now) {
-                Err(RecvTimeoutError::Timeout) => early = false,
-                Ok(Control::CollectNow) => {
-                    // Requests that piled up meanwhile are answered by this one collection.
-                    let mut stop = false;
-                    while let Ok(c) = control.try_recv() {
-                        stop |= c == Control::Stop;
-                    }
-                    if stop {
-                        break;
-                    }
-                    early = true;
-                }
-                _ => break,
+            if !self.wait_next(&control, &mut next, &mut early) {
+                break;
             }
         }
         drop(watchdog_stop);
-        if let Ok(w) = watchdog {
+        if let Some(w) = watchdog {
             let _ = w.join();
         }
         self.source.shutdown();
         tracing::info!("collector stopped");
+    }
+
+    /// The publication shared by the collector loop and the watchdog (the consumers move into it).
+    fn publisher(&mut self, metrics: &PipelineMetrics) -> Arc<Publisher> {
+        Arc::new(Publisher {
+            store: self.store.clone(),
+            consumers: std::mem::take(&mut self.consumers),
+            status: self.status.clone(),
+            counters: arc_swap::ArcSwap::new(self.counters.clone()),
+            host: self.host.clone(),
+            seq: AtomicU64::new(0),
+            lock: Mutex::new(()),
+            source_up: metrics.source_up.clone(),
+            stuck_total: self.self_metrics.counter(
+                "dcgm_otel_collect_stuck_total",
+                "Collections that ran past the freshness limit (2 collect intervals + 5 s) and had their series withdrawn while the source did not answer.",
+                &[("source", self.source.name())],
+            ),
+        })
+    }
+
+    /// The watchdog thread ([`watch_polls`]) and the sender whose drop stops it; without a thread
+    /// (it could not start: logged) a hanging source is not detected.
+    fn start_watchdog(
+        &self,
+        publisher: &Arc<Publisher>,
+    ) -> (Sender<()>, Option<std::thread::JoinHandle<()>>) {
+        let (watchdog_stop, watchdog_rx) = std::sync::mpsc::channel::<()>();
+        let publisher = publisher.clone();
+        let interval = self.interval;
+        let watchdog = std::thread::Builder::new()
+            .name("collect-watchdog".into())
+            .spawn(move || watch_polls(publisher, interval, watchdog_rx));
+        match watchdog {
+            Ok(w) => (watchdog_stop, Some(w)),
+            Err(e) => {
+                tracing::error!(error = %e, "cannot start the collection watchdog; a hanging source will not be detected");
+                (watchdog_stop, None)
+            }
+        }
+    }
+
+    /// A successful reading through the stages: enrichment, the processes, the incidents attributed,
+    /// the enrichers' observations and derived families; the absent values counted.
+    fn snapshot(
+        &mut self,
+        mut reading: crate::snapshot::Reading,
+        metrics: &mut PipelineMetrics,
+        process_state: &mut ProcessPollState,
+    ) -> Snapshot {
+        for e in &mut self.enrichers {
+            e.enrich(&mut reading.entities);
+        }
+        let processes = self.poll_processes(&reading.entities, process_state);
+        let incidents =
+            attribute_incidents(std::mem::take(&mut reading.incidents), &reading.entities);
+        let mut derived = Vec::new();
+        for e in &mut self.enrichers {
+            e.observe(&incidents, &reading.clock_samples, &reading.p2p);
+        }
+        for e in &mut self.enrichers {
+            e.derive(&reading.entities, &self.counters, &mut derived);
+        }
+        let mut per_set = Vec::new();
+        for e in &mut self.enrichers {
+            e.per_set_values(&reading.entities, &self.counters, &mut per_set);
+        }
+        self.count_absent(&reading, metrics);
+        Snapshot {
+            seq: 0,
+            taken_at: SystemTime::now(),
+            counters: self.counters.clone(),
+            host: self.host.clone(),
+            driver_version: reading.driver_version,
+            entities: reading.entities,
+            processes,
+            derived,
+            per_set,
+            incidents,
+        }
+    }
+
+    /// The source answered: up, the time of this success, and a line when it was down.
+    fn source_answered(&self, metrics: &mut PipelineMetrics, was_down: &mut bool) {
+        if *was_down {
+            tracing::info!(
+                source = self.source.name(),
+                "source is back; collection resumed"
+            );
+            *was_down = false;
+        }
+        metrics.source_up.set(1.0);
+        metrics.last_success.set(
+            SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map(|d| d.as_secs_f64())
+                .unwrap_or(0.0),
+        );
+    }
+
+    /// The source failed: counted, down, logged once per outage. Returns the failure's message.
+    fn source_failed(
+        &self,
+        err: &SourceError,
+        metrics: &mut PipelineMetrics,
+        was_down: &mut bool,
+    ) -> String {
+        metrics.errors.inc();
+        metrics.source_up.set(0.0);
+        let msg = err.to_string();
+        if !*was_down {
+            match err {
+                SourceError::Unavailable(_) => {
+                    tracing::error!(source = self.source.name(), error = %msg, "source unavailable; its series are withdrawn until it is back")
+                }
+                SourceError::Failed(_) => {
+                    tracing::error!(source = self.source.name(), error = %msg, "collection failed; series withdrawn")
+                }
+            }
+            *was_down = true;
+        } else {
+            tracing::debug!(error = %msg, "source still down");
+        }
+        msg
+    }
+
+    /// Wait for the next tick or an early [`Control::CollectNow`]; false when the collector stops.
+    fn wait_next(&self, control: &Receiver<Control>, next: &mut Instant, early: &mut bool) -> bool {
+        // A collection asked for early leaves the tick it came before on schedule.
+        if !*early {
+            *next += self.interval;
+        }
+        let now = Instant::now();
+        if *next < now {
+            // A slow cycle: skip the missed ticks instead of bursting.
+            *next = now + self.interval;
+        }
+        match control.recv_timeout(*next - now) {
+            Err(RecvTimeoutError::Timeout) => *early = false,
+            Ok(Control::CollectNow) => {
+                // Requests that piled up meanwhile are answered by this one collection.
+                let mut stop = false;
+                while let Ok(c) = control.try_recv() {
+                    stop |= c == Control::Stop;
+                }
+                if stop {
+                    return false;
+                }
+                *early = true;
+            }
+            _ => return false,
+        }
+        true
     }
 
     /// Poll the process source (if any) for the entities just read and let the enrichers attribute the

@@ -80,8 +80,9 @@ fi
 # --- repository checks (no build needed) ---------------------------------------------------------
 log "self-contained: nothing outside docs/ reads a folder beside the checkout (tests/structure)"
 ./tests/structure/self-contained.sh
-log "module structure: no import cycle between source files, config/ below the features (tests/structure)"
+log "module structure: no import cycle between source files, config/ below the features; no function over 120 lines outside tests/structure/function_length_allow.txt (tests/structure)"
 python3 tests/structure/import_cycles.py
+python3 tests/structure/function_length.py
 
 log "alerting rules: promtool check rules, promtool test rules (prometheus/rules, tests/rules)"
 promtool check rules prometheus/rules/*.yml

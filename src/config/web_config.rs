@@ -292,12 +292,14 @@ pub fn parse(text: &str, path: &Path) -> Result<WebConfig, WebConfigError> {
     })
 }
 
+/// `tls_server_config`: None when it sets nothing (plain HTTP). The certificate, the key and the
+/// client CAs each from a file (relative to the web config's folder) or inline; client verification
+/// only with CAs; TLS 1.2 and up; Go's names of cipher suites and curves.
 fn parse_tls(
     t: RawTls,
     dir: &Path,
     err: &dyn Fn(&[&str], String) -> WebConfigError,
 ) -> Result<Option<TlsSettings>, WebConfigError> {
-    const T: &str = "tls_server_config";
     let nonempty = |v: Option<String>| v.filter(|s| !s.trim().is_empty());
     let cert_inline = nonempty(t.cert);
     let key_inline = nonempty(t.key);
@@ -316,108 +318,36 @@ fn parse_tls(
     if !enabled {
         return Ok(None);
     }
-    let resolve = |p: String| {
-        let p = PathBuf::from(p);
-        if p.is_relative() {
-            dir.join(p)
-        } else {
-            p
-        }
-    };
-    let pick =
-        |file: Option<String>, inline: Option<String>, fkey: &str, ikey: &str| match (file, inline)
-        {
-            (Some(_), Some(_)) => Err(err(
-                &[T, fkey],
-                format!("set either {fkey} or {ikey}, not both"),
-            )),
-            (Some(f), None) => Ok(Some(PemSource::File(resolve(f)))),
-            (None, Some(i)) => Ok(Some(PemSource::Inline(i))),
-            (None, None) => Ok(None),
-        };
+    let pick = |file, inline, fkey, ikey| pem_source(file, inline, (fkey, ikey), dir, err);
     let cert = pick(cert_file, cert_inline, "cert_file", "cert")?
-        .ok_or_else(|| err(&[T], "missing cert_file (or cert)".into()))?;
+        .ok_or_else(|| err(&[TLS], "missing cert_file (or cert)".into()))?;
     let key = pick(key_file, key_inline, "key_file", "key")?
-        .ok_or_else(|| err(&[T], "missing key_file (or key)".into()))?;
+        .ok_or_else(|| err(&[TLS], "missing key_file (or key)".into()))?;
     let client_ca = pick(ca_file, ca_inline, "client_ca_file", "client_ca")?;
-
-    let client_auth = match auth_type.as_deref().unwrap_or("NoClientCert") {
-        "NoClientCert" => ClientAuth::None,
-        "VerifyClientCertIfGiven" => ClientAuth::VerifyIfGiven,
-        "RequireAndVerifyClientCert" => ClientAuth::RequireAndVerify,
-        weak @ ("RequestClientCert" | "RequireAnyClientCert" | "RequireClientCert") => {
-            return Err(err(
-                &[T, "client_auth_type"],
-                format!(
-                    "{weak} accepts client certificates without verifying them; use RequireAndVerifyClientCert \
-                     (or VerifyClientCertIfGiven) with client_ca_file"
-                ),
-            ))
-        }
-        other => {
-            return Err(err(
-                &[T, "client_auth_type"],
-                format!(
-                    "unknown value '{other}' (expected NoClientCert, VerifyClientCertIfGiven or \
-                     RequireAndVerifyClientCert)"
-                ),
-            ))
-        }
-    };
-    match (client_auth, &client_ca) {
-        (ClientAuth::None, Some(_)) => {
-            return Err(err(
-                &[T, "client_ca_file"],
-                "client CAs are configured but client_auth_type is NoClientCert; set \
-                 client_auth_type: RequireAndVerifyClientCert"
-                    .into(),
-            ))
-        }
-        (ClientAuth::VerifyIfGiven | ClientAuth::RequireAndVerify, None) => {
-            return Err(err(
-                &[T, "client_auth_type"],
-                "verifying client certificates needs client_ca_file (or client_ca)".into(),
-            ))
-        }
-        _ => {}
-    }
+    let client_auth = client_auth(auth_type.as_deref(), client_ca.is_some(), err)?;
     if t.client_allowed_sans.is_some() {
         return Err(err(
-            &[T, "client_allowed_sans"],
+            &[TLS, "client_allowed_sans"],
             "not supported by dcgm-otel".into(),
         ));
     }
-    let version =
-        |v: Option<String>, key: &str, default: TlsVersion| match v.as_deref().map(str::trim) {
-            None | Some("") => Ok(default),
-            Some("TLS12") => Ok(TlsVersion::Tls12),
-            Some("TLS13") => Ok(TlsVersion::Tls13),
-            Some(weak @ ("TLS10" | "TLS11")) => Err(err(
-                &[T, key],
-                format!("{weak} is not allowed: the minimum is TLS12"),
-            )),
-            Some(other) => Err(err(
-                &[T, key],
-                format!("unknown TLS version '{other}' (expected TLS12 or TLS13)"),
-            )),
-        };
-    let min_version = version(t.min_version, "min_version", TlsVersion::Tls12)?;
-    let max_version = version(t.max_version, "max_version", TlsVersion::Tls13)?;
+    let min_version = tls_version(t.min_version, "min_version", TlsVersion::Tls12, err)?;
+    let max_version = tls_version(t.max_version, "max_version", TlsVersion::Tls13, err)?;
     if min_version > max_version {
         return Err(err(
-            &[T, "min_version"],
+            &[TLS, "min_version"],
             "min_version is above max_version".into(),
         ));
     }
     let mut cipher_suites = Vec::new();
     for name in t.cipher_suites.unwrap_or_default() {
-        if let Some(cs) = cipher_suite(name.trim()).map_err(|m| err(&[T, "cipher_suites"], m))? {
+        if let Some(cs) = cipher_suite(name.trim()).map_err(|m| err(&[TLS, "cipher_suites"], m))? {
             cipher_suites.push(cs);
         }
     }
     let mut curves = Vec::new();
     for name in t.curve_preferences.unwrap_or_default() {
-        curves.push(curve(name.trim()).map_err(|m| err(&[T, "curve_preferences"], m))?);
+        curves.push(curve(name.trim()).map_err(|m| err(&[TLS, "curve_preferences"], m))?);
     }
     Ok(Some(TlsSettings {
         cert,
@@ -430,6 +360,102 @@ fn parse_tls(
         curves,
         prefer_server_cipher_suites: t.prefer_server_cipher_suites.unwrap_or(true),
     }))
+}
+
+/// The web config's section of TLS settings, as errors name it.
+const TLS: &str = "tls_server_config";
+
+/// A PEM item given as a file (key `fkey`, relative to `dir`) or inline (key `ikey`), not both.
+fn pem_source(
+    file: Option<String>,
+    inline: Option<String>,
+    (fkey, ikey): (&str, &str),
+    dir: &Path,
+    err: &dyn Fn(&[&str], String) -> WebConfigError,
+) -> Result<Option<PemSource>, WebConfigError> {
+    match (file, inline) {
+        (Some(_), Some(_)) => Err(err(
+            &[TLS, fkey],
+            format!("set either {fkey} or {ikey}, not both"),
+        )),
+        (Some(f), None) => {
+            let p = PathBuf::from(f);
+            Ok(Some(PemSource::File(if p.is_relative() {
+                dir.join(p)
+            } else {
+                p
+            })))
+        }
+        (None, Some(i)) => Ok(Some(PemSource::Inline(i))),
+        (None, None) => Ok(None),
+    }
+}
+
+/// `client_auth_type` (default NoClientCert): the types that verify a client certificate, and only
+/// with client CAs (`has_ca`); none that accepts one unverified; CAs only with verification.
+fn client_auth(
+    auth_type: Option<&str>,
+    has_ca: bool,
+    err: &dyn Fn(&[&str], String) -> WebConfigError,
+) -> Result<ClientAuth, WebConfigError> {
+    let client_auth = match auth_type.unwrap_or("NoClientCert") {
+        "NoClientCert" => ClientAuth::None,
+        "VerifyClientCertIfGiven" => ClientAuth::VerifyIfGiven,
+        "RequireAndVerifyClientCert" => ClientAuth::RequireAndVerify,
+        weak @ ("RequestClientCert" | "RequireAnyClientCert" | "RequireClientCert") => {
+            return Err(err(
+                &[TLS, "client_auth_type"],
+                format!(
+                    "{weak} accepts client certificates without verifying them; use RequireAndVerifyClientCert \
+                     (or VerifyClientCertIfGiven) with client_ca_file"
+                ),
+            ))
+        }
+        other => {
+            return Err(err(
+                &[TLS, "client_auth_type"],
+                format!(
+                    "unknown value '{other}' (expected NoClientCert, VerifyClientCertIfGiven or \
+                     RequireAndVerifyClientCert)"
+                ),
+            ))
+        }
+    };
+    match (client_auth, has_ca) {
+        (ClientAuth::None, true) => Err(err(
+            &[TLS, "client_ca_file"],
+            "client CAs are configured but client_auth_type is NoClientCert; set \
+             client_auth_type: RequireAndVerifyClientCert"
+                .into(),
+        )),
+        (ClientAuth::VerifyIfGiven | ClientAuth::RequireAndVerify, false) => Err(err(
+            &[TLS, "client_auth_type"],
+            "verifying client certificates needs client_ca_file (or client_ca)".into(),
+        )),
+        (client_auth, _) => Ok(client_auth),
+    }
+}
+
+/// `min_version` / `max_version` (`key`): TLS12 or TLS13, `default` when unset.
+fn tls_version(
+    v: Option<String>,
+    key: &str,
+    default: TlsVersion,
+    err: &dyn Fn(&[&str], String) -> WebConfigError,
+) -> Result<TlsVersion, WebConfigError> {
+    match v.as_deref().map(str::trim) {
+        None | Some("") => Ok(default),
+        Some("TLS12") => Ok(TlsVersion::Tls12),
+        Some("TLS13") => Ok(TlsVersion::Tls13),
+        Some(weak @ ("TLS10" | "TLS11")) => Err(err(
+            &[TLS, key],
+            format!("{weak} is not allowed: the minimum is TLS12"),
+        )),
+        Some(other) => Err(err(
+            &[TLS, key],
+            format!("unknown TLS version '{other}' (expected TLS12 or TLS13)"),
+        )),
+    }
 }
 
 /// A Go cipher suite name → the TLS 1.2 suite (None: a TLS 1.3 suite, always on).

@@ -146,142 +146,185 @@ struct Record {
 
 /// Split `text` into records following Go's encoding/csv rules (Comment='#', no lazy quotes).
 fn records(text: &str, origin: &str) -> Result<Vec<Record>, CsvError> {
-    let err = |line: usize, column: usize, message: String| CsvError {
-        origin: origin.to_string(),
-        line,
-        column,
-        message,
+    let mut cursor = Cursor {
+        text,
+        origin,
+        chars: text.char_indices().peekable(),
+        line: 1,
+        line_start: 0,
     };
     let mut out = Vec::new();
-    let mut chars = text.char_indices().peekable();
-    let mut line = 1usize;
-    let mut line_start = 0usize;
-    while chars.peek().is_some() {
-        let rec_line = line;
-        // Comment or blank line.
-        let rest = &text[chars.peek().map(|(i, _)| *i).unwrap_or(text.len())..];
+    while cursor.chars.peek().is_some() {
+        let line = cursor.line;
+        let rest = &text[cursor.pos()..];
         if rest.starts_with('#') || rest.starts_with('\n') || rest.starts_with("\r\n") {
-            for (_, c) in chars.by_ref() {
-                if c == '\n' {
-                    break;
-                }
-            }
-            line += 1;
-            line_start = chars.peek().map(|(i, _)| *i).unwrap_or(text.len());
+            cursor.skip_line();
             continue;
         }
-        let mut fields = Vec::new();
-        loop {
-            let start_idx = chars.peek().map(|(i, _)| *i).unwrap_or(text.len());
-            let column = text[line_start..start_idx].chars().count() + 1;
-            let mut value = String::new();
-            let mut end_of_record = false;
-            if chars.peek().map(|(_, c)| *c) == Some('"') {
-                chars.next();
-                let quote_line = line;
-                loop {
-                    match chars.next() {
-                        None => {
-                            return Err(err(
-                                quote_line,
-                                column,
-                                "quoted field is never closed".into(),
-                            ))
-                        }
-                        Some((_, '"')) => match chars.peek().map(|(_, c)| *c) {
-                            Some('"') => {
-                                chars.next();
-                                value.push('"');
-                            }
-                            Some(',') => {
-                                chars.next();
-                                break;
-                            }
-                            // The record ends at `\n`, `\r\n`, a `\r` ending the file, or the end;
-                            // a lone `\r` before more text is an extraneous character (as in Go), not a
-                            // line break that no editor shows.
-                            Some('\n') | None => {
-                                chars.next();
-                                end_of_record = true;
-                                break;
-                            }
-                            Some('\r')
-                                if chars.peek().is_some_and(|(i, _)| {
-                                    text[i + 1..].is_empty() || text[i + 1..].starts_with('\n')
-                                }) =>
-                            {
-                                chars.next();
-                                if chars.peek().map(|(_, c)| *c) == Some('\n') {
-                                    chars.next();
-                                }
-                                end_of_record = true;
-                                break;
-                            }
-                            Some(_) => {
-                                let idx = chars.peek().map(|(i, _)| *i).unwrap_or(text.len());
-                                let col = text[line_start..idx].chars().count() + 1;
-                                return Err(err(
-                                    line,
-                                    col,
-                                    "extraneous character after closing quote".into(),
-                                ));
-                            }
-                        },
-                        Some((i, '\n')) => {
-                            value.push('\n');
-                            line += 1;
-                            line_start = i + 1;
-                        }
-                        Some((_, c)) => value.push(c),
-                    }
-                }
-            } else {
-                loop {
-                    match chars.peek().map(|(i, c)| (*i, *c)) {
-                        None => {
-                            end_of_record = true;
-                            break;
-                        }
-                        Some((_, ',')) => {
-                            chars.next();
-                            break;
-                        }
-                        Some((_, '\n')) => {
-                            chars.next();
-                            end_of_record = true;
-                            break;
-                        }
-                        Some((_, '\r'))
-                            if text[..]
-                                .get(chars.peek().map(|(i, _)| *i + 1).unwrap_or(0)..)
-                                .is_some_and(|s| s.starts_with('\n')) =>
-                        {
-                            chars.next();
-                        }
-                        Some((i, '"')) => {
-                            let col = text[line_start..i].chars().count() + 1;
-                            return Err(err(line, col, "bare \" in non-quoted field (quote the whole field, with no space before the opening quote)".into()));
-                        }
-                        Some((_, c)) => {
-                            chars.next();
-                            value.push(c);
-                        }
-                    }
-                }
-            }
-            fields.push((value, column));
-            if end_of_record {
+        let fields = cursor.record()?;
+        cursor.next_line();
+        out.push(Record { line, fields });
+    }
+    Ok(out)
+}
+
+/// Where [`records`] is in the text: the next character, its line and where that line starts.
+struct Cursor<'t> {
+    text: &'t str,
+    origin: &'t str,
+    chars: std::iter::Peekable<std::str::CharIndices<'t>>,
+    line: usize,
+    line_start: usize,
+}
+
+impl Cursor<'_> {
+    fn err(&self, line: usize, column: usize, message: String) -> CsvError {
+        CsvError {
+            origin: self.origin.to_string(),
+            line,
+            column,
+            message,
+        }
+    }
+
+    /// The byte index of the next character (the text's length at its end).
+    fn pos(&mut self) -> usize {
+        self.chars.peek().map_or(self.text.len(), |(i, _)| *i)
+    }
+
+    fn peek_char(&mut self) -> Option<char> {
+        self.chars.peek().map(|(_, c)| *c)
+    }
+
+    /// The column (from 1, in characters) of byte `idx` on the current line.
+    fn column(&self, idx: usize) -> usize {
+        self.text[self.line_start..idx].chars().count() + 1
+    }
+
+    /// The next line starts at the next character.
+    fn next_line(&mut self) {
+        self.line += 1;
+        self.line_start = self.pos();
+    }
+
+    /// Past a comment or blank line.
+    fn skip_line(&mut self) {
+        for (_, c) in self.chars.by_ref() {
+            if c == '\n' {
                 break;
             }
         }
-        line += 1;
-        line_start = chars.peek().map(|(i, _)| *i).unwrap_or(text.len());
-        out.push(Record {
-            line: rec_line,
-            fields,
-        });
+        self.next_line();
     }
-    Ok(out)
+
+    /// The fields of one record, each with the column where it starts.
+    fn record(&mut self) -> Result<Vec<(String, usize)>, CsvError> {
+        let mut fields = Vec::new();
+        loop {
+            let start = self.pos();
+            let column = self.column(start);
+            let (value, end_of_record) = if self.peek_char() == Some('"') {
+                self.chars.next();
+                self.quoted(column)?
+            } else {
+                self.bare()?
+            };
+            fields.push((value, column));
+            if end_of_record {
+                return Ok(fields);
+            }
+        }
+    }
+
+    /// A quoted field after its opening quote (at `column`): `""` is a quote, line breaks are part
+    /// of the value. Its value, and whether the record ends with it.
+    fn quoted(&mut self, column: usize) -> Result<(String, bool), CsvError> {
+        let quote_line = self.line;
+        let mut value = String::new();
+        loop {
+            match self.chars.next() {
+                None => {
+                    return Err(self.err(quote_line, column, "quoted field is never closed".into()))
+                }
+                Some((_, '"')) => match self.peek_char() {
+                    Some('"') => {
+                        self.chars.next();
+                        value.push('"');
+                    }
+                    Some(',') => {
+                        self.chars.next();
+                        return Ok((value, false));
+                    }
+                    // The record ends at `\n`, `\r\n`, a `\r` ending the file, or the end; a lone
+                    // `\r` before more text is an extraneous character (as in Go), not a line break
+                    // that no editor shows.
+                    Some('\n') | None => {
+                        self.chars.next();
+                        return Ok((value, true));
+                    }
+                    Some('\r') if self.lone_cr_ends_line() => {
+                        self.chars.next();
+                        if self.peek_char() == Some('\n') {
+                            self.chars.next();
+                        }
+                        return Ok((value, true));
+                    }
+                    Some(_) => {
+                        let idx = self.pos();
+                        return Err(self.err(
+                            self.line,
+                            self.column(idx),
+                            "extraneous character after closing quote".into(),
+                        ));
+                    }
+                },
+                Some((i, '\n')) => {
+                    value.push('\n');
+                    self.line += 1;
+                    self.line_start = i + 1;
+                }
+                Some((_, c)) => value.push(c),
+            }
+        }
+    }
+
+    /// Whether the next character (a `\r`) ends the text or comes before a `\n`.
+    fn lone_cr_ends_line(&mut self) -> bool {
+        let text = self.text;
+        self.chars
+            .peek()
+            .is_some_and(|(i, _)| text[i + 1..].is_empty() || text[i + 1..].starts_with('\n'))
+    }
+
+    /// A field without quotes, up to `,` or the line's end (a `\r` before `\n` left out). Its
+    /// value, and whether the record ends with it.
+    fn bare(&mut self) -> Result<(String, bool), CsvError> {
+        let text = self.text;
+        let mut value = String::new();
+        loop {
+            match self.chars.peek().map(|(i, c)| (*i, *c)) {
+                None => return Ok((value, true)),
+                Some((_, ',')) => {
+                    self.chars.next();
+                    return Ok((value, false));
+                }
+                Some((_, '\n')) => {
+                    self.chars.next();
+                    return Ok((value, true));
+                }
+                Some((i, '\r')) if text[i + 1..].starts_with('\n') => {
+                    self.chars.next();
+                }
+                Some((i, '"')) => {
+                    return Err(self.err(self.line, self.column(i), "bare \" in non-quoted field (quote the whole field, with no space before the opening quote)".into()));
+                }
+                Some((_, c)) => {
+                    self.chars.next();
+                    value.push(c);
+                }
+            }
+        }
+    }
 }
 
 /// Parse counters CSV text. `origin` names the input in errors.

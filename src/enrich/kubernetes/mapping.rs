@@ -19,11 +19,12 @@
 //! A whole-GPU allocation also attributes that GPU's NvLink series; a MIG-partitioned GPU's links and
 //! whole-GPU series stay unattributed (they are shared by all its instances).
 
+use std::cell::OnceCell;
 use std::collections::HashMap;
 use std::sync::Arc;
 
 use super::checkpoint::UidIndex;
-use super::podresources::{ContainerResources, ListPodResourcesResponse};
+use super::podresources::{ContainerResources, ListPodResourcesResponse, PodResources};
 use crate::snapshot::attribution::{self, Attribute};
 use crate::snapshot::{Entity, EntityKind};
 
@@ -216,6 +217,101 @@ pub struct MappingExtras<'a> {
     pub dra: Option<DraFn<'a>>,
 }
 
+/// One container of a `List` reply, with what joins it: the devices it holds, each with its
+/// [`PodRef`].
+struct Holder<'r> {
+    pod: &'r PodResources,
+    container: &'r ContainerResources,
+    meta: Option<&'r super::labels::PodMeta>,
+    labels: &'r Arc<[Attribute]>,
+    rules: &'r MatchRules,
+    extras: &'r MappingExtras<'r>,
+    /// The container's [`PodRef`], made at its first device.
+    pod_ref: OnceCell<PodRef>,
+}
+
+impl Holder<'_> {
+    /// The devices the container holds: its device-plugin ids (the unknown ones into `unknown_ids`,
+    /// at most 16), then its DRA claims' devices.
+    fn devices(&self, unknown_ids: &mut Vec<String>) -> Vec<(DeviceKey, PodRef)> {
+        let mut found: Vec<(DeviceKey, PodRef)> = Vec::new();
+        for dev in self
+            .container
+            .devices
+            .iter()
+            .filter(|d| self.rules.is_nvidia_resource(&d.resource_name))
+        {
+            for id in &dev.device_ids {
+                let Some(key) = parse_device_id(id) else {
+                    if unknown_ids.len() < 16 && !unknown_ids.contains(id) {
+                        unknown_ids.push(id.clone());
+                    }
+                    continue;
+                };
+                let mut p = self.pod_ref();
+                if self.extras.virtual_gpus {
+                    p.vgpu = vgpu_of(id.trim()).unwrap_or_default().to_string();
+                }
+                found.push((key, p));
+            }
+        }
+        if let Some(resolve) = self.extras.dra {
+            for dr in &self.container.dynamic_resources {
+                for cr in &dr.claim_resources {
+                    let Some((key, mut attrs)) =
+                        resolve(&cr.driver_name, &cr.pool_name, &cr.device_name)
+                    else {
+                        continue;
+                    };
+                    let mut p = self.pod_ref();
+                    let mut extra: Vec<Attribute> = p.extra.to_vec();
+                    extra.push(Attribute::new(
+                        &super::labels::DRA_CLAIM_NAME,
+                        dr.claim_name.as_str(),
+                    ));
+                    extra.push(Attribute::new(
+                        &super::labels::DRA_CLAIM_NAMESPACE,
+                        dr.claim_namespace.as_str(),
+                    ));
+                    extra.append(&mut attrs);
+                    p.extra = Arc::from(extra);
+                    found.push((key, p));
+                }
+            }
+        }
+        found
+    }
+
+    /// The container's [`PodRef`]: its pod's UID (when asked for: the API's, else the kubelet
+    /// checkpoint's) and label attributes.
+    fn pod_ref(&self) -> PodRef {
+        self.pod_ref
+            .get_or_init(|| {
+                let api_uid = self.meta.map(|m| m.uid.clone()).filter(|u| !u.is_empty());
+                let uid = if self.extras.pod_uid {
+                    api_uid
+                        .or_else(|| {
+                            self.extras
+                                .uids
+                                .and_then(|u| container_uid(u, self.container, self.rules))
+                        })
+                        .unwrap_or_default()
+                } else {
+                    String::new()
+                };
+                PodRef {
+                    namespace: self.pod.namespace.clone(),
+                    name: self.pod.name.clone(),
+                    container: self.container.name.clone(),
+                    uid,
+                    vgpu: String::new(),
+                    extra: self.labels.clone(),
+                }
+            })
+            .clone()
+    }
+}
+
 /// Pods by device, built from one `List` reply. Every pod list is sorted and free of duplicates.
 #[derive(Debug, Default, Clone)]
 pub struct Mapping {
@@ -262,93 +358,18 @@ impl Mapping {
                 _ => no_extra.clone(),
             };
             for c in &pod.containers {
-                let mut pod_ref: Option<PodRef> = None;
-                let mut base = || {
-                    pod_ref
-                        .get_or_insert_with(|| {
-                            let api_uid = meta
-                                .as_ref()
-                                .map(|m| m.uid.clone())
-                                .filter(|u| !u.is_empty());
-                            let uid = if extras.pod_uid {
-                                api_uid
-                                    .or_else(|| {
-                                        extras.uids.and_then(|u| container_uid(u, c, rules))
-                                    })
-                                    .unwrap_or_default()
-                            } else {
-                                String::new()
-                            };
-                            PodRef {
-                                namespace: pod.namespace.clone(),
-                                name: pod.name.clone(),
-                                container: c.name.clone(),
-                                uid,
-                                vgpu: String::new(),
-                                extra: labels.clone(),
-                            }
-                        })
-                        .clone()
+                let holder = Holder {
+                    pod,
+                    container: c,
+                    meta: meta.as_deref(),
+                    labels: &labels,
+                    rules,
+                    extras,
+                    pod_ref: OnceCell::new(),
                 };
-                let mut found: Vec<(DeviceKey, PodRef)> = Vec::new();
-                for dev in c
-                    .devices
-                    .iter()
-                    .filter(|d| rules.is_nvidia_resource(&d.resource_name))
-                {
-                    for id in &dev.device_ids {
-                        let Some(key) = parse_device_id(id) else {
-                            if m.unknown_ids.len() < 16 && !m.unknown_ids.contains(id) {
-                                m.unknown_ids.push(id.clone());
-                            }
-                            continue;
-                        };
-                        let mut p = base();
-                        if extras.virtual_gpus {
-                            p.vgpu = vgpu_of(id.trim()).unwrap_or_default().to_string();
-                        }
-                        found.push((key, p));
-                    }
-                }
-                if let Some(resolve) = extras.dra {
-                    for dr in &c.dynamic_resources {
-                        for cr in &dr.claim_resources {
-                            let Some((key, mut attrs)) =
-                                resolve(&cr.driver_name, &cr.pool_name, &cr.device_name)
-                            else {
-                                continue;
-                            };
-                            let mut p = base();
-                            let mut extra: Vec<Attribute> = p.extra.to_vec();
-                            extra.push(Attribute::new(
-                                &super::labels::DRA_CLAIM_NAME,
-                                dr.claim_name.as_str(),
-                            ));
-                            extra.push(Attribute::new(
-                                &super::labels::DRA_CLAIM_NAMESPACE,
-                                dr.claim_namespace.as_str(),
-                            ));
-                            extra.append(&mut attrs);
-                            p.extra = Arc::from(extra);
-                            found.push((key, p));
-                        }
-                    }
-                }
-                for (key, p) in found {
+                for (key, p) in holder.devices(&mut m.unknown_ids) {
                     holds_any = true;
-                    match key {
-                        DeviceKey::GpuUuid(u) => m.by_gpu_uuid.entry(u).or_default().push(p),
-                        DeviceKey::GpuIndex(i) => m.by_gpu_index.entry(i).or_default().push(p),
-                        DeviceKey::MigUuid(u) => m.by_mig_uuid.entry(u).or_default().push(p),
-                        DeviceKey::Instance { gpu, gi } => {
-                            m.by_instance.entry((gpu, gi)).or_default().push(p)
-                        }
-                        DeviceKey::InstanceOfGpu { gpu_uuid, gi } => m
-                            .by_instance_of_gpu
-                            .entry((gpu_uuid, gi))
-                            .or_default()
-                            .push(p),
-                    }
+                    m.insert(key, p);
                 }
             }
             if holds_any {
@@ -367,6 +388,23 @@ impl Mapping {
         tidy(&mut m.by_instance);
         tidy(&mut m.by_instance_of_gpu);
         m
+    }
+
+    /// A holder of the device `key`, in the index of its kind of key.
+    fn insert(&mut self, key: DeviceKey, p: PodRef) {
+        match key {
+            DeviceKey::GpuUuid(u) => self.by_gpu_uuid.entry(u).or_default().push(p),
+            DeviceKey::GpuIndex(i) => self.by_gpu_index.entry(i).or_default().push(p),
+            DeviceKey::MigUuid(u) => self.by_mig_uuid.entry(u).or_default().push(p),
+            DeviceKey::Instance { gpu, gi } => {
+                self.by_instance.entry((gpu, gi)).or_default().push(p)
+            }
+            DeviceKey::InstanceOfGpu { gpu_uuid, gi } => self
+                .by_instance_of_gpu
+                .entry((gpu_uuid, gi))
+                .or_default()
+                .push(p),
+        }
     }
 
     /// Every (pod, container) holding a device, in no particular order (duplicates possible).

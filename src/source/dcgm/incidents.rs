@@ -107,27 +107,7 @@ impl IncidentWatch {
         if !reads.any() {
             return Ok(None);
         }
-        let mut gpus: Vec<Arc<Entity>> = Vec::new();
-        let mut instances = HashMap::new();
-        for e in entities {
-            let Some(gpu) = e.gpu.as_ref() else {
-                continue;
-            };
-            match e.kind {
-                EntityKind::Gpu => {}
-                EntityKind::GpuInstance => {
-                    instances.insert(e.entity_id, e.clone());
-                }
-                _ => continue,
-            }
-            if !gpus.iter().any(|g| g.entity_id == gpu.index) {
-                gpus.push(if e.kind == EntityKind::Gpu {
-                    e.clone()
-                } else {
-                    Arc::new(Entity::gpu(gpu.clone()))
-                });
-            }
-        }
+        let (gpus, instances) = watched(entities);
         if gpus.is_empty() {
             return Ok(None);
         }
@@ -135,36 +115,11 @@ impl IncidentWatch {
             .iter()
             .map(|g| EntityPair::new(ffi::DCGM_FE_GPU, g.entity_id))
             .collect();
-        let mut fields = Vec::new();
-        if reads.xids {
-            fields.push(XID_FIELD);
-        }
-        if reads.clock_events {
-            fields.push(clock_events::FIELD);
-        }
         // A part that cannot be set up (an older libdcgm) is left out; the others go on. Only a lost
         // connection fails the whole.
         let mut setup_errors = Vec::new();
-        let history = if fields.is_empty() {
-            None
-        } else {
-            let mut members = gpu_pairs.clone();
-            if reads.xids {
-                members.extend(
-                    instances
-                        .keys()
-                        .map(|id| EntityPair::new(ffi::DCGM_FE_GPU_I, *id)),
-                );
-            }
-            let made = (|| {
-                let group = conn.create_group(&format!("{name_prefix}-incidents"), &members)?;
-                let fg =
-                    conn.create_field_group(&format!("{name_prefix}-incident-fields"), &fields)?;
-                conn.watch(&group, &fg, interval, MAX_KEEP_AGE.max(interval * 2), 0)?;
-                Ok((group, fg))
-            })();
-            part(made, &mut setup_errors)?
-        };
+        let history = history_watch(conn, reads, &gpu_pairs, &instances, name_prefix, interval);
+        let history = part(history, &mut setup_errors)?.flatten();
         let health = if reads.health {
             let made = (|| {
                 let group = conn.create_group(&format!("{name_prefix}-health"), &gpu_pairs)?;
@@ -176,28 +131,7 @@ impl IncidentWatch {
             None
         };
         if let (Some((group, fields)), None) = (&history, state.cursor) {
-            // The first watch: what DCGM already has is history before this exporter started (not
-            // counted, as dcgm-exporter's totals start at its start); its clock-event masks are the
-            // baseline (and samples the window counts, as dcgm-exporter's history read would). The
-            // cursor comes from DCGM's own clock (a remote host engine's may differ).
-            let mut samples = Vec::new();
-            let next = conn.values_since(group, fields, 0, &mut samples)?;
-            for s in &samples {
-                if let (clock_events::FIELD, ffi::DCGM_FE_GPU, Some(v)) =
-                    (s.field_id, s.entity_group, s.value)
-                {
-                    let mask = u64::try_from(v).unwrap_or(0);
-                    let _ = state.tracker.clock_sample(s.entity_id, mask, at(s.ts));
-                    if let Some(gpu) = gpus.iter().find(|g| g.entity_id == s.entity_id) {
-                        state.held.push(ClockSample {
-                            gpu: gpu.clone(),
-                            at: at(s.ts),
-                            mask,
-                        });
-                    }
-                }
-            }
-            state.cursor = Some(next);
+            first_watch(conn, group, fields, &gpus, state)?;
         }
         Ok(Some(IncidentWatch {
             reads,
@@ -228,129 +162,263 @@ impl IncidentWatch {
     }
 
     fn read_into(&mut self, state: &mut IncidentState, read: &mut Read) -> Result<(), DcgmError> {
-        let conn = self.conn.clone();
-        let out = &mut read.incidents;
         read.clock_samples.append(&mut state.held);
         self.last_calls = 0;
-        let incident = |entity: &Arc<Entity>, ts: i64, kind| Incident {
-            entity: entity.clone(),
-            attribution: state.none.clone(),
-            at: at(ts),
-            kind,
+        self.read_history(state, read)?;
+        self.read_health(state, &mut read.incidents)?;
+        self.read_p2p(&mut read.p2p)
+    }
+
+    /// The XID and clock-event samples since the cursor: XIDs as incidents, clock-event masks as
+    /// samples and their edges as incidents; the cursor moves past them.
+    fn read_history(
+        &mut self,
+        state: &mut IncidentState,
+        read: &mut Read,
+    ) -> Result<(), DcgmError> {
+        let Some((group, fields)) = &self.history else {
+            return Ok(());
         };
-        if let Some((group, fields)) = &self.history {
-            self.samples.clear();
-            let since = state.cursor.unwrap_or_else(now_us);
-            self.last_calls += 1;
-            let next = match conn.values_since(group, fields, since, &mut self.samples) {
-                Ok(next) => next,
-                Err(e) => {
-                    if lacks(&e) {
-                        self.history = None;
-                    }
-                    return Err(e);
+        self.samples.clear();
+        let since = state.cursor.unwrap_or_else(now_us);
+        self.last_calls += 1;
+        let next = match self
+            .conn
+            .values_since(group, fields, since, &mut self.samples)
+        {
+            Ok(next) => next,
+            Err(e) => {
+                if lacks(&e) {
+                    self.history = None;
                 }
+                return Err(e);
+            }
+        };
+        for s in &self.samples {
+            let Some(v) = s.value else {
+                continue;
             };
-            for s in &self.samples {
-                let Some(v) = s.value else {
+            let entity = match s.entity_group {
+                ffi::DCGM_FE_GPU => self.gpus.iter().find(|g| g.entity_id == s.entity_id),
+                ffi::DCGM_FE_GPU_I => self.instances.get(&s.entity_id),
+                _ => None,
+            };
+            let Some(entity) = entity else {
+                continue;
+            };
+            if s.field_id == XID_FIELD && self.reads.xids {
+                // XID 0 is "no error"; anything past u32 is not an XID.
+                if let Ok(code @ 1..) = u32::try_from(v) {
+                    let kind = IncidentKind::Xid { code };
+                    read.incidents
+                        .push(incident(&state.none, entity, s.ts, kind));
+                }
+            } else if s.field_id == clock_events::FIELD
+                && entity.kind == EntityKind::Gpu
+                && self.reads.clock_events
+            {
+                let mask = u64::try_from(v).unwrap_or(0);
+                for kind in state.tracker.clock_sample(entity.entity_id, mask, at(s.ts)) {
+                    read.incidents
+                        .push(incident(&state.none, entity, s.ts, kind));
+                }
+                read.clock_samples.push(ClockSample {
+                    gpu: entity.clone(),
+                    at: at(s.ts),
+                    mask,
+                });
+            }
+        }
+        // The cursor moves past what was read (DCGM returns the next one to ask from).
+        state.cursor = Some(next.max(since));
+        Ok(())
+    }
+
+    /// One health check: each GPU's transitions of its watch systems, as incidents.
+    fn read_health(
+        &mut self,
+        state: &mut IncidentState,
+        out: &mut Vec<Incident>,
+    ) -> Result<(), DcgmError> {
+        let Some(group) = &self.health else {
+            return Ok(());
+        };
+        self.last_calls += 1;
+        let checked = match self.conn.health_check(group, &mut self.response) {
+            Ok(c) => c,
+            Err(e) => {
+                if lacks(&e) {
+                    self.health = None;
+                }
+                return Err(e);
+            }
+        };
+        let ts = now_us();
+        for gpu in &self.gpus {
+            let active: Vec<HealthIncident> = checked
+                .iter()
+                .filter(|i| i.entity_group == ffi::DCGM_FE_GPU && i.entity_id == gpu.entity_id)
+                .filter(|i| health::watch_name(i.system).is_some())
+                .map(|i| HealthIncident {
+                    watch: i.system,
+                    result: match i.health {
+                        ffi::DCGM_HEALTH_RESULT_PASS => HealthResult::Pass,
+                        ffi::DCGM_HEALTH_RESULT_WARN => HealthResult::Warn,
+                        _ => HealthResult::Fail,
+                    },
+                    code: i.code,
+                    message: i.message.clone(),
+                })
+                .collect();
+            for kind in state.tracker.health_check(gpu.entity_id, &active) {
+                out.push(incident(&state.none, gpu, ts, kind));
+            }
+        }
+        Ok(())
+    }
+
+    /// The P2P status of each pair of monitored GPUs.
+    fn read_p2p(&mut self, p2p: &mut Vec<P2pLink>) -> Result<(), DcgmError> {
+        if !self.reads.p2p {
+            return Ok(());
+        }
+        self.last_calls += 1;
+        let matrix = match self.conn.p2p_status() {
+            Ok(m) => m,
+            Err(e) => {
+                if lacks(&e) {
+                    self.reads.p2p = false;
+                }
+                return Err(e);
+            }
+        };
+        for gpu in &self.gpus {
+            let Some((_, row)) = matrix.iter().find(|(id, _)| *id == gpu.entity_id) else {
+                continue;
+            };
+            for peer in &self.gpus {
+                if peer.entity_id == gpu.entity_id {
                     continue;
-                };
-                let entity = match s.entity_group {
-                    ffi::DCGM_FE_GPU => self.gpus.iter().find(|g| g.entity_id == s.entity_id),
-                    ffi::DCGM_FE_GPU_I => self.instances.get(&s.entity_id),
-                    _ => None,
-                };
-                let Some(entity) = entity else {
-                    continue;
-                };
-                if s.field_id == XID_FIELD && self.reads.xids {
-                    // XID 0 is "no error"; anything past u32 is not an XID.
-                    if let Ok(code @ 1..) = u32::try_from(v) {
-                        out.push(incident(entity, s.ts, IncidentKind::Xid { code }));
-                    }
-                } else if s.field_id == clock_events::FIELD
-                    && entity.kind == EntityKind::Gpu
-                    && self.reads.clock_events
-                {
-                    let mask = u64::try_from(v).unwrap_or(0);
-                    for kind in state.tracker.clock_sample(entity.entity_id, mask, at(s.ts)) {
-                        out.push(incident(entity, s.ts, kind));
-                    }
-                    read.clock_samples.push(ClockSample {
-                        gpu: entity.clone(),
-                        at: at(s.ts),
-                        mask,
+                }
+                if let Some(status) = row.get(peer.entity_id as usize) {
+                    p2p.push(P2pLink {
+                        gpu: gpu.clone(),
+                        peer: peer.entity_id,
+                        status: *status,
                     });
-                }
-            }
-            // The cursor moves past what was read (DCGM returns the next one to ask from).
-            state.cursor = Some(next.max(since));
-        }
-        if let Some(group) = &self.health {
-            self.last_calls += 1;
-            let checked = match conn.health_check(group, &mut self.response) {
-                Ok(c) => c,
-                Err(e) => {
-                    if lacks(&e) {
-                        self.health = None;
-                    }
-                    return Err(e);
-                }
-            };
-            let ts = now_us();
-            for gpu in &self.gpus {
-                let active: Vec<HealthIncident> = checked
-                    .iter()
-                    .filter(|i| i.entity_group == ffi::DCGM_FE_GPU && i.entity_id == gpu.entity_id)
-                    .filter(|i| health::watch_name(i.system).is_some())
-                    .map(|i| HealthIncident {
-                        watch: i.system,
-                        result: match i.health {
-                            ffi::DCGM_HEALTH_RESULT_PASS => HealthResult::Pass,
-                            ffi::DCGM_HEALTH_RESULT_WARN => HealthResult::Warn,
-                            _ => HealthResult::Fail,
-                        },
-                        code: i.code,
-                        message: i.message.clone(),
-                    })
-                    .collect();
-                for kind in state.tracker.health_check(gpu.entity_id, &active) {
-                    out.push(incident(gpu, ts, kind));
-                }
-            }
-        }
-        let p2p = &mut read.p2p;
-        if self.reads.p2p {
-            self.last_calls += 1;
-            let matrix = match conn.p2p_status() {
-                Ok(m) => m,
-                Err(e) => {
-                    if lacks(&e) {
-                        self.reads.p2p = false;
-                    }
-                    return Err(e);
-                }
-            };
-            for gpu in &self.gpus {
-                let Some((_, row)) = matrix.iter().find(|(id, _)| *id == gpu.entity_id) else {
-                    continue;
-                };
-                for peer in &self.gpus {
-                    if peer.entity_id == gpu.entity_id {
-                        continue;
-                    }
-                    if let Some(status) = row.get(peer.entity_id as usize) {
-                        p2p.push(P2pLink {
-                            gpu: gpu.clone(),
-                            peer: peer.entity_id,
-                            status: *status,
-                        });
-                    }
                 }
             }
         }
         Ok(())
     }
+}
+
+/// An incident of `entity` at `ts` (µs since the epoch), attributed to no one yet (`none`).
+fn incident(
+    none: &Arc<Attribution>,
+    entity: &Arc<Entity>,
+    ts: i64,
+    kind: IncidentKind,
+) -> Incident {
+    Incident {
+        entity: entity.clone(),
+        attribution: none.clone(),
+        at: at(ts),
+        kind,
+    }
+}
+
+/// The whole-GPU entities of the monitored GPUs in order (a GPU seen only through its MIG instances
+/// included), and the monitored MIG instances by GPU-instance entity id.
+fn watched(entities: &[Arc<Entity>]) -> (Vec<Arc<Entity>>, HashMap<u32, Arc<Entity>>) {
+    let mut gpus: Vec<Arc<Entity>> = Vec::new();
+    let mut instances = HashMap::new();
+    for e in entities {
+        let Some(gpu) = e.gpu.as_ref() else {
+            continue;
+        };
+        match e.kind {
+            EntityKind::Gpu => {}
+            EntityKind::GpuInstance => {
+                instances.insert(e.entity_id, e.clone());
+            }
+            _ => continue,
+        }
+        if !gpus.iter().any(|g| g.entity_id == gpu.index) {
+            gpus.push(if e.kind == EntityKind::Gpu {
+                e.clone()
+            } else {
+                Arc::new(Entity::gpu(gpu.clone()))
+            });
+        }
+    }
+    (gpus, instances)
+}
+
+/// The history watch (`None` when neither XIDs nor clock events are read): a group of the GPUs
+/// (and, for XIDs, their MIG instances) watching the fields read since a cursor.
+fn history_watch(
+    conn: &Connection,
+    reads: IncidentReads,
+    gpu_pairs: &[EntityPair],
+    instances: &HashMap<u32, Arc<Entity>>,
+    name_prefix: &str,
+    interval: Duration,
+) -> Result<Option<(Group, FieldGroup)>, DcgmError> {
+    let mut fields = Vec::new();
+    if reads.xids {
+        fields.push(XID_FIELD);
+    }
+    if reads.clock_events {
+        fields.push(clock_events::FIELD);
+    }
+    if fields.is_empty() {
+        return Ok(None);
+    }
+    let mut members = gpu_pairs.to_vec();
+    if reads.xids {
+        members.extend(
+            instances
+                .keys()
+                .map(|id| EntityPair::new(ffi::DCGM_FE_GPU_I, *id)),
+        );
+    }
+    let group = conn.create_group(&format!("{name_prefix}-incidents"), &members)?;
+    let fg = conn.create_field_group(&format!("{name_prefix}-incident-fields"), &fields)?;
+    conn.watch(&group, &fg, interval, MAX_KEEP_AGE.max(interval * 2), 0)?;
+    Ok(Some((group, fg)))
+}
+
+/// The first watch: what DCGM already has is history before this exporter started (not counted, as
+/// dcgm-exporter's totals start at its start); its clock-event masks are the baseline (and samples
+/// the window counts, as dcgm-exporter's history read would). The cursor comes from DCGM's own
+/// clock (a remote host engine's may differ).
+fn first_watch(
+    conn: &Connection,
+    group: &Group,
+    fields: &FieldGroup,
+    gpus: &[Arc<Entity>],
+    state: &mut IncidentState,
+) -> Result<(), DcgmError> {
+    let mut samples = Vec::new();
+    let next = conn.values_since(group, fields, 0, &mut samples)?;
+    for s in &samples {
+        if let (clock_events::FIELD, ffi::DCGM_FE_GPU, Some(v)) =
+            (s.field_id, s.entity_group, s.value)
+        {
+            let mask = u64::try_from(v).unwrap_or(0);
+            let _ = state.tracker.clock_sample(s.entity_id, mask, at(s.ts));
+            if let Some(gpu) = gpus.iter().find(|g| g.entity_id == s.entity_id) {
+                state.held.push(ClockSample {
+                    gpu: gpu.clone(),
+                    at: at(s.ts),
+                    mask,
+                });
+            }
+        }
+    }
+    state.cursor = Some(next);
+    Ok(())
 }
 
 /// A part of the setup: made, or left out with its error kept (a lost connection fails the whole).

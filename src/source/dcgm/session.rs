@@ -208,6 +208,72 @@ fn entity_pair(e: &Entity) -> EntityPair {
     EntityPair::new(group, e.entity_id)
 }
 
+/// What [`Session::establish`] builds up: the groups, the field groups and the watches between them.
+#[derive(Default)]
+struct Watching {
+    groups: Vec<Group>,
+    field_groups: Vec<FieldGroup>,
+    /// (group index, field-group index) pairs with an active watch.
+    watches: Vec<(usize, usize)>,
+    /// Fields whose (profiling) watch failed.
+    unwatched: BTreeSet<u16>,
+    /// The first profiling watch that failed.
+    profiling_watch_error: Option<DcgmError>,
+    /// Field groups made so far (their names count them).
+    fg_seq: usize,
+}
+
+impl Watching {
+    /// One class of entities (`label`): its `members` in groups of at most `group_max_entities`,
+    /// each field set (by watch interval, profiling or not) in field groups, each watched on each
+    /// group. A failed profiling watch leaves its fields out; any other failed watch undoes the
+    /// watches made and fails.
+    fn watch_class(
+        &mut self,
+        conn: &Connection,
+        label: &str,
+        members: &[EntityPair],
+        sets: BTreeMap<(Duration, bool), Vec<u16>>,
+        cfg: &WatchConfig,
+    ) -> Result<(), DcgmError> {
+        let first_group = self.groups.len();
+        for (i, chunk) in members.chunks(cfg.group_max_entities.max(1)).enumerate() {
+            let name = format!("{}-{label}-{i}", cfg.name_prefix);
+            self.groups.push(conn.create_group(&name, chunk)?);
+        }
+        for ((every, is_prof), set) in sets {
+            for chunk in set.chunks(FIELD_GROUP_MAX) {
+                self.fg_seq += 1;
+                let suffix = if is_prof { "-dcp" } else { "" };
+                let name = format!("{}-fields-{}{suffix}", cfg.name_prefix, self.fg_seq);
+                self.field_groups
+                    .push(conn.create_field_group(&name, chunk)?);
+                let f = self.field_groups.len() - 1;
+                for g in first_group..self.groups.len() {
+                    match conn.watch(
+                        &self.groups[g],
+                        &self.field_groups[f],
+                        every,
+                        MAX_KEEP_AGE.max(every * 2),
+                        MAX_KEEP_SAMPLES,
+                    ) {
+                        Ok(()) => self.watches.push((g, f)),
+                        Err(e) if is_prof && !e.connection_lost() => {
+                            self.unwatched.extend(chunk.iter().copied());
+                            self.profiling_watch_error.get_or_insert(e);
+                        }
+                        Err(e) => {
+                            unwatch_all(conn, &self.groups, &self.field_groups, &self.watches);
+                            return Err(e);
+                        }
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
 /// What [`Session::establish`] set up.
 pub struct Established {
     pub session: Session,
@@ -231,15 +297,9 @@ impl Session {
             .enumerate()
             .map(|(i, p)| ((p.entityGroupId, p.entityId), i))
             .collect();
-
-        let mut groups = Vec::new();
-        let mut field_groups = Vec::new();
-        let mut unwatched = BTreeSet::new();
-        let mut profiling_watch_error = None;
         // GPUs and MIG instances share groups and field groups; links, switches, CPUs and cores get
         // their own. Fields are split by watch interval (watch groups), then profiling or not.
-        let mut fg_seq = 0usize;
-        let mut watches = Vec::new();
+        let mut w = Watching::default();
         for (label, reads_as, kinds) in GROUP_CLASSES {
             let fields = rows.fields_for(*reads_as);
             let members: Vec<EntityPair> = entities
@@ -257,43 +317,11 @@ impl Session {
                     .or_default()
                     .push(f);
             }
-            let first_group = groups.len();
-            for (i, chunk) in members.chunks(cfg.group_max_entities.max(1)).enumerate() {
-                let name = format!("{}-{label}-{i}", cfg.name_prefix);
-                groups.push(conn.create_group(&name, chunk)?);
-            }
-            for ((every, is_prof), set) in sets {
-                for chunk in set.chunks(FIELD_GROUP_MAX) {
-                    fg_seq += 1;
-                    let suffix = if is_prof { "-dcp" } else { "" };
-                    let name = format!("{}-fields-{fg_seq}{suffix}", cfg.name_prefix);
-                    field_groups.push(conn.create_field_group(&name, chunk)?);
-                    let f = field_groups.len() - 1;
-                    for g in first_group..groups.len() {
-                        match conn.watch(
-                            &groups[g],
-                            &field_groups[f],
-                            every,
-                            MAX_KEEP_AGE.max(every * 2),
-                            MAX_KEEP_SAMPLES,
-                        ) {
-                            Ok(()) => watches.push((g, f)),
-                            Err(e) if is_prof && !e.connection_lost() => {
-                                unwatched.extend(chunk.iter().copied());
-                                profiling_watch_error.get_or_insert(e);
-                            }
-                            Err(e) => {
-                                unwatch_all(&conn, &groups, &field_groups, &watches);
-                                return Err(e);
-                            }
-                        }
-                    }
-                }
-            }
+            w.watch_class(&conn, label, &members, sets, cfg)?;
         }
-        if !watches.is_empty() {
+        if !w.watches.is_empty() {
             if let Err(e) = conn.update_all_fields() {
-                unwatch_all(&conn, &groups, &field_groups, &watches);
+                unwatch_all(&conn, &w.groups, &w.field_groups, &w.watches);
                 return Err(e);
             }
         }
@@ -301,15 +329,15 @@ impl Session {
         Ok(Established {
             session: Session {
                 incidents: None,
-                watches,
-                field_groups,
-                groups,
+                watches: w.watches,
+                field_groups: w.field_groups,
+                groups: w.groups,
                 conn,
                 entities,
                 pairs,
                 index,
                 unsupported: vec![BTreeSet::new(); n],
-                unwatched,
+                unwatched: w.unwatched,
                 calls: Vec::new(),
                 dirty: true,
                 buf: ValueBuffer::default(),
@@ -318,7 +346,7 @@ impl Session {
                 last_calls: 0,
                 last_dcgm_time: Duration::ZERO,
             },
-            profiling_watch_error,
+            profiling_watch_error: w.profiling_watch_error,
         })
     }
 
@@ -381,91 +409,22 @@ impl Session {
         if self.dirty {
             self.plan(rows);
         }
-        let mut values: Vec<Vec<FieldValue>> = self
-            .entities
-            .iter()
-            .enumerate()
-            .map(|(i, e)| {
-                (0..rows.len())
-                    .map(|r| {
-                        if !rows.applies(r, e.kind) {
-                            FieldValue::Absent(Absent::NotApplicable)
-                        } else if self.unsupported[i].contains(&rows.fields[r]) {
-                            FieldValue::Absent(Absent::NotSupported)
-                        } else if self.unwatched.contains(&rows.fields[r]) {
-                            FieldValue::Absent(Absent::Error)
-                        } else {
-                            // Replaced below when DCGM answers for this entity and field.
-                            FieldValue::Absent(Absent::NotFound)
-                        }
-                    })
-                    .collect()
-            })
-            .collect();
-        let mut calls = 0;
+        let mut values = self.unanswered(rows);
         let mut topology_changed = false;
         let mut dcgm_time = Duration::ZERO;
-        for call in &self.calls {
-            calls += 1;
+        for c in 0..self.calls.len() {
+            let call = &self.calls[c];
             let t = Instant::now();
             let r = self
                 .conn
                 .latest_values(&call.pairs, &call.fields, false, &mut self.buf);
             dcgm_time += t.elapsed();
             r?;
-            for v in self.buf.iter() {
-                let Some(&ent) = self.index.get(&(v.entity_group(), v.entity_id())) else {
-                    continue;
-                };
-                let field = v.field_id();
-                let Some(row_ids) = rows.by_field.get(&field) else {
-                    continue;
-                };
-                let status = v.status();
-                topology_changed |= matches!(
-                    status,
-                    ffi::DCGM_ST_GPU_IS_LOST
-                        | ffi::DCGM_ST_INSTANCE_NOT_FOUND
-                        | ffi::DCGM_ST_GPUS_DETACHED
-                );
-                let payload = v.payload();
-                let mut unsupported = false;
-                for &r in row_ids {
-                    if !rows.applies(r, self.entities[ent].kind) {
-                        continue;
-                    }
-                    let fv = values::convert(status, payload.clone(), rows.kinds[r]);
-                    unsupported |= fv == FieldValue::Absent(Absent::NotSupported);
-                    values[ent][r] = fv;
-                }
-                if unsupported && self.unsupported[ent].insert(field) {
-                    self.dirty = true;
-                    newly_unsupported.push(Unsupported {
-                        entity: self.entities[ent].clone(),
-                        field,
-                    });
-                }
-            }
+            topology_changed |= self.take_answers(rows, &mut values, newly_unsupported);
         }
-        self.last_calls = calls;
+        self.last_calls = self.calls.len();
         self.last_dcgm_time = dcgm_time;
-        // An entity that answers "not found" for everything it was asked is gone (a GPU fell off the
-        // bus, a MIG instance was destroyed): rediscover. Global fields answer for any entity id and
-        // say nothing about the entity.
-        let asked = |e: &Entity, i: usize, r: usize| {
-            rows.applies(r, e.kind)
-                && rows.levels[r] != EntityLevel::Global
-                && !self.unsupported[i].contains(&rows.fields[r])
-                && !self.unwatched.contains(&rows.fields[r])
-        };
-        topology_changed |= self.entities.iter().enumerate().any(|(i, e)| {
-            let mut any = false;
-            let all_missing = (0..rows.len()).filter(|&r| asked(e, i, r)).all(|r| {
-                any = true;
-                values[i][r] == FieldValue::Absent(Absent::NotFound)
-            });
-            any && all_missing
-        });
+        topology_changed |= self.any_gone(rows, &values);
         let entities = self
             .entities
             .iter()
@@ -479,6 +438,96 @@ impl Session {
         Ok(Read {
             entities,
             topology_changed,
+        })
+    }
+
+    /// Each entity's value of each row before DCGM answers: not applicable, not supported (DCGM said
+    /// so before), an error (its watch failed), or not found (replaced when DCGM answers).
+    fn unanswered(&self, rows: &RowPlan) -> Vec<Vec<FieldValue>> {
+        self.entities
+            .iter()
+            .enumerate()
+            .map(|(i, e)| {
+                (0..rows.len())
+                    .map(|r| {
+                        if !rows.applies(r, e.kind) {
+                            FieldValue::Absent(Absent::NotApplicable)
+                        } else if self.unsupported[i].contains(&rows.fields[r]) {
+                            FieldValue::Absent(Absent::NotSupported)
+                        } else if self.unwatched.contains(&rows.fields[r]) {
+                            FieldValue::Absent(Absent::Error)
+                        } else {
+                            FieldValue::Absent(Absent::NotFound)
+                        }
+                    })
+                    .collect()
+            })
+            .collect()
+    }
+
+    /// The answers of one call (in `buf`) into `values`; a field newly not supported on an entity
+    /// into `newly_unsupported` (the calls are planned again without it). Whether an answer says the
+    /// topology changed (a GPU lost or detached, an instance not found).
+    fn take_answers(
+        &mut self,
+        rows: &RowPlan,
+        values: &mut [Vec<FieldValue>],
+        newly_unsupported: &mut Vec<Unsupported>,
+    ) -> bool {
+        let mut topology_changed = false;
+        for v in self.buf.iter() {
+            let Some(&ent) = self.index.get(&(v.entity_group(), v.entity_id())) else {
+                continue;
+            };
+            let field = v.field_id();
+            let Some(row_ids) = rows.by_field.get(&field) else {
+                continue;
+            };
+            let status = v.status();
+            topology_changed |= matches!(
+                status,
+                ffi::DCGM_ST_GPU_IS_LOST
+                    | ffi::DCGM_ST_INSTANCE_NOT_FOUND
+                    | ffi::DCGM_ST_GPUS_DETACHED
+            );
+            let payload = v.payload();
+            let mut unsupported = false;
+            for &r in row_ids {
+                if !rows.applies(r, self.entities[ent].kind) {
+                    continue;
+                }
+                let fv = values::convert(status, payload.clone(), rows.kinds[r]);
+                unsupported |= fv == FieldValue::Absent(Absent::NotSupported);
+                values[ent][r] = fv;
+            }
+            if unsupported && self.unsupported[ent].insert(field) {
+                self.dirty = true;
+                newly_unsupported.push(Unsupported {
+                    entity: self.entities[ent].clone(),
+                    field,
+                });
+            }
+        }
+        topology_changed
+    }
+
+    /// An entity that answers "not found" for everything it was asked is gone (a GPU fell off the
+    /// bus, a MIG instance was destroyed): rediscover. Global fields answer for any entity id and
+    /// say nothing about the entity.
+    fn any_gone(&self, rows: &RowPlan, values: &[Vec<FieldValue>]) -> bool {
+        let asked = |e: &Entity, i: usize, r: usize| {
+            rows.applies(r, e.kind)
+                && rows.levels[r] != EntityLevel::Global
+                && !self.unsupported[i].contains(&rows.fields[r])
+                && !self.unwatched.contains(&rows.fields[r])
+        };
+        self.entities.iter().enumerate().any(|(i, e)| {
+            let mut any = false;
+            let all_missing = (0..rows.len()).filter(|&r| asked(e, i, r)).all(|r| {
+                any = true;
+                values[i][r] == FieldValue::Absent(Absent::NotFound)
+            });
+            any && all_missing
         })
     }
 }

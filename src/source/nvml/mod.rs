@@ -469,6 +469,15 @@ impl<'a> DeviceReads<'a> {
         r
     }
 
+    /// One NVML call on this device, noted.
+    fn call<T>(
+        &mut self,
+        f: impl FnOnce(&ffi::Symbols, nvmlDevice_t) -> Result<T, nvmlReturn_t>,
+    ) -> Result<T, nvmlReturn_t> {
+        let r = f(self.nvml.sym(), self.handle);
+        self.note(r)
+    }
+
     fn utilization(&mut self) -> Result<ffi::nvmlUtilization_t, nvmlReturn_t> {
         if self.util.is_none() {
             let r = self.nvml.sym().utilization_rates(self.handle);
@@ -517,8 +526,51 @@ fn gpu_only(nvml_field: u32) -> bool {
     )
 }
 
-fn mib(bytes: u64) -> FieldValue {
-    FieldValue::Int(i64::try_from(bytes >> 20).unwrap_or(i64::MAX))
+/// Bytes → MiB.
+fn mib(r: Result<u64, nvmlReturn_t>) -> FieldValue {
+    match r {
+        Ok(bytes) => FieldValue::Int(i64::try_from(bytes >> 20).unwrap_or(i64::MAX)),
+        Err(rc) => FieldValue::Absent(absent_of(rc)),
+    }
+}
+
+/// mW → W.
+fn watts(r: Result<u32, nvmlReturn_t>) -> FieldValue {
+    match r {
+        Ok(mw) => FieldValue::Double(f64::from(mw) / 1000.0),
+        Err(rc) => FieldValue::Absent(absent_of(rc)),
+    }
+}
+
+fn int64(r: Result<u64, nvmlReturn_t>) -> FieldValue {
+    match r {
+        Ok(v) => FieldValue::Int(i64::try_from(v).unwrap_or(i64::MAX)),
+        Err(rc) => FieldValue::Absent(absent_of(rc)),
+    }
+}
+
+/// A device's name; on a MIG instance with a profile, the profile part of it (`1g.10gb`).
+fn name(r: Result<String, nvmlReturn_t>, e: &Entity) -> FieldValue {
+    match (r, &e.mig) {
+        (Ok(n), Some(m)) if !m.profile.is_empty() && !n.is_empty() => {
+            FieldValue::Text(discover::profile_of(&n).into())
+        }
+        (r, _) => text(r),
+    }
+}
+
+/// The NVML scope of an NvLink entity: its link number from 0.
+fn link_scope(e: &Entity) -> u32 {
+    e.link.unwrap_or(1).saturating_sub(1)
+}
+
+/// The sum of two per-link values; absent when either is.
+fn sum(a: FieldValue, b: FieldValue) -> FieldValue {
+    match (a, b) {
+        (FieldValue::Int(x), FieldValue::Int(y)) => FieldValue::Int(x.saturating_add(y)),
+        (FieldValue::Absent(a), _) | (_, FieldValue::Absent(a)) => FieldValue::Absent(a),
+        _ => FieldValue::Absent(Absent::Error),
+    }
 }
 
 fn number(n: Option<&Result<NvmlNumber, nvmlReturn_t>>) -> FieldValue {
@@ -548,11 +600,11 @@ impl NvmlSource {
                         wanted.insert((id, 0), ());
                     }
                     (EntityKind::NvLink, Some(Read::LinkField(id))) if r.on_links => {
-                        let link = e.link.unwrap_or(1).saturating_sub(1);
+                        let link = link_scope(e);
                         wanted.insert((id, link), ());
                     }
                     (EntityKind::NvLink, Some(Read::LinkFieldSum(a, b))) if r.on_links => {
-                        let link = e.link.unwrap_or(1).saturating_sub(1);
+                        let link = link_scope(e);
                         wanted.insert((a, link), ());
                         wanted.insert((b, link), ());
                     }
@@ -589,7 +641,8 @@ impl NvmlSource {
         out
     }
 
-    /// The value of one row on one entity.
+    /// The value of one row on one entity: whether it applies, then the device that answers it
+    /// (an instance's own, or its GPU's), each device's answer read once a poll.
     #[allow(clippy::too_many_arguments)]
     fn value<'n>(
         &self,
@@ -618,7 +671,6 @@ impl NvmlSource {
         {
             return FieldValue::Absent(Absent::NotSupported);
         }
-        let sym = self.nvml.sym();
         let dev: &mut DeviceReads<'n> = match mig {
             Some(m) if fields::per_instance(read) => m,
             _ => gpu,
@@ -632,151 +684,7 @@ impl NvmlSource {
                 return v.clone();
             }
         }
-        let h = dev.handle;
-        let v = match read {
-            Read::DriverVersion => match driver {
-                Some(d) => FieldValue::Text(d.into()),
-                None => FieldValue::Absent(Absent::Blank),
-            },
-            Read::Name => {
-                let r = sym.name(h);
-                let r = dev.note(r);
-                match (r, &e.mig) {
-                    (Ok(n), Some(m)) if !m.profile.is_empty() && !n.is_empty() => {
-                        FieldValue::Text(discover::profile_of(&n).into())
-                    }
-                    (r, _) => text(r),
-                }
-            }
-            Read::Serial => {
-                let r = sym.serial(h);
-                text(dev.note(r))
-            }
-            Read::Uuid => {
-                let r = sym.uuid(h);
-                text(dev.note(r))
-            }
-            Read::PciBusId => FieldValue::Text(g.identity.pci_bus_id.as_str().into()),
-            Read::VbiosVersion => {
-                let r = sym.vbios_version(h);
-                text(dev.note(r))
-            }
-            Read::Index => FieldValue::Int(i64::from(g.identity.index)),
-            Read::MigMode => {
-                let r = sym.mig_mode(h).map(|(c, _)| c);
-                int(dev.note(r))
-            }
-            Read::Clock(t) => {
-                let r = sym.clock_info(h, t);
-                int(dev.note(r))
-            }
-            Read::MaxClock(t) => {
-                let r = sym.max_clock_info(h, t);
-                int(dev.note(r))
-            }
-            Read::GpuTemp => {
-                let r = sym.temperature(h, ffi::NVML_TEMPERATURE_GPU);
-                int(dev.note(r))
-            }
-            Read::Power | Read::PowerLimit => {
-                let r = if read == Read::Power {
-                    sym.power_usage(h)
-                } else {
-                    sym.power_limit(h)
-                };
-                match dev.note(r) {
-                    Ok(mw) => FieldValue::Double(f64::from(mw) / 1000.0),
-                    Err(rc) => FieldValue::Absent(absent_of(rc)),
-                }
-            }
-            Read::Energy => {
-                let r = sym.total_energy(h);
-                match dev.note(r) {
-                    Ok(mj) => FieldValue::Int(i64::try_from(mj).unwrap_or(i64::MAX)),
-                    Err(rc) => FieldValue::Absent(absent_of(rc)),
-                }
-            }
-            Read::Pstate => {
-                let r = sym.performance_state(h);
-                int(dev.note(r))
-            }
-            Read::FanSpeed => {
-                let r = sym.fan_speed(h);
-                int(dev.note(r))
-            }
-            Read::Pcie(c) => {
-                let r = sym.pcie_throughput(h, c);
-                int(dev.note(r))
-            }
-            Read::GpuUtil => int(dev.utilization().map(|u| u.gpu)),
-            Read::MemUtil => int(dev.utilization().map(|u| u.memory)),
-            Read::EncUtil => {
-                let r = sym.encoder_utilization(h);
-                int(dev.note(r))
-            }
-            Read::DecUtil => {
-                let r = sym.decoder_utilization(h);
-                int(dev.note(r))
-            }
-            Read::Xid => {
-                if self.events.is_none() {
-                    FieldValue::Absent(Absent::NotSupported)
-                } else {
-                    let key = (
-                        g.identity.index,
-                        e.mig.as_ref().map_or(u32::MAX, |m| m.gi_id),
-                    );
-                    FieldValue::Int(self.last_xid.get(&key).copied().unwrap_or(0))
-                }
-            }
-            Read::FbTotal => match dev.memory() {
-                Ok(m) => mib(m.total),
-                Err(rc) => FieldValue::Absent(absent_of(rc)),
-            },
-            Read::FbFree => match dev.memory() {
-                Ok(m) => mib(m.free),
-                Err(rc) => FieldValue::Absent(absent_of(rc)),
-            },
-            Read::FbUsed => match dev.memory() {
-                Ok(m) => mib(m.used),
-                Err(rc) => FieldValue::Absent(absent_of(rc)),
-            },
-            Read::FbReserved => match dev.memory() {
-                Ok(m) => mib(m.reserved),
-                Err(rc) => FieldValue::Absent(absent_of(rc)),
-            },
-            Read::ThrottleReasons => {
-                let r = sym.clocks_throttle_reasons(h);
-                match dev.note(r) {
-                    Ok(v) => FieldValue::Int(i64::try_from(v).unwrap_or(i64::MAX)),
-                    Err(rc) => FieldValue::Absent(absent_of(rc)),
-                }
-            }
-            // Row remapping and NvLink counters belong to the whole GPU: not on its MIG instances
-            // (as DCGM reports them).
-            Read::Field(id) if e.kind == EntityKind::GpuInstance && gpu_only(id) => {
-                FieldValue::Absent(Absent::NotSupported)
-            }
-            Read::Field(id) => number(batch.get(&(id, 0))),
-            Read::LinkState => FieldValue::Int(1),
-            Read::LinkField(id) => {
-                let link = e.link.unwrap_or(1).saturating_sub(1);
-                number(batch.get(&(id, link)))
-            }
-            Read::LinkFieldSum(a, b) => {
-                let link = e.link.unwrap_or(1).saturating_sub(1);
-                match (number(batch.get(&(a, link))), number(batch.get(&(b, link)))) {
-                    (FieldValue::Int(x), FieldValue::Int(y)) => {
-                        FieldValue::Int(x.saturating_add(y))
-                    }
-                    (FieldValue::Absent(a), _) | (_, FieldValue::Absent(a)) => {
-                        FieldValue::Absent(a)
-                    }
-                    _ => FieldValue::Absent(Absent::Error),
-                }
-            }
-        };
-        let v = match v {
+        let v = match self.answer(read, e, g, dev, batch, driver) {
             FieldValue::Text(_) if !plan.text => FieldValue::Absent(Absent::Error),
             v => v,
         };
@@ -784,6 +692,155 @@ impl NvmlSource {
             dev.done.insert(read, v.clone());
         }
         v
+    }
+
+    /// What one NVML read answers on one entity: a row of the mapping from `Read` to its call.
+    fn answer(
+        &self,
+        read: Read,
+        e: &Entity,
+        g: &GpuHandles,
+        dev: &mut DeviceReads<'_>,
+        batch: &HashMap<(u32, u32), Result<NvmlNumber, nvmlReturn_t>>,
+        driver: Option<&str>,
+    ) -> FieldValue {
+        match read {
+            Read::DriverVersion => match driver {
+                Some(d) => FieldValue::Text(d.into()),
+                None => FieldValue::Absent(Absent::Blank),
+            },
+            Read::Name => name(dev.call(|s, h| s.name(h)), e),
+            Read::Serial => text(dev.call(|s, h| s.serial(h))),
+            Read::Uuid => text(dev.call(|s, h| s.uuid(h))),
+            Read::PciBusId => FieldValue::Text(g.identity.pci_bus_id.as_str().into()),
+            Read::VbiosVersion => text(dev.call(|s, h| s.vbios_version(h))),
+            Read::Index => FieldValue::Int(i64::from(g.identity.index)),
+            Read::MigMode => int(dev.call(|s, h| s.mig_mode(h).map(|(current, _)| current))),
+            Read::Clock(t) => int(dev.call(|s, h| s.clock_info(h, t))),
+            Read::MaxClock(t) => int(dev.call(|s, h| s.max_clock_info(h, t))),
+            Read::GpuTemp => int(dev.call(|s, h| s.temperature(h, ffi::NVML_TEMPERATURE_GPU))),
+            Read::Power => watts(dev.call(|s, h| s.power_usage(h))),
+            Read::PowerLimit => watts(dev.call(|s, h| s.power_limit(h))),
+            Read::Energy => int64(dev.call(|s, h| s.total_energy(h))),
+            Read::Pstate => int(dev.call(|s, h| s.performance_state(h))),
+            Read::FanSpeed => int(dev.call(|s, h| s.fan_speed(h))),
+            Read::Pcie(c) => int(dev.call(|s, h| s.pcie_throughput(h, c))),
+            Read::GpuUtil => int(dev.utilization().map(|u| u.gpu)),
+            Read::MemUtil => int(dev.utilization().map(|u| u.memory)),
+            Read::EncUtil => int(dev.call(|s, h| s.encoder_utilization(h))),
+            Read::DecUtil => int(dev.call(|s, h| s.decoder_utilization(h))),
+            Read::Xid => self.last_xid(e, g),
+            Read::FbTotal => mib(dev.memory().map(|m| m.total)),
+            Read::FbFree => mib(dev.memory().map(|m| m.free)),
+            Read::FbUsed => mib(dev.memory().map(|m| m.used)),
+            Read::FbReserved => mib(dev.memory().map(|m| m.reserved)),
+            Read::ThrottleReasons => int64(dev.call(|s, h| s.clocks_throttle_reasons(h))),
+            // Row remapping and NvLink counters belong to the whole GPU: not on its MIG instances
+            // (as DCGM reports them).
+            Read::Field(id) if e.kind == EntityKind::GpuInstance && gpu_only(id) => {
+                FieldValue::Absent(Absent::NotSupported)
+            }
+            Read::Field(id) => number(batch.get(&(id, 0))),
+            Read::LinkState => FieldValue::Int(1),
+            Read::LinkField(id) => number(batch.get(&(id, link_scope(e)))),
+            Read::LinkFieldSum(a, b) => sum(
+                number(batch.get(&(a, link_scope(e)))),
+                number(batch.get(&(b, link_scope(e)))),
+            ),
+        }
+    }
+
+    /// The last XID the event set reported on the GPU (or instance) of `e`: 0 when none since
+    /// start, not supported without an event set.
+    fn last_xid(&self, e: &Entity, g: &GpuHandles) -> FieldValue {
+        if self.events.is_none() {
+            return FieldValue::Absent(Absent::NotSupported);
+        }
+        let key = (
+            g.identity.index,
+            e.mig.as_ref().map_or(u32::MAX, |m| m.gi_id),
+        );
+        FieldValue::Int(self.last_xid.get(&key).copied().unwrap_or(0))
+    }
+
+    /// Discover again when the GPU count changed (or a lost GPU is to be asked for again), or, with
+    /// unusable GPUs, every [`UNUSABLE_RETRY`].
+    fn discover_if_stale(&mut self) -> Result<(), SourceError> {
+        let count = self
+            .nvml
+            .check("nvmlDeviceGetCount_v2", self.nvml.sym().device_count())
+            .map_err(|e| SourceError::Unavailable(e.to_string()))?;
+        let stale = match &self.discovered {
+            None => true,
+            Some(d) => {
+                d.count != count
+                    || (!d.unusable.is_empty() && self.discovered_at.elapsed() >= UNUSABLE_RETRY)
+            }
+        };
+        if stale {
+            self.rediscover()?;
+        }
+        Ok(())
+    }
+
+    /// The readings of one GPU's entities (`mine`: the GPU, its instances and links), each NVML call
+    /// made once; the (field, entity) pairs newly not supported into `newly_unsupported`. Whether
+    /// the GPU was lost meanwhile.
+    fn read_gpu(
+        &mut self,
+        g: &GpuHandles,
+        mine: &[Arc<Entity>],
+        driver: Option<&str>,
+        newly_unsupported: &mut Vec<(u16, Arc<Entity>)>,
+    ) -> (Vec<EntityReading>, bool) {
+        let nvml = self.nvml.clone();
+        let mut gpu_reads = DeviceReads::new(&nvml, g.handle);
+        let batch = self.field_batch(g, mine, &mut gpu_reads);
+        let mut readings = Vec::with_capacity(mine.len());
+        let mut lost = gpu_reads.lost;
+        for e in mine {
+            let mut mig_reads = e.mig.as_ref().and_then(|m| {
+                g.instances
+                    .iter()
+                    .find(|(id, _)| id.entity_id == m.entity_id)
+                    .map(|(_, h)| DeviceReads::new(&nvml, *h))
+            });
+            let values: Vec<FieldValue> = self
+                .rows
+                .iter()
+                .map(|plan| {
+                    let v = self.value(
+                        plan,
+                        e,
+                        g,
+                        &mut gpu_reads,
+                        mig_reads.as_mut(),
+                        &batch,
+                        driver,
+                    );
+                    if v == FieldValue::Absent(Absent::NotSupported)
+                        && !self
+                            .logged_not_supported
+                            .contains(&(plan.field, e.kind, e.entity_id))
+                    {
+                        newly_unsupported.push((plan.field, e.clone()));
+                    }
+                    v
+                })
+                .collect();
+            if let Some(m) = &mig_reads {
+                self.calls += m.calls;
+                lost |= m.lost;
+            }
+            readings.push(EntityReading {
+                entity: e.clone(),
+                values,
+                attribution: self.no_attribution.clone(),
+            });
+        }
+        self.calls += gpu_reads.calls;
+        lost |= gpu_reads.lost;
+        (readings, lost)
     }
 
     fn log_not_supported(&mut self, newly: Vec<(u16, Arc<Entity>)>) {
@@ -900,27 +957,14 @@ impl Source for NvmlSource {
 
     fn poll(&mut self) -> Result<Reading, SourceError> {
         self.calls = 1;
-        let count = self
-            .nvml
-            .check("nvmlDeviceGetCount_v2", self.nvml.sym().device_count())
-            .map_err(|e| SourceError::Unavailable(e.to_string()))?;
-        let stale = match &self.discovered {
-            None => true,
-            Some(d) => {
-                d.count != count
-                    || (!d.unusable.is_empty() && self.discovered_at.elapsed() >= UNUSABLE_RETRY)
-            }
-        };
-        if stale {
-            self.rediscover()?;
-        }
+        self.discover_if_stale()?;
         self.drain_events();
         let Some(found) = self.discovered.clone() else {
             return Err(SourceError::Unavailable("NVML not discovered".into()));
         };
         let driver = found.inventory.driver_version.clone();
         let mut out: Vec<EntityReading> = Vec::with_capacity(self.entities.len());
-        let mut lost_gpus: Vec<String> = Vec::new();
+        let mut any_lost = false;
         let mut newly_unsupported: Vec<(u16, Arc<Entity>)> = Vec::new();
         let entities = self.entities.clone();
         for g in &found.gpus {
@@ -932,57 +976,10 @@ impl Source for NvmlSource {
             if mine.is_empty() {
                 continue;
             }
-            let nvml = self.nvml.clone();
-            let mut gpu_reads = DeviceReads::new(&nvml, g.handle);
-            let batch = self.field_batch(g, &mine, &mut gpu_reads);
-            let mut readings = Vec::with_capacity(mine.len());
-            let mut lost = gpu_reads.lost;
-            for e in &mine {
-                let mut mig_reads = e.mig.as_ref().and_then(|m| {
-                    g.instances
-                        .iter()
-                        .find(|(id, _)| id.entity_id == m.entity_id)
-                        .map(|(_, h)| DeviceReads::new(&nvml, *h))
-                });
-                let values: Vec<FieldValue> = self
-                    .rows
-                    .iter()
-                    .map(|plan| {
-                        let v = self.value(
-                            plan,
-                            e,
-                            g,
-                            &mut gpu_reads,
-                            mig_reads.as_mut(),
-                            &batch,
-                            driver.as_deref(),
-                        );
-                        if v == FieldValue::Absent(Absent::NotSupported)
-                            && !self.logged_not_supported.contains(&(
-                                plan.field,
-                                e.kind,
-                                e.entity_id,
-                            ))
-                        {
-                            newly_unsupported.push((plan.field, e.clone()));
-                        }
-                        v
-                    })
-                    .collect();
-                if let Some(m) = &mig_reads {
-                    self.calls += m.calls;
-                    lost |= m.lost;
-                }
-                readings.push(EntityReading {
-                    entity: e.clone(),
-                    values,
-                    attribution: self.no_attribution.clone(),
-                });
-            }
-            self.calls += gpu_reads.calls;
-            lost |= gpu_reads.lost;
+            let (readings, lost) =
+                self.read_gpu(g, &mine, driver.as_deref(), &mut newly_unsupported);
             if lost {
-                lost_gpus.push(g.identity.uuid.clone());
+                any_lost = true;
                 if self.lost_logged.insert(g.identity.uuid.clone()) {
                     tracing::error!(gpu = g.identity.index, uuid = %g.identity.uuid, "NVML: GPU is lost (fallen off the bus or inaccessible); its series are withdrawn and the GPUs rediscovered");
                 }
@@ -996,7 +993,7 @@ impl Source for NvmlSource {
         if !newly_unsupported.is_empty() {
             self.log_not_supported(newly_unsupported);
         }
-        if !lost_gpus.is_empty() {
+        if any_lost {
             // Ask again from scratch next time: the lost GPU is left out until it answers.
             if let Some(d) = self.discovered.as_mut() {
                 d.count = u32::MAX;

@@ -95,6 +95,136 @@ impl Event {
     }
 }
 
+impl Event {
+    /// One item of `events:`: where it happens (a GPU of the scenario, a MIG instance of it for an
+    /// XID), what happens, and how long and how often.
+    fn check(
+        e: &ScenarioEvent,
+        gpus: u32,
+        gi_ids: &impl Fn(u32) -> Vec<u32>,
+    ) -> Result<Event, String> {
+        if e.at_collection == 0 {
+            return Err("at_collection counts from 1".into());
+        }
+        if e.gpu >= gpus {
+            return Err(format!(
+                "GPU {}; the scenario has GPUs 0 to {}",
+                e.gpu,
+                gpus.saturating_sub(1)
+            ));
+        }
+        let kinds = [
+            e.xid.is_some(),
+            e.clock_events.is_some(),
+            e.health.is_some(),
+        ];
+        if kinds.iter().filter(|k| **k).count() != 1 {
+            return Err("needs exactly one of xid, clock_events, health".into());
+        }
+        if let Some(g) = e.gpu_i_id {
+            if e.xid.is_none() {
+                return Err("gpu_i_id is for an xid (clock events and health are per GPU)".into());
+            }
+            if !gi_ids(e.gpu).contains(&g) {
+                return Err(format!("GPU {} has no MIG instance {g}", e.gpu));
+            }
+        }
+        if e.collections == Some(0) {
+            return Err("collections must be at least 1".into());
+        }
+        let (kind, lasts) = Kind::check(e)?;
+        if let Some(every) = e.every {
+            match lasts {
+                _ if every == 0 => return Err("every must be at least 1".into()),
+                None => {
+                    return Err(
+                        "a repeated health event needs collections (how long each lasts)".into(),
+                    )
+                }
+                Some(k) if k > every => {
+                    return Err(format!(
+                        "each occurrence lasts {k} collections, longer than every: {every}"
+                    ))
+                }
+                Some(_) => {}
+            }
+        }
+        Ok(Event {
+            at: e.at_collection,
+            lasts,
+            every: e.every,
+            gpu: e.gpu,
+            gi: e.gpu_i_id,
+            kind,
+        })
+    }
+}
+
+impl Kind {
+    /// What an item makes happen, and for how many collections (`None`: to the end): an XID once, a
+    /// clock-event mask for its `collections`, a health incident.
+    fn check(e: &ScenarioEvent) -> Result<(Kind, Option<u64>), String> {
+        if let Some(code) = e.xid {
+            if code == 0 {
+                return Err("XID 0 is no error".into());
+            }
+            if e.collections.is_some() {
+                return Err("an xid happens once; collections does not apply".into());
+            }
+            Ok((Kind::Xid(code), Some(1)))
+        } else if let Some(reasons) = &e.clock_events {
+            let mut mask = 0;
+            for r in reasons {
+                mask |= clock_events::bit(r).ok_or_else(|| {
+                    format!(
+                        "unknown clock event '{r}' (known: {})",
+                        clock_events::REASONS.map(|(_, n)| n).join(", ")
+                    )
+                })?;
+            }
+            if mask == 0 {
+                return Err("clock_events is empty".into());
+            }
+            let Some(k) = e.collections else {
+                return Err("clock_events needs collections (how long it lasts)".into());
+            };
+            Ok((Kind::Clock(mask), Some(k)))
+        } else if let Some(h) = &e.health {
+            Ok((Kind::Health(h.incident()?), e.collections))
+        } else {
+            Err("needs exactly one of xid, clock_events, health".into())
+        }
+    }
+}
+
+impl HealthSpec {
+    /// The health incident: a known watch, a DCGM_FR_* code by number or name.
+    fn incident(&self) -> Result<HealthIncident, String> {
+        let watch = health::watch_bit(&self.watch).ok_or_else(|| {
+            format!(
+                "unknown health watch '{}' (known: {})",
+                self.watch,
+                health::WATCHES.map(|(_, n)| n).join(", ")
+            )
+        })?;
+        let code = match &self.error_code {
+            ErrorCode::Number(n) => *n,
+            ErrorCode::Name(name) => health::error_code_number(name)
+                .ok_or_else(|| format!("unknown error code '{name}'"))?,
+        };
+        let result = match self.result {
+            Outcome::Warn => HealthResult::Warn,
+            Outcome::Fail => HealthResult::Fail,
+        };
+        Ok(HealthIncident {
+            watch,
+            result,
+            code,
+            message: self.message.clone(),
+        })
+    }
+}
+
 /// The checked events of a scenario.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct SimEvents {
@@ -111,119 +241,7 @@ impl SimEvents {
     ) -> Result<SimEvents, String> {
         let mut events = Vec::new();
         for (i, e) in items.iter().enumerate() {
-            let bad = |m: String| format!("events[{i}]: {m}");
-            if e.at_collection == 0 {
-                return Err(bad("at_collection counts from 1".into()));
-            }
-            if e.gpu >= gpus {
-                return Err(bad(format!(
-                    "GPU {}; the scenario has GPUs 0 to {}",
-                    e.gpu,
-                    gpus.saturating_sub(1)
-                )));
-            }
-            let kinds = [
-                e.xid.is_some(),
-                e.clock_events.is_some(),
-                e.health.is_some(),
-            ];
-            if kinds.iter().filter(|k| **k).count() != 1 {
-                return Err(bad("needs exactly one of xid, clock_events, health".into()));
-            }
-            if let Some(g) = e.gpu_i_id {
-                if e.xid.is_none() {
-                    return Err(bad(
-                        "gpu_i_id is for an xid (clock events and health are per GPU)".into(),
-                    ));
-                }
-                if !gi_ids(e.gpu).contains(&g) {
-                    return Err(bad(format!("GPU {} has no MIG instance {g}", e.gpu)));
-                }
-            }
-            if e.collections == Some(0) {
-                return Err(bad("collections must be at least 1".into()));
-            }
-            let (kind, lasts) = if let Some(code) = e.xid {
-                if code == 0 {
-                    return Err(bad("XID 0 is no error".into()));
-                }
-                if e.collections.is_some() {
-                    return Err(bad("an xid happens once; collections does not apply".into()));
-                }
-                (Kind::Xid(code), Some(1))
-            } else if let Some(reasons) = &e.clock_events {
-                let mut mask = 0;
-                for r in reasons {
-                    mask |= clock_events::bit(r).ok_or_else(|| {
-                        bad(format!(
-                            "unknown clock event '{r}' (known: {})",
-                            clock_events::REASONS.map(|(_, n)| n).join(", ")
-                        ))
-                    })?;
-                }
-                if mask == 0 {
-                    return Err(bad("clock_events is empty".into()));
-                }
-                let Some(k) = e.collections else {
-                    return Err(bad(
-                        "clock_events needs collections (how long it lasts)".into()
-                    ));
-                };
-                (Kind::Clock(mask), Some(k))
-            } else if let Some(h) = &e.health {
-                let watch = health::watch_bit(&h.watch).ok_or_else(|| {
-                    bad(format!(
-                        "unknown health watch '{}' (known: {})",
-                        h.watch,
-                        health::WATCHES.map(|(_, n)| n).join(", ")
-                    ))
-                })?;
-                let code = match &h.error_code {
-                    ErrorCode::Number(n) => *n,
-                    ErrorCode::Name(name) => health::error_code_number(name)
-                        .ok_or_else(|| bad(format!("unknown error code '{name}'")))?,
-                };
-                let result = match h.result {
-                    Outcome::Warn => HealthResult::Warn,
-                    Outcome::Fail => HealthResult::Fail,
-                };
-                (
-                    Kind::Health(HealthIncident {
-                        watch,
-                        result,
-                        code,
-                        message: h.message.clone(),
-                    }),
-                    e.collections,
-                )
-            } else {
-                return Err(bad("needs exactly one of xid, clock_events, health".into()));
-            };
-            if let Some(every) = e.every {
-                match lasts {
-                    _ if every == 0 => return Err(bad("every must be at least 1".into())),
-                    None => {
-                        return Err(bad(
-                            "a repeated health event needs collections (how long each lasts)"
-                                .into(),
-                        ))
-                    }
-                    Some(k) if k > every => {
-                        return Err(bad(format!(
-                            "each occurrence lasts {k} collections, longer than every: {every}"
-                        )))
-                    }
-                    Some(_) => {}
-                }
-            }
-            events.push(Event {
-                at: e.at_collection,
-                lasts,
-                every: e.every,
-                gpu: e.gpu,
-                gi: e.gpu_i_id,
-                kind,
-            });
+            events.push(Event::check(e, gpus, &gi_ids).map_err(|m| format!("events[{i}]: {m}"))?);
         }
         Ok(SimEvents { events })
     }

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use super::cpus::SimCpu;
 use super::events::SimEvents;
 use super::models::{mig_profile, model, GpuModel};
-use super::scenario::{Load, Scenario};
+use super::scenario::{GpuGroup, Load, Scenario};
 use super::switches::{is_switch_port_field, port_entity_id, SimSwitch, PORT_ID_STRIDE};
 use crate::fields::{catalog, EntityLevel, FieldId, ValueType};
 use crate::snapshot::inventory::{CpuInfo, GpuInfo, Inventory, SwitchInfo};
@@ -122,80 +122,140 @@ fn uuid(prefix: &str, seed: u64, salt: u64) -> String {
 
 const DGX_BUS_IDS: &[&str] = &["18", "2A", "3A", "5D", "9A", "AB", "BA", "DB"];
 
+impl SimGpu {
+    /// GPU `index` of a group: its identity and MIG instances from the seed, at rest.
+    fn new(model: &'static GpuModel, group: &GpuGroup, index: u32, seed: u64) -> SimGpu {
+        let salt = u64::from(index);
+        let bus = DGX_BUS_IDS
+            .get(index as usize)
+            .map(|b| b.to_string())
+            .unwrap_or_else(|| format!("{:02X}", 0x18 + index * 0x10));
+        let identity = Arc::new(GpuIdentity {
+            index,
+            uuid: uuid("GPU", seed, salt),
+            pci_bus_id: format!("00000000:{bus}:00.0"),
+            model: model.name.to_string(),
+            serial: gpu_serial(seed, salt),
+            vbios: model.vbios.to_string(),
+        });
+        let mig = sim_instances(model, &group.mig, index, seed);
+        let nvlinks = group.nvlinks.unwrap_or(model.nvlinks);
+        SimGpu {
+            instances: mig.iter().map(|m| m.identity.clone()).collect(),
+            identity,
+            nvlinks,
+            model,
+            load: group.load,
+            xid: group.xid,
+            phase: unit(seed ^ (100 + salt)) * TAU,
+            period_s: 600.0 + 1200.0 * unit(seed ^ (200 + salt)),
+            serial: gpu_serial(seed, salt),
+            mig,
+            util: 0.0,
+            temp_c: 30.0,
+            power_w: model.idle_w,
+            energy_mj: 1.0e9 + 1.0e8 * unit(seed ^ (400 + salt)),
+            pcie_replays: 0,
+            nvlink_bytes: 0.0,
+            link_bytes: vec![0.0; nvlinks as usize],
+            pcie_tx_bytes: 0.0,
+            pcie_rx_bytes: 0.0,
+        }
+    }
+}
+
+/// The MIG instances of GPU `index` with the `profiles` of its layout (unknown ones left out), each
+/// on the first GPU-instance id of its profile still free.
+fn sim_instances(
+    model: &'static GpuModel,
+    profiles: &[String],
+    index: u32,
+    seed: u64,
+) -> Vec<SimInstance> {
+    let mut mig = Vec::new();
+    let mut used_gi = HashSet::new();
+    for (n, pname) in profiles.iter().enumerate() {
+        let Some(p) = mig_profile(model, pname) else {
+            continue;
+        };
+        let gi_id = p
+            .gi_ids
+            .iter()
+            .copied()
+            .find(|g| !used_gi.contains(g))
+            .unwrap_or(100 + n as u32);
+        used_gi.insert(gi_id);
+        let entity_id = index * INSTANCE_ID_STRIDE + n as u32;
+        mig.push(SimInstance {
+            identity: Arc::new(MigIdentity {
+                entity_id,
+                gi_id,
+                profile: p.name.to_string(),
+                uuid: uuid("MIG", seed, 1000 + u64::from(entity_id)),
+            }),
+            mem_mib: p.mem_mib,
+            slices: p.slices,
+            phase: unit(seed ^ (7000 + u64::from(entity_id))) * TAU,
+            util: 0.0,
+        });
+    }
+    mig
+}
+
+/// The scenario's NvSwitches, numbered from 0.
+fn sim_switches(scenario: &Scenario, seed: u64) -> Vec<SimSwitch> {
+    let mut switches = Vec::new();
+    for group in &scenario.nvswitches {
+        for _ in 0..group.count {
+            let id = switches.len() as u32;
+            let phase = unit(seed ^ (8000 + u64::from(id))) * TAU;
+            switches.push(SimSwitch::new(id, group.links.min(PORT_ID_STRIDE), phase));
+        }
+    }
+    switches
+}
+
+/// The scenario's CPUs, numbered from 0, their cores numbered across them.
+fn sim_cpus(scenario: &Scenario, seed: u64) -> Vec<SimCpu> {
+    let mut cpus = Vec::new();
+    let mut next_core = 0u32;
+    for group in &scenario.cpus {
+        for _ in 0..group.count {
+            let id = cpus.len() as u32;
+            let salt = 9000 + u64::from(id);
+            let identity = Arc::new(CpuIdentity {
+                index: id,
+                serial: Some(format!("{:016X}", mix(seed ^ salt))),
+            });
+            let cores = (next_core..next_core + group.cores).collect();
+            next_core += group.cores;
+            cpus.push(SimCpu::new(
+                identity,
+                cores,
+                group.load,
+                unit(seed ^ (salt + 100)) * TAU,
+                300.0 + 600.0 * unit(seed ^ (salt + 200)),
+            ));
+        }
+    }
+    cpus
+}
+
 impl Fleet {
     pub fn new(scenario: &Scenario, seed: u64) -> Fleet {
         let mut gpus = Vec::new();
-        let mut by_instance = HashMap::new();
-        let mut index = 0u32;
         for group in &scenario.gpus {
             let Some(model) = model(&group.model) else {
                 continue;
             };
             for _ in 0..group.count {
-                let salt = u64::from(index);
-                let bus = DGX_BUS_IDS
-                    .get(index as usize)
-                    .map(|b| b.to_string())
-                    .unwrap_or_else(|| format!("{:02X}", 0x18 + index * 0x10));
-                let identity = Arc::new(GpuIdentity {
-                    index,
-                    uuid: uuid("GPU", seed, salt),
-                    pci_bus_id: format!("00000000:{bus}:00.0"),
-                    model: model.name.to_string(),
-                    serial: gpu_serial(seed, salt),
-                    vbios: model.vbios.to_string(),
-                });
-                let mut mig = Vec::new();
-                let mut used_gi = HashSet::new();
-                for (n, pname) in group.mig.iter().enumerate() {
-                    let Some(p) = mig_profile(model, pname) else {
-                        continue;
-                    };
-                    let gi_id = p
-                        .gi_ids
-                        .iter()
-                        .copied()
-                        .find(|g| !used_gi.contains(g))
-                        .unwrap_or(100 + n as u32);
-                    used_gi.insert(gi_id);
-                    let entity_id = index * INSTANCE_ID_STRIDE + n as u32;
-                    by_instance.insert(entity_id, (gpus.len(), mig.len()));
-                    mig.push(SimInstance {
-                        identity: Arc::new(MigIdentity {
-                            entity_id,
-                            gi_id,
-                            profile: p.name.to_string(),
-                            uuid: uuid("MIG", seed, 1000 + u64::from(entity_id)),
-                        }),
-                        mem_mib: p.mem_mib,
-                        slices: p.slices,
-                        phase: unit(seed ^ (7000 + u64::from(entity_id))) * TAU,
-                        util: 0.0,
-                    });
-                }
-                let nvlinks = group.nvlinks.unwrap_or(model.nvlinks);
-                gpus.push(SimGpu {
-                    instances: mig.iter().map(|m| m.identity.clone()).collect(),
-                    identity,
-                    nvlinks,
-                    model,
-                    load: group.load,
-                    xid: group.xid,
-                    phase: unit(seed ^ (100 + salt)) * TAU,
-                    period_s: 600.0 + 1200.0 * unit(seed ^ (200 + salt)),
-                    serial: gpu_serial(seed, salt),
-                    mig,
-                    util: 0.0,
-                    temp_c: 30.0,
-                    power_w: model.idle_w,
-                    energy_mj: 1.0e9 + 1.0e8 * unit(seed ^ (400 + salt)),
-                    pcie_replays: 0,
-                    nvlink_bytes: 0.0,
-                    link_bytes: vec![0.0; nvlinks as usize],
-                    pcie_tx_bytes: 0.0,
-                    pcie_rx_bytes: 0.0,
-                });
-                index += 1;
+                gpus.push(SimGpu::new(model, group, gpus.len() as u32, seed));
+            }
+        }
+        let mut by_instance = HashMap::new();
+        for (g, gpu) in gpus.iter().enumerate() {
+            for (m, instance) in gpu.mig.iter().enumerate() {
+                by_instance.insert(instance.identity.entity_id, (g, m));
             }
         }
         let ids = |names: &[String]| {
@@ -204,39 +264,10 @@ impl Fleet {
                 .filter_map(|n| catalog().by_name(n).map(|f| f.id))
                 .collect::<HashSet<_>>()
         };
-        let mut switches = Vec::new();
-        for group in &scenario.nvswitches {
-            for _ in 0..group.count {
-                let id = switches.len() as u32;
-                let phase = unit(seed ^ (8000 + u64::from(id))) * TAU;
-                switches.push(SimSwitch::new(id, group.links.min(PORT_ID_STRIDE), phase));
-            }
-        }
-        let mut cpus = Vec::new();
-        let mut next_core = 0u32;
-        for group in &scenario.cpus {
-            for _ in 0..group.count {
-                let id = cpus.len() as u32;
-                let salt = 9000 + u64::from(id);
-                let identity = Arc::new(CpuIdentity {
-                    index: id,
-                    serial: Some(format!("{:016X}", mix(seed ^ salt))),
-                });
-                let cores = (next_core..next_core + group.cores).collect();
-                next_core += group.cores;
-                cpus.push(SimCpu::new(
-                    identity,
-                    cores,
-                    group.load,
-                    unit(seed ^ (salt + 100)) * TAU,
-                    300.0 + 600.0 * unit(seed ^ (salt + 200)),
-                ));
-            }
-        }
         let mut fleet = Fleet {
             gpus,
-            switches,
-            cpus,
+            switches: sim_switches(scenario, seed),
+            cpus: sim_cpus(scenario, seed),
             driver_version: scenario.driver_version.clone(),
             seed,
             time_s: 0.0,

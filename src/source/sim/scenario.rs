@@ -133,6 +133,39 @@ fn one() -> u32 {
     1
 }
 
+impl GpuGroup {
+    /// A known model, and a MIG layout that fits it: at most 7 instances of its profiles, at most
+    /// its 7 compute slices.
+    fn check(&self) -> Result<(), String> {
+        let model = super::models::model(&self.model).ok_or_else(|| {
+            format!(
+                "unknown GPU model '{}' (known: {})",
+                self.model,
+                super::models::model_keys().join(", ")
+            )
+        })?;
+        if self.mig.len() > 7 {
+            return Err(format!(
+                "{} MIG instances on one GPU; at most 7",
+                self.mig.len()
+            ));
+        }
+        let mut slices = 0;
+        for p in &self.mig {
+            let prof = super::models::mig_profile(model, p)
+                .ok_or_else(|| format!("MIG profile '{p}' does not exist on {}", self.model))?;
+            slices += prof.slices;
+        }
+        if slices > 7 {
+            return Err(format!(
+                "MIG layout {:?} needs {slices} compute slices; a GPU has 7",
+                self.mig
+            ));
+        }
+        Ok(())
+    }
+}
+
 #[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq, Default)]
 #[serde(rename_all = "lowercase")]
 pub enum Load {
@@ -253,55 +286,57 @@ impl Scenario {
                 .unwrap_or_default();
             invalid(format!("{pos}{e}"))
         })?;
-        if scenario.gpus.is_empty() {
-            return Err(invalid("no gpus".into()));
+        scenario.check().map_err(invalid)?;
+        Ok(scenario)
+    }
+
+    /// What the YAML's shape does not say: the host's size and each part against the others (the
+    /// first problem, in the file's order of sections).
+    fn check(&self) -> Result<(), String> {
+        let total = self.gpu_count()?;
+        for g in &self.gpus {
+            g.check()?;
+        }
+        self.check_processes(total)?;
+        self.check_switches()?;
+        self.check_cpus()?;
+        for name in self.blank_fields.iter().chain(&self.unsupported_fields) {
+            if crate::fields::catalog().by_name(name).is_none() {
+                return Err(format!("unknown DCGM field '{name}'"));
+            }
+        }
+        self.check_pods(total)?;
+        self.sim_events()?;
+        Ok(())
+    }
+
+    /// The number of GPUs: 1 to 64.
+    fn gpu_count(&self) -> Result<u32, String> {
+        if self.gpus.is_empty() {
+            return Err("no gpus".into());
         }
         // Sums in u64: counts near u32::MAX must not wrap into a small, accepted total.
-        let total: u64 = scenario.gpus.iter().map(|g| u64::from(g.count)).sum();
+        let total: u64 = self.gpus.iter().map(|g| u64::from(g.count)).sum();
         if total == 0 || total > 64 {
-            return Err(invalid(format!("{total} GPUs; a host has 1 to 64")));
+            return Err(format!("{total} GPUs; a host has 1 to 64"));
         }
-        let total = total as u32;
-        for g in &scenario.gpus {
-            let model = super::models::model(&g.model).ok_or_else(|| {
-                invalid(format!(
-                    "unknown GPU model '{}' (known: {})",
-                    g.model,
-                    super::models::model_keys().join(", ")
-                ))
-            })?;
-            if g.mig.len() > 7 {
-                return Err(invalid(format!(
-                    "{} MIG instances on one GPU; at most 7",
-                    g.mig.len()
-                )));
-            }
-            let mut slices = 0;
-            for p in &g.mig {
-                let prof = super::models::mig_profile(model, p).ok_or_else(|| {
-                    invalid(format!("MIG profile '{p}' does not exist on {}", g.model))
-                })?;
-                slices += prof.slices;
-            }
-            if slices > 7 {
-                return Err(invalid(format!(
-                    "MIG layout {:?} needs {slices} compute slices; a GPU has 7",
-                    g.mig
-                )));
-            }
-        }
+        Ok(total as u32)
+    }
+
+    /// Each process: its pid once, on a GPU of the scenario, percentages, a `namespace/pod` pod.
+    fn check_processes(&self, total: u32) -> Result<(), String> {
         let mut pids = std::collections::HashSet::new();
-        for p in &scenario.processes {
+        for p in &self.processes {
             if !pids.insert(p.pid) {
-                return Err(invalid(format!("process pid {} listed twice", p.pid)));
+                return Err(format!("process pid {} listed twice", p.pid));
             }
             if p.gpu >= total {
-                return Err(invalid(format!(
+                return Err(format!(
                     "process {} on GPU {}; the scenario has GPUs 0 to {}",
                     p.pid,
                     p.gpu,
                     total - 1
-                )));
+                ));
             }
             for (what, v) in [
                 ("sm_utilization", p.sm_utilization),
@@ -310,10 +345,10 @@ impl Scenario {
                 ("decoder_utilization", p.decoder_utilization),
             ] {
                 if !(0.0..=100.0).contains(&v) {
-                    return Err(invalid(format!(
+                    return Err(format!(
                         "process {}: {what} {v} is not a percentage (0 to 100)",
                         p.pid
-                    )));
+                    ));
                 }
             }
             if let Some(pod) = &p.pod {
@@ -321,65 +356,70 @@ impl Scenario {
                     .split_once('/')
                     .is_none_or(|(ns, name)| ns.is_empty() || name.is_empty() || name.contains('/'))
                 {
-                    return Err(invalid(format!(
+                    return Err(format!(
                         "process {}: pod '{pod}' is not namespace/pod",
                         p.pid
-                    )));
+                    ));
                 }
             }
         }
-        let switches: u64 = scenario.nvswitches.iter().map(|s| u64::from(s.count)).sum();
+        Ok(())
+    }
+
+    /// NvSwitches within what DCGM reports, their ports within what the simulator models.
+    fn check_switches(&self) -> Result<(), String> {
+        let switches: u64 = self.nvswitches.iter().map(|s| u64::from(s.count)).sum();
         if switches > u64::from(crate::snapshot::inventory::MAX_SWITCHES) {
-            return Err(invalid(format!(
+            return Err(format!(
                 "{switches} NvSwitches; DCGM reports at most {}",
                 crate::snapshot::inventory::MAX_SWITCHES
-            )));
+            ));
         }
-        if let Some(s) = scenario.nvswitches.iter().find(|s| s.links > 64) {
-            return Err(invalid(format!(
+        if let Some(s) = self.nvswitches.iter().find(|s| s.links > 64) {
+            return Err(format!(
                 "{} NvLink ports on an NvSwitch; the simulator models at most 64",
                 s.links
-            )));
+            ));
         }
-        let cpus: u64 = scenario.cpus.iter().map(|c| u64::from(c.count)).sum();
-        let cores: u64 = scenario
+        Ok(())
+    }
+
+    /// CPUs and cores within what DCGM reports, each CPU with a core.
+    fn check_cpus(&self) -> Result<(), String> {
+        let cpus: u64 = self.cpus.iter().map(|c| u64::from(c.count)).sum();
+        let cores: u64 = self
             .cpus
             .iter()
             .map(|c| u64::from(c.count) * u64::from(c.cores))
             .sum();
         if cpus > u64::from(crate::snapshot::inventory::MAX_CPUS)
             || cores > u64::from(crate::snapshot::inventory::MAX_CPU_CORES)
-            || scenario.cpus.iter().any(|c| c.cores == 0)
+            || self.cpus.iter().any(|c| c.cores == 0)
         {
-            return Err(invalid(format!(
+            return Err(format!(
                 "{cpus} CPUs with {cores} cores; DCGM reports at most {} CPUs and {} cores, each CPU with at least one",
                 crate::snapshot::inventory::MAX_CPUS,
                 crate::snapshot::inventory::MAX_CPU_CORES
-            )));
+            ));
         }
-        for name in scenario
-            .blank_fields
-            .iter()
-            .chain(&scenario.unsupported_fields)
-        {
-            if crate::fields::catalog().by_name(name).is_none() {
-                return Err(invalid(format!("unknown DCGM field '{name}'")));
-            }
-        }
-        for pod in &scenario.pods {
-            pod.check().map_err(invalid)?;
+        Ok(())
+    }
+
+    /// Each pod well formed, holding GPUs of the scenario.
+    fn check_pods(&self, total: u32) -> Result<(), String> {
+        for pod in &self.pods {
+            pod.check()?;
             if let Some(d) = pod.devices.iter().find(|d| d.gpu >= total) {
-                return Err(invalid(format!(
+                return Err(format!(
                     "pod {}/{} holds GPU {}; the scenario has GPUs 0 to {}",
                     pod.namespace,
                     pod.pod,
                     d.gpu,
                     total - 1
-                )));
+                ));
             }
         }
-        scenario.sim_events().map_err(invalid)?;
-        Ok(scenario)
+        Ok(())
     }
 
     /// The checked `events:` (GPUs are numbered in file order, as the fleet numbers them).
