@@ -1,11 +1,11 @@
 //! `--otlp-pipeline direct` (the default): each export builds the ONE `ExportMetricsServiceRequest`
 //! straight from the newest published snapshot — no OpenTelemetry SDK, no per-series SDK state.
 //!
-//! What is sent is what the SDK path ([`super::instruments`] → [`super::convert`]) sends for the same
-//! snapshot: the same metric names, descriptions, UCUM units ([`super::units`]), types (`gauge` → Gauge
+//! What is sent is what the SDK path ([`instruments`](crate::export::otel::sdk::instruments) → [`convert`](mod@crate::export::otel::sdk::convert)) sends for the same
+//! snapshot: the same metric names, descriptions, UCUM units ([`units`](crate::export::otel::units)), types (`gauge` → Gauge
 //! of double points; `counter` → monotonic Sum, int points for integer fields and double points
 //! otherwise), the same value filters (absent, text and non-finite values send no point; negative
-//! values send none on a counter), the same resources and attributes ([`super::resource`], both
+//! values send none on a counter), the same resources and attributes ([`naming`](crate::export::otel::naming), both
 //! resource modes and both attribute styles) and the same scope. The differences are in the clock and
 //! in bookkeeping the SDK does for instruments it cannot see the source of:
 //! - `time_unix_nano` is the snapshot's time (when the values were read), not the collection time;
@@ -29,7 +29,7 @@
 //! one resource's proto values exist at once: an export's memory is about its encoded body.
 //!
 //! [`spawn`] runs the exports on their own thread at the export interval; encoded requests go to the
-//! same bounded queue and sender as the SDK path ([`super::otlp`]). Never on the collector thread or the
+//! same bounded queue and sender as the SDK path ([`queue`](super::queue)). Never on the collector thread or the
 //! HTTP server.
 
 use std::collections::{HashMap, HashSet};

@@ -1,7 +1,7 @@
 //! One OTel observable instrument per counters-CSV row: `gauge` → f64 observable gauge, `counter` →
 //! observable counter (cumulative, monotonic; u64 for integer fields, f64 for double fields), named as
-//! the row, with the UCUM unit of [`super::units`] and the CSV help as description. `label` rows are
-//! not instruments: they become attributes ([`super::resource`]). A row name seen twice is registered
+//! the row, with the UCUM unit of [`units`](crate::export::otel::units) and the CSV help as description. `label` rows are
+//! not instruments: they become attributes ([`naming`](crate::export::otel::naming)). A row name seen twice is registered
 //! once (the first row wins), like the Prometheus renderer.
 //!
 //! Callbacks read the newest published snapshot, never a source. Within one SDK collection every

@@ -1,6 +1,6 @@
 //! The OpenTelemetry SDK path: one observable instrument per counters-CSV row ([`instruments`]) over
 //! the published snapshots. It serves two uses:
-//! - `--otlp-pipeline sdk`: the SDK's `PeriodicReader` collects the instruments, [`convert`] regroups
+//! - `--otlp-pipeline sdk`: the SDK's `PeriodicReader` collects the instruments, [`convert`](mod@convert) regroups
 //!   the collection into one OTLP request with one Resource per entity identity, and [`QueueExporter`]
 //!   hands it to the same queue and sender as the default direct pipeline. Kept for comparison: it
 //!   sends the same request (tests/otlp_e2e.rs runs every case through both) at about 10× the CPU and
