@@ -93,6 +93,8 @@ log "cargo fmt --check"
 cargo fmt --all -- --check
 log "cargo clippy"
 cargo clippy --workspace --all-targets -- -D warnings
+log "cargo doc: the API docs build without a warning (broken intra-doc links fail)"
+RUSTDOCFLAGS="-D warnings" cargo doc --no-deps
 log "cargo build (workspace, incl. the fake libraries the tests would otherwise build on demand)"
 cargo build --workspace --all-targets
 log "cargo nextest"

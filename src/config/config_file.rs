@@ -153,9 +153,9 @@ pub fn parse(text: &str, path: &Path) -> Result<ConfigFile, ConfigFileError> {
         position: Some(locate(text, steps)),
         message,
     };
-    let raw: Raw = serde_yaml::from_str(text).map_err(|e| {
+    let raw: Raw = serde_norway::from_str(text).map_err(|e| {
         let message = e.to_string();
-        // serde_yaml appends " at line L column C"; the position goes in front instead.
+        // serde_norway appends " at line L column C"; the position goes in front instead.
         let message = match e.location() {
             Some(l) => message
                 .strip_suffix(&format!(" at line {} column {}", l.line(), l.column()))

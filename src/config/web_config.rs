@@ -147,7 +147,7 @@ struct RawConfig {
     #[serde(default)]
     basic_auth_users: Option<BTreeMap<String, String>>,
     #[serde(default)]
-    rate_limit: Option<serde_yaml::Value>,
+    rate_limit: Option<serde_norway::Value>,
 }
 
 #[derive(Deserialize, Default)]
@@ -207,7 +207,7 @@ pub fn parse(text: &str, path: &Path) -> Result<WebConfig, WebConfigError> {
     let raw: RawConfig = if text.trim().is_empty() {
         RawConfig::default()
     } else {
-        serde_yaml::from_str::<Option<RawConfig>>(text)
+        serde_norway::from_str::<Option<RawConfig>>(text)
             .map_err(|e| yaml_error(text, path, &e))?
             .unwrap_or_default()
     };
@@ -540,9 +540,9 @@ pub fn check_bcrypt_hash(hash: &str) -> Result<u32, String> {
     Ok(cost)
 }
 
-/// A YAML/shape error as one line: serde_yaml's message (which names the key path), with its line, or
+/// A YAML/shape error as one line: serde_norway's message (which names the key path), with its line, or
 /// for an unknown top-level key the line where that key is written.
-fn yaml_error(text: &str, path: &Path, e: &serde_yaml::Error) -> WebConfigError {
+fn yaml_error(text: &str, path: &Path, e: &serde_norway::Error) -> WebConfigError {
     let mut message = e.to_string().replace('\n', " ");
     let mut line = e.location().map(|l| l.line());
     if let Some(l) = e.location() {

@@ -1,6 +1,6 @@
 //! Where a key or list item is written in a YAML file, for error messages that name `file:line:column`
 //! after serde has accepted the document's shape (a value out of range, a field that does not exist).
-//! serde_yaml reports positions for the errors it finds itself, but gives none to the values it
+//! serde_norway reports positions for the errors it finds itself, but gives none to the values it
 //! produces; this walks block-style YAML (the usual form of configuration files) by indentation to
 //! find a path such as `collection.watchGroups[1].interval`. In flow style (`{a: 1}`) it stops at the
 //! deepest part it can find and names that.
@@ -122,7 +122,7 @@ pub fn locate(text: &str, path: &[Step<'_>]) -> (usize, usize) {
     found
 }
 
-/// The second `key:` written at `(line, column)`'s indentation from that line on — where serde_yaml's
+/// The second `key:` written at `(line, column)`'s indentation from that line on — where serde_norway's
 /// "duplicate field" error (which points at the mapping) really is.
 pub fn duplicate_key(text: &str, at: (usize, usize), key: &str) -> Option<(usize, usize)> {
     entries(text)

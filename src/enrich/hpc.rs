@@ -103,6 +103,8 @@ pub fn apply(jobs: &HashMap<JobTarget, Vec<String>>, entities: &mut [EntityReadi
 /// The HPC job flag (`Kubernetes` in `--help`, as dcgm-exporter groups it).
 #[derive(Debug, Clone, clap::Args)]
 #[command(next_help_heading = "Kubernetes")]
+// The field docs are --help text, not rustdoc: `<gpu>` is meant literally.
+#[allow(rustdoc::invalid_html_tags)]
 pub struct HpcArgs {
     /// Directory of HPC job files named <gpu> or <gpu>.<GPU_I_ID>, one job id per line (hpc_job label).
     #[arg(

@@ -84,7 +84,7 @@ fn families(counters: &CounterSet) -> Vec<FamilyLayout> {
 /// Renders snapshots into dcgm-exporter-shaped text.
 ///
 /// The work that depends only on the inventory — family headers, and each entity's label strings — is
-/// kept between renders in a [`RenderCache`] and redone only for what changed (a new counter set, host,
+/// kept between renders in a `RenderCache` and redone only for what changed (a new counter set, host,
 /// entity, attribution or label-field value). A render then copies cached strings and formats numbers
 /// on the stack; the body buffers come back to a small pool when the last reader drops them.
 pub struct Renderer {

@@ -22,6 +22,8 @@ pub enum PrometheusFormat {
 /// The `Server` flags.
 #[derive(Debug, Clone, Args)]
 #[command(next_help_heading = "Server")]
+// The field docs are --help text, not rustdoc: `[IPv6]` is meant literally.
+#[allow(rustdoc::broken_intra_doc_links)]
 pub struct ServerArgs {
     /// Listen address for /metrics: HOST:PORT, :PORT or [IPv6]:PORT.
     #[arg(

@@ -92,7 +92,7 @@ pub struct MigIdentity {
     pub uuid: String,
 }
 
-/// One monitored entity. Identity only; values live in [`EntityReading`].
+/// One monitored entity. Identity only; values live in [`EntityReading`](super::EntityReading).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Entity {
     pub kind: EntityKind,

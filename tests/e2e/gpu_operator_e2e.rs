@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use crate::support::fake_lib::Fake;
-use serde_yaml::Value;
+use serde_norway::Value;
 
 /// How long the host engine is away: the 60 s.
 const OUTAGE: Duration = Duration::from_secs(60);
@@ -133,7 +133,7 @@ struct OperatorContainer {
 fn operator_container() -> OperatorContainer {
     let text =
         std::fs::read_to_string(repo("tests/fixtures/gpu-operator/0800_daemonset.yaml")).unwrap();
-    let ds: Value = serde_yaml::from_str(&text).unwrap();
+    let ds: Value = serde_norway::from_str(&text).unwrap();
     let c = &ds["spec"]["template"]["spec"]["containers"][0];
     assert_eq!(c["name"].as_str(), Some("nvidia-dcgm-exporter"));
     let counters = image_counters_files();

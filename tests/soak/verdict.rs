@@ -175,9 +175,9 @@ pub struct Report {
 /// timeline may lag.
 pub const HEAL_LIMIT_S: f64 = 2.0 * INTERVAL_S + 0.25;
 /// The Kubernetes API watch backs off on purpose (every node of a cluster retries against one API
-/// server): up to min(30 s, 10 collect intervals, at least 10 s) plus 250 ms of jitter between
-/// attempts, so it is healed within that plus two intervals.
-pub const API_HEAL_LIMIT_S: f64 = 10.0 + 0.25 + HEAL_LIMIT_S;
+/// server): up to min(30 s, 10 collect intervals, at least 10 s) between attempts (its jitter only
+/// shortens a delay), so it is healed within that plus two intervals.
+pub const API_HEAL_LIMIT_S: f64 = 10.0 + HEAL_LIMIT_S;
 
 /// The heal limit of an event, in seconds.
 pub fn heal_limit(what: &str) -> f64 {

@@ -9,6 +9,8 @@ use super::mapping::GpuIdType;
 /// The Kubernetes flags.
 #[derive(Debug, Clone, Args)]
 #[command(next_help_heading = "Kubernetes")]
+// The field docs are --help text, not rustdoc: `<uuid>`, `<N>` and `<key>` are meant literally.
+#[allow(rustdoc::invalid_html_tags)]
 pub struct KubernetesArgs {
     /// Attribute GPUs and MIG instances to the pods holding them (kubelet pod-resources API).
     #[arg(short = 'k', long = "kubernetes", env = "DCGM_EXPORTER_KUBERNETES", action = ArgAction::SetTrue)]

@@ -77,8 +77,7 @@ pub enum CheckpointError {
 impl UidIndex {
     /// Parse a checkpoint's text.
     pub fn parse(text: &str, origin: &str) -> Result<UidIndex, CheckpointError> {
-        // JSON is YAML: serde_yaml reads it without another dependency.
-        let file: File = serde_yaml::from_str(text).map_err(|e| CheckpointError::Format {
+        let file: File = serde_json::from_str(text).map_err(|e| CheckpointError::Format {
             path: origin.to_string(),
             message: e.to_string(),
         })?;
@@ -165,5 +164,11 @@ mod tests {
         );
         assert!(UidIndex::parse("[1,2]", "t").is_err());
         assert!(UidIndex::parse("", "t").is_err());
+        // serde_json names the position of what it could not read.
+        let e = UidIndex::parse("{\"Data\":\n  {\"PodDeviceEntries\": 7}}", "cp").unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "kubelet device checkpoint cp is not in a known format: invalid type: integer `7`, expected a sequence at line 2 column 24"
+        );
     }
 }

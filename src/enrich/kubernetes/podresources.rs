@@ -17,6 +17,8 @@ use hyper_util::rt::TokioIo;
 use tokio::net::UnixStream;
 use tonic::transport::{Endpoint, Uri};
 
+use crate::error_chain::error_chain;
+
 /// Full gRPC path of the one call used.
 pub const LIST_PATH: &str = "/v1.PodResourcesLister/List";
 
@@ -179,21 +181,6 @@ async fn list_inner(socket: &Path) -> Result<ListPodResourcesResponse, ListError
             ListError::Failed(format!("{:?}: {}", status.code(), status.message()))
         })?;
     Ok(reply.into_inner())
-}
-
-/// "outer: inner: innermost" for an error and its sources.
-fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut s = e.to_string();
-    let mut cur = e.source();
-    while let Some(inner) = cur {
-        let text = inner.to_string();
-        if !s.contains(&text) {
-            s.push_str(": ");
-            s.push_str(&text);
-        }
-        cur = inner.source();
-    }
-    s
 }
 
 #[cfg(test)]

@@ -11,6 +11,8 @@ use crate::config::duration::parse_go_duration;
 /// The DCGM flags.
 #[derive(Debug, Clone, Args)]
 #[command(next_help_heading = "Source")]
+// The field docs are --help text, not rustdoc: `[IPv6]` is meant literally.
+#[allow(rustdoc::broken_intra_doc_links)]
 pub struct DcgmArgs {
     /// Remote nv-hostengine: HOST:PORT, [IPv6]:PORT or unix:///path. Unset: embedded host engine.
     #[arg(

@@ -10,7 +10,7 @@
 //! A reloaded counters CSV ([`Source::set_counters`]) is applied between polls on the same connection:
 //! the profiling answer of start-up filters its DCP rows, the watches of the old set are removed, the
 //! inventory is rediscovered (the new set may read other entity kinds) and the new watches get a first
-//! sample before the next read. With `--enable-gpu-bind-unbind-watch` a [`bind`] watcher follows
+//! sample before the next read. With `--enable-gpu-bind-unbind-watch` a `bind` watcher follows
 //! DCGM's GPU bind/unbind event and has the next poll rediscover.
 //!
 //! Run time ([`Source::poll`], on the collector thread): one `dcgmEntitiesGetLatestValues` call per
@@ -48,6 +48,7 @@ use super::{Source, SourceError, Waker};
 use crate::config::devices::{DeviceError, Selectors};
 use crate::counters::exporter::IncidentReads;
 use crate::counters::{Counter, CounterSet};
+use crate::retry::Backoff;
 use crate::snapshot::inventory::{Inventory, Selection, Wanted};
 use crate::snapshot::Reading;
 
@@ -170,9 +171,10 @@ fn step(step: &'static str) -> impl FnOnce(DcgmError) -> StartError {
     move |source| StartError::Dcgm { step, source }
 }
 
-/// Connection attempts at start-up before giving up (remote mode), and the first delay between them.
+/// Connection attempts at start-up before giving up (remote mode), and the delays between them: 1 s
+/// doubling, with jitter (the delays then add up to 7.5 to 15 s).
 const STARTUP_ATTEMPTS: u32 = 5;
-const STARTUP_FIRST_DELAY: Duration = Duration::from_millis(500);
+const STARTUP_BACKOFF: Backoff = Backoff::new(Duration::from_secs(1), Duration::from_secs(8));
 /// Longest wait between reconnection attempts, in collect intervals: a host engine that returns is
 /// used again within two intervals (the soak's criterion, `tests/soak/`). An attempt on a host engine
 /// that is away costs one refused connect, so there is nothing to save by waiting longer (this cap
@@ -181,10 +183,10 @@ const RETRY_CAP_INTERVALS: u32 = 1;
 
 /// Reconnection schedule: first attempt on the poll after the loss, then doubling delays up to a cap
 /// of [`RETRY_CAP_INTERVALS`] collect intervals (so, with the default cap, one attempt per collection).
+/// No jitter: attempts run on the collections, which a few milliseconds would not move.
 #[derive(Debug)]
 struct Retry {
     next_at: Option<Instant>,
-    delay: Duration,
     first: Duration,
     attempts: u32,
     down_since: Option<Instant>,
@@ -194,7 +196,6 @@ impl Retry {
     fn new(interval: Duration) -> Self {
         Retry {
             next_at: None,
-            delay: interval,
             first: interval,
             attempts: 0,
             down_since: None,
@@ -203,7 +204,6 @@ impl Retry {
 
     fn lost(&mut self, now: Instant) {
         self.next_at = Some(now);
-        self.delay = self.first;
         self.attempts = 0;
         self.down_since.get_or_insert(now);
     }
@@ -218,13 +218,12 @@ impl Retry {
 
     fn failed(&mut self, now: Instant) {
         self.attempts += 1;
-        self.next_at = Some(now + self.delay);
-        self.delay = (self.delay * 2).min(self.first * RETRY_CAP_INTERVALS);
+        let backoff = Backoff::new(self.first, self.first * RETRY_CAP_INTERVALS);
+        self.next_at = Some(now + backoff.delay(self.attempts));
     }
 
     fn succeeded(&mut self) -> Option<Duration> {
         self.next_at = None;
-        self.delay = self.first;
         self.attempts = 0;
         self.down_since.take().map(|t| t.elapsed())
     }
@@ -681,15 +680,13 @@ fn startup_connection(
     mode: &Mode,
     interval: Duration,
 ) -> Result<Connection, StartError> {
-    let mut delay = STARTUP_FIRST_DELAY;
     let mut attempt = 1;
     loop {
         match open_connection(lib, mode, interval) {
             Ok(c) => return Ok(c),
             Err(e) if matches!(mode, Mode::Remote(_)) && attempt < STARTUP_ATTEMPTS && e.connection_lost() => {
                 tracing::warn!(%mode, error = %e, attempt, "waiting for nv-hostengine");
-                std::thread::sleep(delay);
-                delay *= 2;
+                std::thread::sleep(STARTUP_BACKOFF.jittered(attempt));
                 attempt += 1;
             }
             Err(e) => {

@@ -294,7 +294,7 @@ mod tests {
     use super::*;
 
     fn parse(yaml: &str) -> Result<SimEvents, String> {
-        let items: Vec<ScenarioEvent> = serde_yaml::from_str(yaml).map_err(|e| e.to_string())?;
+        let items: Vec<ScenarioEvent> = serde_norway::from_str(yaml).map_err(|e| e.to_string())?;
         SimEvents::check(&items, 2, |g| if g == 1 { vec![1, 5] } else { vec![] })
     }
 

@@ -279,7 +279,7 @@ impl Scenario {
             origin: origin.to_string(),
             message,
         };
-        let scenario: Scenario = serde_yaml::from_str(text).map_err(|e| {
+        let scenario: Scenario = serde_norway::from_str(text).map_err(|e| {
             let pos = e
                 .location()
                 .map(|l| format!("line {} column {}: ", l.line(), l.column()))

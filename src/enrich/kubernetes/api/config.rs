@@ -89,7 +89,7 @@ impl ApiConfig {
             message,
         };
         let text = std::fs::read_to_string(path).map_err(|e| err(format!("cannot read: {e}")))?;
-        let file: KubeConfig = serde_yaml::from_str(&text).map_err(|e| err(e.to_string()))?;
+        let file: KubeConfig = serde_norway::from_str(&text).map_err(|e| err(e.to_string()))?;
         let base = path.parent().unwrap_or(Path::new("."));
         let context_name = file
             .current_context
@@ -228,9 +228,9 @@ struct User {
     #[serde(rename = "client-key-data", default)]
     client_key_data: Option<String>,
     #[serde(default)]
-    exec: Option<serde_yaml::Value>,
+    exec: Option<serde_norway::Value>,
     #[serde(rename = "auth-provider", default)]
-    auth_provider: Option<serde_yaml::Value>,
+    auth_provider: Option<serde_norway::Value>,
 }
 
 #[derive(Deserialize)]

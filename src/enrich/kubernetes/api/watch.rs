@@ -15,10 +15,16 @@ use serde_json::Value;
 
 use super::config::{ApiConfig, Auth};
 use super::stream::{self, WatchDecoder, WatchEvent};
+use crate::error_chain::error_chain;
+use crate::retry::Backoff;
 use crate::telemetry::self_metrics::{Metric, SelfMetrics};
 
 /// Server-side timeout of one watch request (it then resumes from the last version seen).
 pub const WATCH_TIMEOUT_S: u64 = 300;
+
+/// Retries of a failed list or watch: 1 s doubling to 30 s, with jitter (and never past the moment the
+/// cached data goes stale).
+const RETRY: Backoff = Backoff::new(Duration::from_secs(1), Duration::from_secs(30));
 
 /// How long the cache is used after the watch was lost before it is emptied: 10 collect intervals,
 /// at least 10 s.
@@ -343,7 +349,7 @@ impl<T: Send + Sync + 'static> Run<T> {
     async fn run(self) {
         let client = self.client();
         let mut version: Option<String> = None;
-        let mut delay = Duration::from_secs(1);
+        let mut failures = 0u32;
         let mut failing_since: Option<Instant> = None;
         let mut logged_down = false;
         loop {
@@ -371,7 +377,7 @@ impl<T: Send + Sync + 'static> Run<T> {
                         logged_down = false;
                     }
                     failing_since = None;
-                    delay = Duration::from_secs(1);
+                    failures = 0;
                     if let Some(v) = next {
                         version = Some(v);
                     }
@@ -405,11 +411,10 @@ impl<T: Send + Sync + 'static> Run<T> {
                 }
             }
             drop(cache);
-            let jitter = Duration::from_millis(u64::from(std::process::id() % 250));
+            failures += 1;
             // Never sleep past the moment the stale data must go.
             let cap = self.resource.stale_after.max(Duration::from_millis(500));
-            tokio::time::sleep((delay + jitter).min(cap)).await;
-            delay = (delay * 2).min(Duration::from_secs(30));
+            tokio::time::sleep(RETRY.jittered(failures).min(cap)).await;
         }
     }
 
@@ -567,18 +572,4 @@ impl<T: Send + Sync + 'static> Run<T> {
             }
         }
     }
-}
-
-fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut s = e.to_string();
-    let mut cur = e.source();
-    while let Some(inner) = cur {
-        let text = inner.to_string();
-        if !s.contains(&text) {
-            s.push_str(": ");
-            s.push_str(&text);
-        }
-        cur = inner.source();
-    }
-    s
 }

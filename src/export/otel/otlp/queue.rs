@@ -21,18 +21,21 @@
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
 use super::transport::{SendError, Transport};
 use crate::lock::LockExt;
+use crate::retry::Backoff;
 use crate::telemetry::self_metrics::{Metric, SelfMetrics};
 
 /// Retries of one request after its first attempt.
 pub const MAX_RETRIES: u32 = 5;
 const BACKOFF_INITIAL: Duration = Duration::from_millis(250);
 const BACKOFF_MAX: Duration = Duration::from_secs(5);
+/// 250 ms doubling to 5 s, lowered to the export interval by [`Queue::cap_retry_delay`].
+const BACKOFF: Backoff = Backoff::new(BACKOFF_INITIAL, BACKOFF_MAX);
 const SERVER_DELAY_MAX: Duration = Duration::from_secs(60);
 
 /// The exporter's self-metrics.
@@ -255,8 +258,11 @@ impl Queue {
             .store(cap.as_millis() as u64, Ordering::Relaxed);
     }
 
-    fn retry_cap(&self) -> Duration {
-        Duration::from_millis(self.retry_cap_ms.load(Ordering::Relaxed))
+    /// The retry schedule, its longest delay capped by [`Queue::cap_retry_delay`].
+    fn backoff(&self) -> Backoff {
+        BACKOFF.capped(Duration::from_millis(
+            self.retry_cap_ms.load(Ordering::Relaxed),
+        ))
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, QueueInner> {
@@ -319,37 +325,6 @@ impl Queue {
     }
 }
 
-/// A small xorshift generator for backoff jitter (no need for a crypto-grade source).
-struct Jitter(u64);
-
-impl Jitter {
-    fn new() -> Jitter {
-        let seed = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map(|d| d.as_nanos() as u64)
-            .unwrap_or(0x9E37_79B9_7F4A_7C15);
-        Jitter(seed | 1)
-    }
-    /// A factor in [0.5, 1.0].
-    fn factor(&mut self) -> f64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        0.5 + (self.0 >> 11) as f64 / (1u64 << 53) as f64 * 0.5
-    }
-}
-
-/// Backoff before retry number `retry` (1-based), before jitter.
-pub fn backoff(retry: u32) -> Duration {
-    capped_backoff(retry, BACKOFF_MAX)
-}
-
-/// [`backoff`] never longer than `cap`.
-fn capped_backoff(retry: u32, cap: Duration) -> Duration {
-    let exp = BACKOFF_INITIAL.saturating_mul(1u32 << retry.saturating_sub(1).min(16));
-    exp.min(BACKOFF_MAX).min(cap)
-}
-
 /// Deliver the queue until it is closed and drained.
 pub async fn run_sender(
     transport: Transport,
@@ -357,7 +332,6 @@ pub async fn run_sender(
     metrics: Arc<ExportMetrics>,
     endpoint: String,
 ) {
-    let mut jitter = Jitter::new();
     let mut failing = false;
     let mut last_permanent: Option<String> = None;
     while let Some((body, items)) = queue.next().await {
@@ -409,7 +383,7 @@ pub async fn run_sender(
                     metrics.retries.inc();
                     let delay = match retry_after {
                         Some(d) => d.min(SERVER_DELAY_MAX),
-                        None => capped_backoff(retry, queue.retry_cap()).mul_f64(jitter.factor()),
+                        None => queue.backoff().jittered(retry),
                     };
                     if !failing {
                         tracing::warn!(%endpoint, error = %message, retry_in_ms = delay.as_millis() as u64, "OTLP export failed; retrying with backoff (further failures are only counted until it recovers)");
@@ -439,35 +413,25 @@ mod tests {
     use super::*;
 
     #[test]
-    fn backoff_doubles_and_caps() {
-        assert_eq!(backoff(1), Duration::from_millis(250));
-        assert_eq!(backoff(2), Duration::from_millis(500));
-        assert_eq!(backoff(5), Duration::from_secs(4));
-        assert_eq!(backoff(6), Duration::from_secs(5));
-        assert_eq!(backoff(40), Duration::from_secs(5));
-        let mut j = Jitter::new();
-        for _ in 0..1000 {
-            let f = j.factor();
-            assert!((0.5..=1.0).contains(&f), "{f}");
-        }
-    }
-
-    #[test]
     fn retries_never_wait_past_the_export_interval() {
         let m = Arc::new(ExportMetrics::new(&SelfMetrics::default(), "grpc"));
         let q = Queue::new(2, m);
-        assert_eq!(q.retry_cap(), Duration::from_secs(5));
+        let delays: Vec<Duration> = (1..=7).map(|r| q.backoff().delay(r)).collect();
+        assert_eq!(
+            delays,
+            [250, 500, 1000, 2000, 4000, 5000, 5000].map(Duration::from_millis)
+        );
         q.cap_retry_delay(Duration::from_secs(1));
-        let delays: Vec<Duration> = (1..=6).map(|r| capped_backoff(r, q.retry_cap())).collect();
+        let delays: Vec<Duration> = (1..=6).map(|r| q.backoff().delay(r)).collect();
         assert_eq!(
             delays,
             [250, 500, 1000, 1000, 1000, 1000].map(Duration::from_millis)
         );
         // The default 30 s interval keeps the 5 s cap; a tiny one keeps the first step.
         q.cap_retry_delay(Duration::from_secs(30));
-        assert_eq!(capped_backoff(9, q.retry_cap()), Duration::from_secs(5));
+        assert_eq!(q.backoff().delay(9), Duration::from_secs(5));
         q.cap_retry_delay(Duration::from_millis(10));
-        assert_eq!(capped_backoff(9, q.retry_cap()), Duration::from_millis(250));
+        assert_eq!(q.backoff().delay(9), Duration::from_millis(250));
     }
 
     #[test]

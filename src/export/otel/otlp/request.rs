@@ -1,25 +1,20 @@
-//! `--otlp-pipeline direct` (the default): each export builds the ONE `ExportMetricsServiceRequest`
-//! straight from the newest published snapshot — no OpenTelemetry SDK, no per-series SDK state.
+//! The OTLP metrics request: each export builds the ONE `ExportMetricsServiceRequest` straight from
+//! the newest published snapshot — no OpenTelemetry SDK, no per-series SDK state.
 //!
-//! What is sent is what the SDK path ([`super::instruments`] → [`super::convert`]) sends for the same
-//! snapshot: the same metric names, descriptions, UCUM units ([`super::units`]), types (`gauge` → Gauge
-//! of double points; `counter` → monotonic Sum, int points for integer fields and double points
-//! otherwise), the same value filters (absent, text and non-finite values send no point; negative
-//! values send none on a counter), the same resources and attributes ([`super::resource`], both
-//! resource modes and both attribute styles) and the same scope. The differences are in the clock and
-//! in bookkeeping the SDK does for instruments it cannot see the source of:
-//! - `time_unix_nano` is the snapshot's time (when the values were read), not the collection time;
-//!   `start_time_unix_nano` is the time OTLP export started, the same for every series (the SDK sets
-//!   a gauge's start to its previous collection; OTLP ignores a gauge's start time).
-//! - Delta temporality (`--otlp-temporality delta`; counters only, as in the SDK) keeps the previous
-//!   value of every counter series and sends the difference, starting at the previous export of that
-//!   series; a series seen for the first time sends its whole value since the start. A value lower than
-//!   the previous one is a counter reset: its delta is the new value (the SDK would send a negative,
-//!   or for integers a wrapped, difference).
-//! - A snapshot already exported is not exported again (no new values); the SDK re-sends the same
-//!   values with a new timestamp.
-//! - No cardinality limit: the SDK folds series beyond 2000 per instrument into
-//!   `otel.metric.overflow=true`; here every series of the snapshot is sent.
+//! Metric names, descriptions, UCUM units ([`units`](crate::export::otel::units)) and types follow the
+//! counters CSV (`gauge` → Gauge of double points; `counter` → monotonic Sum, int points for integer
+//! fields and double points otherwise); absent, text and non-finite values send no point, negative
+//! values none on a counter; resources and attributes come from [`naming`](crate::export::otel::naming)
+//! (both resource modes and both attribute styles). The clock and the bookkeeping:
+//! - `time_unix_nano` is the snapshot's time (when the values were read); `start_time_unix_nano` is
+//!   the time OTLP export started, or for a counter that went back the previous point's time (a new
+//!   stream).
+//! - Delta temporality (`--otlp-temporality delta`; counters only) keeps the previous value of every
+//!   counter series and sends the difference, starting at the previous export of that series; a series
+//!   seen for the first time sends its whole value since the start. A value lower than the previous one
+//!   is a counter reset: its delta is the new value.
+//! - A snapshot already exported is not exported again (no new values).
+//! - No cardinality limit: every series of the snapshot is sent.
 //!
 //! The per-entity work — attribute sets, their split into resource identity and data-point attributes,
 //! the proto `Resource`s — is cached between exports and redone only when the entity list, an entity,
@@ -29,7 +24,7 @@
 //! one resource's proto values exist at once: an export's memory is about its encoded body.
 //!
 //! [`spawn`] runs the exports on their own thread at the export interval; encoded requests go to the
-//! same bounded queue and sender as the SDK path ([`super::otlp`]). Never on the collector thread or the
+//! bounded queue and sender ([`queue`](super::queue)). Never on the collector thread or the
 //! HTTP server.
 
 use std::collections::{HashMap, HashSet};

@@ -1,5 +1,5 @@
 //! The two OTLP transports, sending an already-encoded export request of one signal
-//! (`ExportMetricsServiceRequest` or `ExportLogsServiceRequest`, [`Signal`]):
+//! (`ExportMetricsServiceRequest` or `ExportLogsServiceRequest`, [`Signal`](super::settings::Signal)):
 //! gRPC through tonic (a lazily connected channel, a pass-through codec so the bytes are encoded once)
 //! and HTTP/protobuf through a hyper-util client over hyper-rustls. https endpoints trust the system
 //! roots plus the configured CA; a client certificate and key give mTLS. Each send reports whether a
@@ -22,6 +22,7 @@ use tonic::codec::{Codec, CompressionEncoding, DecodeBuf, Decoder, EncodeBuf, En
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
 
 use super::settings::{OtlpConfig, Protocol};
+use crate::error_chain::error_chain;
 
 /// Why a send failed.
 #[derive(Debug)]
@@ -347,7 +348,7 @@ async fn send_grpc(
     }
     let fut = async {
         grpc.ready().await.map_err(|e| SendError::Retryable {
-            message: format!("connect: {e}"),
+            message: format!("connect: {}", error_chain(&e)),
             retry_after: None,
         })?;
         let mut req = tonic::Request::new(body);
@@ -501,7 +502,7 @@ async fn send_http(
             .request(req)
             .await
             .map_err(|e| SendError::Retryable {
-                message: format!("HTTP: {e}"),
+                message: format!("HTTP: {}", error_chain(&e)),
                 retry_after: None,
             })?;
         let status = resp.status().as_u16();
