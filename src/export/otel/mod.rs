@@ -9,7 +9,7 @@
 //!   base resource, what goes into a Resource), [`units`] (DCGM units to UCUM) and [`semconv`] (the
 //!   semantic-convention metric names, as a data table; read by the direct request builder).
 
-pub mod hw_naming;
+pub mod identity;
 pub mod naming;
 pub mod otlp;
 pub mod sdk;
