@@ -23,9 +23,10 @@
 //! identity, `namespace` and `pod`. On a GPU shared by several pods these are each pod's own values,
 //! not the device's repeated.
 
+use super::entity_labels::identity_labels;
 use crate::config::LabelStyle;
 use crate::snapshot::pod_split::{self, PodShare};
-use crate::snapshot::{Entity, EntityKind, Placement, ProcessReading, Snapshot};
+use crate::snapshot::{Entity, Placement, ProcessReading, Snapshot};
 use crate::telemetry::exposition::{label_names, push_label, write_f64};
 
 /// One family: name, help, and how a reading gives its value.
@@ -64,28 +65,15 @@ pub const FAMILIES: &[Family] = &[
     ),
 ];
 
-/// The device identity and host labels of an entity, as on its DCGM series.
+/// The device identity and host labels of an entity, as on its DCGM series (nothing for an entity
+/// without a GPU identity).
 fn device_labels(entity: &Entity, snap: &Snapshot, style: &LabelStyle, out: &mut String) {
-    let mut first = true;
-    let Some(gpu) = &entity.gpu else {
-        return;
-    };
-    push_label(out, &mut first, "gpu", &gpu.index.to_string());
-    let uuid_name = if style.use_old_namespace {
-        "uuid"
-    } else {
-        "UUID"
-    };
-    push_label(out, &mut first, uuid_name, &gpu.uuid);
-    push_label(out, &mut first, "pci_bus_id", &gpu.pci_bus_id);
-    push_label(out, &mut first, "device", &gpu.device());
-    push_label(out, &mut first, "modelName", &style.model_name(&gpu.model));
-    if let (EntityKind::GpuInstance, Some(m)) = (entity.kind, &entity.mig) {
-        push_label(out, &mut first, "GPU_I_PROFILE", &m.profile);
-        push_label(out, &mut first, "GPU_I_ID", &m.gi_id.to_string());
-    }
-    if let Some(h) = snap.host.hostname.as_deref().filter(|h| !h.is_empty()) {
-        push_label(out, &mut first, style.hostname_label.as_str(), h);
+    if entity.gpu.is_some() {
+        out.push_str(&identity_labels(
+            style,
+            entity,
+            snap.host.hostname.as_deref(),
+        ));
     }
 }
 

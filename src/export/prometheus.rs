@@ -1,15 +1,13 @@
 //! Prometheus text exposition in dcgm-exporter's exact shape, rendered once per snapshot.
 //!
-//! Label order for GPU and MIG series is dcgm-exporter's: `gpu, UUID, pci_bus_id, device, modelName,
-//! [GPU_I_PROFILE, GPU_I_ID], Hostname`, then the `label`-type fields sorted by name, then the attributes
-//! (`container, hpc_job, namespace, pod, pod_uid`) sorted by name. MIG series carry the parent GPU's
-//! identity. NvLink series use dcgm-exporter's link spelling (`nvlink, gpu, gpu_uuid, pci_bus_id, device,
-//! model_name`). NvSwitch, switch-link, CPU and CPU-core series use dcgm-exporter's templates for
-//! those entity groups ([`super::entity_labels`]). One `# HELP`/`# TYPE` per family, families by field
-//! id. Absent values (blank and not-supported sentinels, errors) are never written, nor are NaN or
-//! infinities. A field the snapshot gives per attribute set (`Snapshot::per_set`: each sharing pod's
-//! own `DCGM_FI_DEV_GPU_UTIL`/`DCGM_FI_DEV_FB_USED`) is written as the device's series without
-//! attribution, then each set's series with its own value.
+//! Each series starts with its entity's identity labels and host label, from dcgm-exporter's template
+//! for the entity's kind ([`super::entity_labels`]: GPU, MIG, NvLink, NvSwitch, switch link, CPU, CPU
+//! core; MIG series carry the parent GPU's identity), then the `label`-type fields sorted by name, then
+//! the attributes (`container, hpc_job, namespace, pod, pod_uid`) sorted by name. One `# HELP`/`# TYPE`
+//! per family, families by field id. Absent values (blank and not-supported sentinels, errors) are never
+//! written, nor are NaN or infinities. A field the snapshot gives per attribute set
+//! (`Snapshot::per_set`: each sharing pod's own `DCGM_FI_DEV_GPU_UTIL`/`DCGM_FI_DEV_FB_USED`) is written
+//! as the device's series without attribution, then each set's series with its own value.
 //!
 //! The renderer runs on the collector thread after each collection and publishes the finished body
 //! (plain and gzip) with one atomic swap; the HTTP server only copies those bytes.
@@ -20,13 +18,13 @@ use std::time::Instant;
 use arc_swap::ArcSwap;
 use bytes::Bytes;
 
+use super::entity_labels::identity_labels;
 use super::SnapshotConsumer;
 use crate::config::LabelStyle;
 use crate::counters::{CounterSet, MetricKind};
 use crate::lock::LockExt;
 use crate::snapshot::{
-    Attribution, Entity, EntityKind, EntityReading, FieldValue, HostInfo, PerSetValues, Placement,
-    Snapshot,
+    Attribution, Entity, EntityReading, FieldValue, HostInfo, PerSetValues, Placement, Snapshot,
 };
 use crate::telemetry::exposition::{
     escape_help, label_names, push_label, whole_f64, write_f64_slow,
@@ -548,6 +546,7 @@ impl Renderer {
         let mut identities: std::collections::HashMap<&Entity, (String, Vec<Box<str>>)> =
             std::collections::HashMap::new();
         let old = self.style.use_old_namespace;
+        let hostname = snap.host.hostname.as_deref();
         let mut samples = 0;
         for fam in &snap.derived {
             let info = &*fam.info;
@@ -571,7 +570,7 @@ impl Renderer {
                 // The entity's identity labels and their names (made once per entity and render):
                 // never a second label of an identity label's name (a pod label `gpu`).
                 let (base, identity) = identities.entry(&*s.entity).or_insert_with(|| {
-                    let base = self.identity_labels(&s.entity, &snap.host);
+                    let base = identity_labels(&self.style, &s.entity, hostname);
                     let names = label_names(&base).into_iter().map(Box::from).collect();
                     (base, names)
                 });
@@ -684,58 +683,8 @@ impl Renderer {
         host: &HostInfo,
         snap: &Snapshot,
     ) -> (String, Vec<SetTail>) {
-        let base = self.identity_labels(&e.entity, host);
+        let base = identity_labels(&self.style, &e.entity, host.hostname.as_deref());
         self.tails_of(e, base, snap)
-    }
-
-    /// The identity labels of an entity and its host label, without the closing brace.
-    fn identity_labels(&self, entity: &Entity, host: &HostInfo) -> String {
-        let mut base = String::with_capacity(256);
-        let mut first = true;
-        // dcgm-exporter's link template spells the host label `hostname` in every release and writes
-        // the model name as DCGM gives it (--replace-blanks-in-model-name applies to GPU series only).
-        let host_label = match entity.kind {
-            EntityKind::NvLink | EntityKind::NvSwitchLink => "hostname",
-            _ => self.style.hostname_label.as_str(),
-        };
-        match (entity.kind, &entity.gpu) {
-            (EntityKind::NvLink, Some(gpu)) => {
-                let link = entity.link.unwrap_or(0).to_string();
-                push_label(&mut base, &mut first, "nvlink", &link);
-                push_label(&mut base, &mut first, "gpu", &gpu.index.to_string());
-                push_label(&mut base, &mut first, "gpu_uuid", &gpu.uuid);
-                push_label(&mut base, &mut first, "pci_bus_id", &gpu.pci_bus_id);
-                push_label(&mut base, &mut first, "device", &gpu.device());
-                push_label(&mut base, &mut first, "model_name", &gpu.model);
-            }
-            (EntityKind::Gpu | EntityKind::GpuInstance, Some(gpu)) => {
-                let model = self.style.model_name(&gpu.model);
-                push_label(&mut base, &mut first, "gpu", &gpu.index.to_string());
-                let uuid_name = if self.style.use_old_namespace {
-                    "uuid"
-                } else {
-                    "UUID"
-                };
-                push_label(&mut base, &mut first, uuid_name, &gpu.uuid);
-                push_label(&mut base, &mut first, "pci_bus_id", &gpu.pci_bus_id);
-                push_label(&mut base, &mut first, "device", &gpu.device());
-                push_label(&mut base, &mut first, "modelName", &model);
-                if let Some(m) = &entity.mig {
-                    push_label(&mut base, &mut first, "GPU_I_PROFILE", &m.profile);
-                    push_label(&mut base, &mut first, "GPU_I_ID", &m.gi_id.to_string());
-                }
-            }
-            _ => super::entity_labels::push_identity(
-                &mut base,
-                &mut first,
-                entity,
-                self.style.hostname_label,
-            ),
-        }
-        if let Some(h) = host.hostname.as_deref().filter(|h| !h.is_empty()) {
-            push_label(&mut base, &mut first, host_label, h);
-        }
-        base
     }
 
     /// `labels} ` of an entity's series without attribution: its identity labels (`base`) and

@@ -1,13 +1,14 @@
-//! OpenTelemetry-native export, in two jobs kept apart:
+//! OpenTelemetry-native export:
 //! - [`otlp`]: the OTLP push — its flags and `OTEL_EXPORTER_OTLP_*` settings, the request builder that
-//!   turns the newest snapshot into ONE `ExportMetricsServiceRequest` with one Resource per GPU / MIG
-//!   instance (and per pod or job), the bounded queue, the sender and its transports. (OTLP log events
-//!   and other signals belong here too.)
-//! - shared by the metrics and the log records: [`naming`] (attribute names in either style, per-entity attribute sets, the host
-//!   base resource, what goes into a Resource), [`units`] (DCGM units to UCUM) and [`semconv`] (the
-//!   semantic-convention metric names, as a data table; read by the direct request builder).
+//!   turns the newest snapshot into ONE `ExportMetricsServiceRequest` with one Resource per physical
+//!   entity (and per pod or job holding one), the incident log records, the bounded queues, the senders
+//!   and their transports.
+//! - shared by the metrics and the log records: [`identity`] (the identity attributes of every entity
+//!   kind, in either style), [`naming`] (per-entity attribute sets, the host base resource, what goes
+//!   into a Resource), [`units`] (DCGM units to UCUM) and [`semconv`] (the semantic-convention metric
+//!   names, as a data table).
 
-pub mod hw_naming;
+pub mod identity;
 pub mod naming;
 pub mod otlp;
 pub mod semconv;

@@ -1,11 +1,11 @@
-//! What identifies an entity on the OTel side: attribute names (semantic conventions or dcgm-exporter
-//! label names), the attribute sets observed for each entity, and the host-level base resource.
+//! The attribute sets of the OTel side: each entity's identity ([`super::identity`], in either
+//! attribute style) with its `label`-row attributes and its attribution, what goes into a Resource, the
+//! attributes a data point takes from its value (XID), and the host-level base resource.
 //!
 //! Every observed data point carries its entity's identity attributes. In `per-entity` resource mode the
 //! OTLP exporter moves them (all but the few [`ResourceSplit`] keeps on the points) into one Resource
-//! per distinct identity (GPU, MIG instance, and each attribution set: pod, job, whatever an enricher
-//! added); in `host` mode they stay on the data points under the single host Resource. NvLink entities carry their GPU's
-//! identity plus a link attribute (`nvidia.nvlink.index` / `nvlink`), so they land in the GPU's Resource.
+//! per distinct identity (GPU, MIG instance, switch, CPU, and each attribution set: pod, job, whatever
+//! an enricher added); in `host` mode they stay on the data points under the single host Resource.
 //!
 //! Resource attribute precedence, lowest first: built-in (`service.name=dcgm-otel`, `service.version`,
 //! `host.name` (or the dcgm host label), `k8s.node.name`, `telemetry.sdk.*`) < `OTEL_RESOURCE_ATTRIBUTES`
@@ -18,6 +18,7 @@ use opentelemetry::{Key, KeyValue, StringValue, Value};
 
 use clap::ValueEnum;
 
+use super::identity::{self, IdentityStyle};
 use crate::config::LabelStyle;
 use crate::counters::{CounterSet, MetricKind};
 use crate::snapshot::{AttributeKey, Attribution, EntityKind, EntityReading, Snapshot};
@@ -60,25 +61,14 @@ impl ResourceSplit {
     }
 }
 
-/// The attributes that identify (rather than describe) a device on a holder's data point, in either
-/// style: the hardware id and type, the GPU index, the MIG instance, the switch or CPU index.
-const DEVICE_POINT_KEYS: &[&str] = &[
-    "hw.id",
-    "hw.type",
-    "hw.parent",
-    "nvidia.gpu.index",
-    "nvidia.mig.instance_id",
-    "nvidia.mig.profile",
-    "nvidia.nvswitch.index",
-    "nvidia.cpu.index",
-    "gpu",
-    "UUID",
-    "device",
-    "GPU_I_ID",
-    "GPU_I_PROFILE",
-    "nvswitch",
-    "cpu",
-];
+/// The attributes a data point of `DCGM_FI_DEV_XID_ERRORS` takes from its value: the code and its
+/// meaning (never identity: they stay on the points).
+fn xid_keys(style: OtelAttributeStyle) -> [&'static str; 2] {
+    match style {
+        OtelAttributeStyle::Otel => ["nvidia.xid.code", "nvidia.xid.message"],
+        OtelAttributeStyle::Dcgm => ["err_code", "err_msg"],
+    }
+}
 
 /// DCGM field id of the driver version (`DCGM_FI_DRIVER_VERSION`).
 const DRIVER_VERSION_FIELD: u16 = 1;
@@ -92,53 +82,6 @@ fn hw_label_key(field: u16) -> Option<&'static str> {
         _ => None,
     }
 }
-
-/// Attribute names of one style.
-struct Names {
-    gpu_index: &'static str,
-    uuid: &'static str,
-    pci_bus_id: &'static str,
-    device: &'static str,
-    model: &'static str,
-    mig_profile: &'static str,
-    mig_instance: &'static str,
-    mig_uuid: Option<&'static str>,
-    nvlink: &'static str,
-    xid_code: &'static str,
-    xid_message: &'static str,
-    /// Constant attributes of every GPU entity (`hw.type`, `hw.vendor`).
-    constants: &'static [(&'static str, &'static str)],
-}
-
-const OTEL_NAMES: Names = Names {
-    gpu_index: "nvidia.gpu.index",
-    uuid: "hw.id",
-    pci_bus_id: "nvidia.gpu.pci_bus_id",
-    device: "nvidia.gpu.device",
-    model: "hw.model",
-    mig_profile: "nvidia.mig.profile",
-    mig_instance: "nvidia.mig.instance_id",
-    mig_uuid: Some("nvidia.mig.uuid"),
-    nvlink: "nvidia.nvlink.index",
-    xid_code: "nvidia.xid.code",
-    xid_message: "nvidia.xid.message",
-    constants: &[("hw.type", "gpu"), ("hw.vendor", "NVIDIA")],
-};
-
-const DCGM_NAMES: Names = Names {
-    gpu_index: "gpu",
-    uuid: "UUID",
-    pci_bus_id: "pci_bus_id",
-    device: "device",
-    model: "modelName",
-    mig_profile: "GPU_I_PROFILE",
-    mig_instance: "GPU_I_ID",
-    mig_uuid: None,
-    nvlink: "nvlink",
-    xid_code: "err_code",
-    xid_message: "err_msg",
-    constants: &[],
-};
 
 fn kv(key: &'static str, value: impl Into<Arc<str>>) -> KeyValue {
     KeyValue::new(
@@ -224,13 +167,6 @@ impl Naming {
         }
     }
 
-    fn names(&self) -> &'static Names {
-        match self.style {
-            OtelAttributeStyle::Otel => &OTEL_NAMES,
-            OtelAttributeStyle::Dcgm => &DCGM_NAMES,
-        }
-    }
-
     /// The attribute style (`otel` or `dcgm` names).
     pub fn style(&self) -> OtelAttributeStyle {
         self.style
@@ -241,16 +177,12 @@ impl Naming {
         match mode {
             OtelResourceMode::Host => ResourceSplit::Host,
             OtelResourceMode::PerEntity => {
-                let n = self.names();
+                let otel = self.style == OtelAttributeStyle::Otel;
                 ResourceSplit::PerEntity {
-                    point_keys: [n.nvlink, n.xid_code, n.xid_message]
-                        .into_iter()
-                        .chain(
-                            super::hw_naming::point_keys(self.style == OtelAttributeStyle::Otel)
-                                .iter()
-                                .copied(),
-                        )
-                        .map(str::to_string)
+                    point_keys: identity::point_keys(otel)
+                        .iter()
+                        .chain(xid_keys(self.style).iter())
+                        .map(|k| k.to_string())
                         .collect(),
                 }
             }
@@ -283,7 +215,7 @@ impl Naming {
     /// its GPU's, a switch port its switch's, a core its CPU's (fields of the parent's level are not
     /// read on the child, and the child joins the parent's Resource).
     pub fn snapshot_labels(&self, snap: &Snapshot) -> Vec<Vec<KeyValue>> {
-        use super::hw_naming::{label_owner, label_parent};
+        use super::identity::{label_owner, label_parent};
         let keys = self.label_keys_for(&snap.counters);
         let mut owners: HashMap<(EntityKind, u32), Vec<KeyValue>> = HashMap::new();
         for e in &snap.entities {
@@ -393,7 +325,7 @@ impl Naming {
             attribution: Arc::new(Attribution::default()),
         };
         let mut set = self.entity_set(&probe, Vec::new());
-        set.retain(|kv| DEVICE_POINT_KEYS.contains(&kv.key.as_str()));
+        set.retain(|kv| identity::DEVICE_KEYS.contains(&kv.key.as_str()));
         set
     }
 
@@ -435,15 +367,15 @@ impl Naming {
             _ => return Vec::new(),
         };
         let meaning = xid::meaning(code);
-        match self.style {
-            OtelAttributeStyle::Dcgm => {
-                vec![kv("err_code", code.to_string()), kv("err_msg", meaning)]
-            }
-            OtelAttributeStyle::Otel => vec![
-                KeyValue::new(Key::from_static_str("nvidia.xid.code"), Value::I64(code)),
-                kv("nvidia.xid.message", meaning),
-            ],
-        }
+        let [code_key, message_key] = xid_keys(self.style);
+        let code = match self.style {
+            OtelAttributeStyle::Dcgm => Value::String(StringValue::from(code.to_string())),
+            OtelAttributeStyle::Otel => Value::I64(code),
+        };
+        vec![
+            KeyValue::new(Key::from_static_str(code_key), code),
+            kv(message_key, meaning),
+        ]
     }
 
     /// The attributes an entity's `label` rows give it (the driver version, ...), first row per key wins.
@@ -451,48 +383,17 @@ impl Naming {
         label_attrs(&self.label_keys, e)
     }
 
+    /// An entity's identity ([`identity::identity`]) and `label`-row attributes, once per
+    /// attribution set.
     fn entity_sets(&self, e: &EntityReading, labels: Vec<KeyValue>) -> Vec<Vec<KeyValue>> {
-        let n = self.names();
-        let otel = self.style == OtelAttributeStyle::Otel;
-        if let Some(mut base) = super::hw_naming::identity(otel, &e.entity, n.nvlink) {
-            base.extend(labels);
-            return self.attribution_sets(&e.attribution, base);
-        }
-        let Some(gpu) = &e.entity.gpu else {
+        let style = IdentityStyle {
+            otel: self.style == OtelAttributeStyle::Otel,
+            hw: self.hw,
+            labels: &self.labels,
+        };
+        let Some(mut base) = identity::identity(style, &e.entity) else {
             return vec![labels];
         };
-        let mut base: Vec<KeyValue> = Vec::with_capacity(12 + labels.len());
-        base.push(kv(n.gpu_index, gpu.index.to_string()));
-        if self.hw {
-            hw_gpu_identity(&mut base, e);
-        } else if let (true, EntityKind::GpuInstance, Some(m)) = (
-            self.style == OtelAttributeStyle::Otel,
-            e.entity.kind,
-            &e.entity.mig,
-        ) {
-            // A MIG instance is a hardware component of its own: its `hw.id` is its MIG UUID (never
-            // its GPU's, which the board's Resource has), `hw.parent` its GPU's.
-            base.push(kv(n.uuid, mig_hw_id(gpu, m)));
-            base.push(kv("hw.parent", gpu.uuid.as_str()));
-        } else {
-            base.push(kv(n.uuid, gpu.uuid.as_str()));
-        }
-        base.push(kv(n.pci_bus_id, gpu.pci_bus_id.as_str()));
-        base.push(kv(n.device, gpu.device()));
-        base.push(kv(n.model, self.labels.model_name(&gpu.model)));
-        for (k, v) in n.constants {
-            base.push(kv(k, *v));
-        }
-        if let (EntityKind::GpuInstance, Some(m)) = (e.entity.kind, &e.entity.mig) {
-            base.push(kv(n.mig_profile, m.profile.as_str()));
-            base.push(kv(n.mig_instance, m.gi_id.to_string()));
-            if let Some(k) = n.mig_uuid.filter(|_| !m.uuid.is_empty()) {
-                base.push(kv(k, m.uuid.as_str()));
-            }
-        }
-        if let (EntityKind::NvLink, Some(link)) = (e.entity.kind, e.entity.link) {
-            base.push(kv(n.nvlink, link.to_string()));
-        }
         base.extend(labels);
         self.attribution_sets(&e.attribution, base)
     }
@@ -513,39 +414,6 @@ impl Naming {
                 out
             })
             .collect()
-    }
-}
-
-/// The `hw.id` of a MIG instance: its MIG UUID, or `<GPU UUID>/gi<id>` when the source has none.
-fn mig_hw_id(gpu: &crate::snapshot::GpuIdentity, m: &crate::snapshot::MigIdentity) -> String {
-    if m.uuid.is_empty() {
-        format!("{}/gi{}", gpu.uuid, m.gi_id)
-    } else {
-        m.uuid.clone()
-    }
-}
-
-/// The hardware conventions' identity of a GPU-side entity ([`Naming::with_hw_attributes`]).
-fn hw_gpu_identity(out: &mut Vec<KeyValue>, e: &EntityReading) {
-    let Some(gpu) = &e.entity.gpu else {
-        return;
-    };
-    match (e.entity.kind, &e.entity.mig) {
-        (EntityKind::GpuInstance, Some(m)) => {
-            out.push(kv("hw.id", mig_hw_id(gpu, m)));
-            out.push(kv("hw.name", format!("{}/gi{}", gpu.device(), m.gi_id)));
-            out.push(kv("hw.parent", gpu.uuid.as_str()));
-        }
-        _ => {
-            out.push(kv("hw.id", gpu.uuid.as_str()));
-            out.push(kv("hw.name", gpu.device()));
-        }
-    }
-    if !gpu.serial.is_empty() {
-        out.push(kv("hw.serial_number", gpu.serial.as_str()));
-    }
-    if !gpu.vbios.is_empty() {
-        out.push(kv("hw.firmware_version", gpu.vbios.as_str()));
     }
 }
 

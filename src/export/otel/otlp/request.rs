@@ -533,57 +533,8 @@ impl DirectBuilder {
             .enumerate()
         {
             let mut metrics: Vec<Metric> = Vec::new();
-            for (k, inst) in self.instruments.iter().enumerate() {
-                let mut points: Vec<NumberDataPoint> = Vec::new();
-                for &(e, s) in members {
-                    let (Some(reading), Some(layout)) =
-                        (snap.entities.get(e), self.layout.entities.get(e))
-                    else {
-                        continue;
-                    };
-                    if !layout.role.writes(s, inst.per_instance) {
-                        continue;
-                    }
-                    let Some(raw) = reading.values.get(inst.row) else {
-                        continue;
-                    };
-                    let Some(v) = observe(inst.kind, raw) else {
-                        continue;
-                    };
-                    let Some(set) = layout.sets.get(s) else {
-                        continue;
-                    };
-                    let mut point = ctx.point(k, inst.kind, set, v, &mut next_previous);
-                    let own = self.naming.value_attributes(inst.field_id, raw);
-                    if !own.is_empty() {
-                        point.attributes.extend(own.iter().map(pkv));
-                        point.attributes.sort_by(|a, b| a.key.cmp(&b.key));
-                    }
-                    points.push(point);
-                }
-                if points.is_empty() {
-                    continue;
-                }
-                data_points += points.len();
-                let data = if inst.kind == Kind::Gauge {
-                    Data::Gauge(Gauge {
-                        data_points: points,
-                    })
-                } else {
-                    Data::Sum(Sum {
-                        data_points: points,
-                        aggregation_temporality: temporality(self.delta),
-                        is_monotonic: true,
-                    })
-                };
-                metrics.push(Metric {
-                    name: inst.name.clone(),
-                    description: inst.description.clone(),
-                    unit: inst.unit.clone(),
-                    metadata: Vec::new(),
-                    data: Some(data),
-                });
-            }
+            data_points +=
+                self.field_metrics(snap, members, &ctx, &mut next_previous, &mut metrics);
             if let Some(own) = placed.get_mut(r) {
                 data_points += derived_metrics(
                     snap,
@@ -619,16 +570,113 @@ impl DirectBuilder {
             }
             sink(self.resource_metrics(resource.clone(), metrics));
         }
-        // Derived series of entities the readings no longer have (a departed device).
+        data_points +=
+            self.departed_and_holders(snap, extras, holders, &ctx, &mut next_previous, &mut sink);
+        self.previous = next_previous;
+        data_points
+    }
+
+    /// The metrics of one Resource's DCGM fields (one per instrument with a point): each member
+    /// entity's value, with the attributes its value gives it (XID). Returns the points written.
+    fn field_metrics(
+        &self,
+        snap: &Snapshot,
+        members: &[(usize, usize)],
+        ctx: &PointContext<'_>,
+        next: &mut CounterState,
+        metrics: &mut Vec<Metric>,
+    ) -> usize {
+        let mut data_points = 0;
+        for (k, inst) in self.instruments.iter().enumerate() {
+            let points = self.field_points(snap, members, k, inst, ctx, next);
+            if points.is_empty() {
+                continue;
+            }
+            data_points += points.len();
+            let data = if inst.kind == Kind::Gauge {
+                Data::Gauge(Gauge {
+                    data_points: points,
+                })
+            } else {
+                Data::Sum(Sum {
+                    data_points: points,
+                    aggregation_temporality: temporality(self.delta),
+                    is_monotonic: true,
+                })
+            };
+            metrics.push(Metric {
+                name: inst.name.clone(),
+                description: inst.description.clone(),
+                unit: inst.unit.clone(),
+                metadata: Vec::new(),
+                data: Some(data),
+            });
+        }
+        data_points
+    }
+
+    /// The points of instrument `k` on one Resource: one per member (entity, attribute set) whose
+    /// role writes it and whose value is observed.
+    fn field_points(
+        &self,
+        snap: &Snapshot,
+        members: &[(usize, usize)],
+        k: usize,
+        inst: &Instrument,
+        ctx: &PointContext<'_>,
+        next: &mut CounterState,
+    ) -> Vec<NumberDataPoint> {
+        let mut points: Vec<NumberDataPoint> = Vec::new();
+        for &(e, s) in members {
+            let (Some(reading), Some(layout)) = (snap.entities.get(e), self.layout.entities.get(e))
+            else {
+                continue;
+            };
+            if !layout.role.writes(s, inst.per_instance) {
+                continue;
+            }
+            let Some(raw) = reading.values.get(inst.row) else {
+                continue;
+            };
+            let Some(v) = observe(inst.kind, raw) else {
+                continue;
+            };
+            let Some(set) = layout.sets.get(s) else {
+                continue;
+            };
+            let mut point = ctx.point(k, inst.kind, set, v, next);
+            let own = self.naming.value_attributes(inst.field_id, raw);
+            if !own.is_empty() {
+                point.attributes.extend(own.iter().map(pkv));
+                point.attributes.sort_by(|a, b| a.key.cmp(&b.key));
+            }
+            points.push(point);
+        }
+        points
+    }
+
+    /// After the entities' Resources: the derived series of entities the readings no longer have (a
+    /// departed device), then the holders' Resources (pods, jobs; the host for processes of no pod).
+    /// Returns the points written.
+    fn departed_and_holders(
+        &self,
+        snap: &Snapshot,
+        extras: ExtraResources,
+        mut holders: holders::Holders,
+        ctx: &PointContext<'_>,
+        next: &mut CounterState,
+        sink: &mut impl FnMut(ResourceMetrics),
+    ) -> usize {
+        let mut data_points = 0;
         for (resource, own) in extras {
             let mut metrics = Vec::new();
             data_points += derived_metrics(
                 snap,
                 own,
                 &self.layout,
-                &ctx,
-                first_derived,
-                &mut next_previous,
+                ctx,
+                self.instruments.len(),
+                next,
                 &mut metrics,
             );
             if metrics.is_empty() {
@@ -636,7 +684,6 @@ impl DirectBuilder {
             }
             sink(self.resource_metrics(resource, metrics));
         }
-        // The holders' Resources (pods, jobs; the host for processes of no pod).
         for (resource, metrics) in holders.take() {
             if metrics.is_empty() {
                 continue;
@@ -644,7 +691,6 @@ impl DirectBuilder {
             data_points += metrics.iter().map(metric_points).sum::<usize>();
             sink(self.resource_metrics(resource, metrics));
         }
-        self.previous = next_previous;
         data_points
     }
 

@@ -236,136 +236,20 @@ fn insecure(signal: Signal, env: &dyn Fn(&str) -> Option<String>) -> Result<bool
 /// together: a logs endpoint alone routes the log records but does not turn OTLP on. The log records
 /// only go to an endpoint the user gave (flag, generic or logs variable) or, with `--otlp`, to the
 /// default one: with only `OTEL_EXPORTER_OTLP_METRICS_ENDPOINT` set they are not sent (`Ok(None)`).
+///
+/// Every setting but the export interval and temporality (metrics variables, the same for both
+/// signals) has a per-signal variable, so each step reads the signal's own first.
 pub fn resolve_signal(
     cli: &OtlpArgs,
     signal: Signal,
     collect_interval: Duration,
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<Option<OtlpConfig>, OtlpConfigError> {
-    let on = cli.otlp
-        || cli.otlp_endpoint.is_some()
-        || set(env, "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT").is_some()
-        || set(env, "OTEL_EXPORTER_OTLP_ENDPOINT").is_some();
-    if !on {
+    if !sends(cli, signal, env) {
         return Ok(None);
     }
-    if signal == Signal::Logs
-        && !cli.otlp
-        && cli.otlp_endpoint.is_none()
-        && set(env, "OTEL_EXPORTER_OTLP_LOGS_ENDPOINT").is_none()
-        && set(env, "OTEL_EXPORTER_OTLP_ENDPOINT").is_none()
-    {
-        return Ok(None);
-    }
-    let protocol = match lookup(
-        cli.otlp_protocol.clone(),
-        "--otlp-protocol",
-        signal,
-        "PROTOCOL",
-        env,
-    ) {
-        None => Protocol::Grpc,
-        Some(f) => match f.value.as_str() {
-            "grpc" => Protocol::Grpc,
-            "http/protobuf" => Protocol::HttpProtobuf,
-            other => {
-                return Err(OtlpConfigError {
-                    source_name: f.source_name,
-                    message: format!("unsupported protocol '{other}' (use grpc or http/protobuf)"),
-                })
-            }
-        },
-    };
-    // Endpoint: the signal-specific variable is used verbatim; the flag and the generic variable are
-    // base URLs to which HTTP appends the signal's path.
-    let signal_var = format!("OTEL_EXPORTER_OTLP_{}_ENDPOINT", signal.env_part());
-    let (endpoint, verbatim, endpoint_source) = if let Some(e) = cli.otlp_endpoint.clone() {
-        (e, false, "--otlp-endpoint".to_string())
-    } else if let Some(e) = set(env, &signal_var) {
-        (e, true, signal_var.clone())
-    } else if let Some(e) = set(env, "OTEL_EXPORTER_OTLP_ENDPOINT") {
-        (e, false, "OTEL_EXPORTER_OTLP_ENDPOINT".to_string())
-    } else {
-        let default = match protocol {
-            Protocol::Grpc => "http://localhost:4317",
-            Protocol::HttpProtobuf => "http://localhost:4318",
-        };
-        (default.to_string(), false, "--otlp".to_string())
-    };
-    // A gRPC endpoint without a scheme (host:port): TLS unless INSECURE says plaintext.
-    let endpoint = if protocol == Protocol::Grpc && !endpoint.contains("://") {
-        let scheme = if insecure(signal, env)? {
-            "http"
-        } else {
-            "https"
-        };
-        format!("{scheme}://{endpoint}")
-    } else {
-        endpoint
-    };
-    let bad_endpoint = |message: &str| OtlpConfigError {
-        source_name: endpoint_source.clone(),
-        message: format!("'{endpoint}': {message}"),
-    };
-    let uri: hyper::Uri = endpoint
-        .parse()
-        .map_err(|e| bad_endpoint(&format!("not a URL ({e})")))?;
-    match uri.scheme_str() {
-        Some("http") | Some("https") => {}
-        _ => return Err(bad_endpoint("the URL needs an http:// or https:// scheme")),
-    }
-    if uri
-        .host()
-        .is_none_or(|h| h.trim_matches(['[', ']']).is_empty())
-    {
-        return Err(bad_endpoint("the URL has no host"));
-    }
-    // The flag and the generic variable are base URLs (the OTel specification's rule for
-    // OTEL_EXPORTER_OTLP_ENDPOINT): the signal's path is appended for HTTP. A base that already ends in
-    // a signal path would post to .../v1/metrics/v1/metrics and fail every export.
-    if protocol == Protocol::HttpProtobuf && !verbatim {
-        let path = uri.path().trim_end_matches('/');
-        if let Some(ends) = ["/v1/metrics", "/v1/logs", "/v1/traces"]
-            .into_iter()
-            .find(|s| path.ends_with(s))
-        {
-            return Err(bad_endpoint(&format!(
-                "a base URL, to which {} is appended; it already ends in {ends}: give the \
-                 base (e.g. {}://{}) or set {signal_var} to the full URL",
-                signal.http_path(),
-                uri.scheme_str().unwrap_or("http"),
-                uri.authority()
-                    .map(|a| a.as_str())
-                    .unwrap_or("collector:4318"),
-            )));
-        }
-    }
-    // gRPC has no signal paths (the method is the service's): an endpoint ending in one was meant for
-    // OTLP/HTTP, and is refused as it is for HTTP.
-    if protocol == Protocol::Grpc {
-        let path = uri.path().trim_end_matches('/');
-        if let Some(ends) = ["/v1/metrics", "/v1/logs", "/v1/traces"]
-            .into_iter()
-            .find(|s| path.ends_with(s))
-        {
-            return Err(bad_endpoint(&format!(
-                "ends in {ends}, an OTLP/HTTP path; a gRPC endpoint is the collector's address \
-                 (e.g. {}://{}), or use --otlp-protocol http/protobuf",
-                uri.scheme_str().unwrap_or("http"),
-                uri.authority()
-                    .map(|a| a.as_str())
-                    .unwrap_or("collector:4317"),
-            )));
-        }
-    }
-    let endpoint = match protocol {
-        Protocol::Grpc => endpoint.trim_end_matches('/').to_string(),
-        Protocol::HttpProtobuf if verbatim => endpoint,
-        Protocol::HttpProtobuf => {
-            format!("{}{}", endpoint.trim_end_matches('/'), signal.http_path())
-        }
-    };
-
+    let protocol = protocol(cli, signal, env)?;
+    let endpoint = endpoint(cli, signal, protocol, env)?;
     let headers = match lookup(
         cli.otlp_headers.clone(),
         "--otlp-headers",
@@ -386,25 +270,207 @@ pub fn resolve_signal(
         Some(f) => parse_ms(&f)?,
         None => Duration::from_secs(10),
     };
-    let gzip = match lookup(
+    Ok(Some(OtlpConfig {
+        signal,
+        protocol,
+        endpoint,
+        headers,
+        timeout,
+        gzip: gzip(cli, signal, env)?,
+        tls: tls_files(cli, signal, env)?,
+        interval: interval(cli, collect_interval, env)?,
+        temporality: temporality(cli, env)?,
+        max_pending: cli.otlp_max_pending as usize,
+    }))
+}
+
+/// Whether `signal` is sent at all: OTLP is on (`--otlp` or a metrics endpoint: flag, generic or
+/// metrics variable), and for the log records an endpoint of theirs or `--otlp`.
+fn sends(cli: &OtlpArgs, signal: Signal, env: &dyn Fn(&str) -> Option<String>) -> bool {
+    let generic = set(env, "OTEL_EXPORTER_OTLP_ENDPOINT").is_some();
+    let on = cli.otlp
+        || cli.otlp_endpoint.is_some()
+        || set(env, "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT").is_some()
+        || generic;
+    match signal {
+        Signal::Metrics => on,
+        Signal::Logs => {
+            on && (cli.otlp
+                || cli.otlp_endpoint.is_some()
+                || set(env, "OTEL_EXPORTER_OTLP_LOGS_ENDPOINT").is_some()
+                || generic)
+        }
+    }
+}
+
+/// `--otlp-protocol` / `OTEL_EXPORTER_OTLP_(<SIGNAL>_)PROTOCOL`; gRPC by default.
+fn protocol(
+    cli: &OtlpArgs,
+    signal: Signal,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Protocol, OtlpConfigError> {
+    let found = lookup(
+        cli.otlp_protocol.clone(),
+        "--otlp-protocol",
+        signal,
+        "PROTOCOL",
+        env,
+    );
+    match found {
+        None => Ok(Protocol::Grpc),
+        Some(f) => match f.value.as_str() {
+            "grpc" => Ok(Protocol::Grpc),
+            "http/protobuf" => Ok(Protocol::HttpProtobuf),
+            other => Err(OtlpConfigError {
+                source_name: f.source_name,
+                message: format!("unsupported protocol '{other}' (use grpc or http/protobuf)"),
+            }),
+        },
+    }
+}
+
+/// The endpoint as given, and where: the signal-specific variable is used verbatim; the flag and the
+/// generic variable are base URLs to which HTTP appends the signal's path.
+struct GivenEndpoint {
+    url: String,
+    verbatim: bool,
+    source_name: String,
+}
+
+fn given_endpoint(
+    cli: &OtlpArgs,
+    signal: Signal,
+    protocol: Protocol,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<GivenEndpoint, OtlpConfigError> {
+    let signal_var = format!("OTEL_EXPORTER_OTLP_{}_ENDPOINT", signal.env_part());
+    let (url, verbatim, source_name) = if let Some(e) = cli.otlp_endpoint.clone() {
+        (e, false, "--otlp-endpoint".to_string())
+    } else if let Some(e) = set(env, &signal_var) {
+        (e, true, signal_var)
+    } else if let Some(e) = set(env, "OTEL_EXPORTER_OTLP_ENDPOINT") {
+        (e, false, "OTEL_EXPORTER_OTLP_ENDPOINT".to_string())
+    } else {
+        let default = match protocol {
+            Protocol::Grpc => "http://localhost:4317",
+            Protocol::HttpProtobuf => "http://localhost:4318",
+        };
+        (default.to_string(), false, "--otlp".to_string())
+    };
+    // A gRPC endpoint without a scheme (host:port): TLS unless INSECURE says plaintext.
+    let url = if protocol == Protocol::Grpc && !url.contains("://") {
+        let scheme = if insecure(signal, env)? {
+            "http"
+        } else {
+            "https"
+        };
+        format!("{scheme}://{url}")
+    } else {
+        url
+    };
+    Ok(GivenEndpoint {
+        url,
+        verbatim,
+        source_name,
+    })
+}
+
+/// The URL requests go to: for gRPC the channel URL (scheme, host, port), for HTTP the full request
+/// URL. Checked here: a URL with an http(s) scheme and a host, and no signal path where none belongs.
+fn endpoint(
+    cli: &OtlpArgs,
+    signal: Signal,
+    protocol: Protocol,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<String, OtlpConfigError> {
+    let GivenEndpoint {
+        url: endpoint,
+        verbatim,
+        source_name,
+    } = given_endpoint(cli, signal, protocol, env)?;
+    let bad_endpoint = |message: &str| OtlpConfigError {
+        source_name: source_name.clone(),
+        message: format!("'{endpoint}': {message}"),
+    };
+    let uri: hyper::Uri = endpoint
+        .parse()
+        .map_err(|e| bad_endpoint(&format!("not a URL ({e})")))?;
+    match uri.scheme_str() {
+        Some("http") | Some("https") => {}
+        _ => return Err(bad_endpoint("the URL needs an http:// or https:// scheme")),
+    }
+    if uri
+        .host()
+        .is_none_or(|h| h.trim_matches(['[', ']']).is_empty())
+    {
+        return Err(bad_endpoint("the URL has no host"));
+    }
+    let path = uri.path().trim_end_matches('/');
+    let signal_path = ["/v1/metrics", "/v1/logs", "/v1/traces"]
+        .into_iter()
+        .find(|s| path.ends_with(s));
+    let authority = uri.authority().map(|a| a.as_str());
+    let scheme = uri.scheme_str().unwrap_or("http");
+    match (protocol, signal_path) {
+        // The flag and the generic variable are base URLs (the OTel specification's rule for
+        // OTEL_EXPORTER_OTLP_ENDPOINT): the signal's path is appended for HTTP. A base that already
+        // ends in a signal path would post to .../v1/metrics/v1/metrics and fail every export.
+        (Protocol::HttpProtobuf, Some(ends)) if !verbatim => Err(bad_endpoint(&format!(
+            "a base URL, to which {} is appended; it already ends in {ends}: give the \
+             base (e.g. {scheme}://{}) or set OTEL_EXPORTER_OTLP_{}_ENDPOINT to the full URL",
+            signal.http_path(),
+            authority.unwrap_or("collector:4318"),
+            signal.env_part(),
+        ))),
+        // gRPC has no signal paths (the method is the service's): an endpoint ending in one was
+        // meant for OTLP/HTTP, and is refused as it is for HTTP.
+        (Protocol::Grpc, Some(ends)) => Err(bad_endpoint(&format!(
+            "ends in {ends}, an OTLP/HTTP path; a gRPC endpoint is the collector's address \
+             (e.g. {scheme}://{}), or use --otlp-protocol http/protobuf",
+            authority.unwrap_or("collector:4317"),
+        ))),
+        (Protocol::Grpc, None) => Ok(endpoint.trim_end_matches('/').to_string()),
+        (Protocol::HttpProtobuf, _) if verbatim => Ok(endpoint),
+        (Protocol::HttpProtobuf, _) => Ok(format!(
+            "{}{}",
+            endpoint.trim_end_matches('/'),
+            signal.http_path()
+        )),
+    }
+}
+
+/// `--otlp-compression` / `OTEL_EXPORTER_OTLP_(<SIGNAL>_)COMPRESSION`: gzip or none (the default).
+fn gzip(
+    cli: &OtlpArgs,
+    signal: Signal,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<bool, OtlpConfigError> {
+    let found = lookup(
         cli.otlp_compression.clone(),
         "--otlp-compression",
         signal,
         "COMPRESSION",
         env,
-    ) {
-        None => false,
+    );
+    match found {
+        None => Ok(false),
         Some(f) => match f.value.as_str() {
-            "gzip" => true,
-            "none" | "" => false,
-            other => {
-                return Err(OtlpConfigError {
-                    source_name: f.source_name,
-                    message: format!("unsupported compression '{other}' (use gzip or none)"),
-                })
-            }
+            "gzip" => Ok(true),
+            "none" | "" => Ok(false),
+            other => Err(OtlpConfigError {
+                source_name: f.source_name,
+                message: format!("unsupported compression '{other}' (use gzip or none)"),
+            }),
         },
-    };
+    }
+}
+
+/// The CA certificate and the client certificate and key, read and checked as PEM now.
+fn tls_files(
+    cli: &OtlpArgs,
+    signal: Signal,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<TlsFiles, OtlpConfigError> {
     let path_of = |flag: &Option<PathBuf>, flag_name: &str, suffix: &str| {
         lookup(
             flag.as_ref().map(|p| p.display().to_string()),
@@ -443,63 +509,74 @@ pub fn resolve_signal(
             })
         }
     };
-    let interval_flag = cli.otlp_export_interval.map(|t| Found {
-        value: t.to_string(),
-        source_name: "--otlp-export-interval".into(),
+    Ok(TlsFiles {
+        ca_pem,
+        client_identity,
+    })
+}
+
+/// A setting with a flag and one variable of its own (no per-signal spelling).
+fn flag_or_var(
+    flag: Option<String>,
+    flag_name: &str,
+    var: &str,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Option<Found> {
+    let flag = flag.map(|value| Found {
+        value,
+        source_name: flag_name.into(),
     });
-    let interval = match interval_flag.or_else(|| {
-        env("OTEL_METRIC_EXPORT_INTERVAL")
-            .filter(|v| !v.trim().is_empty())
-            .map(|v| Found {
-                value: v.trim().to_string(),
-                source_name: "OTEL_METRIC_EXPORT_INTERVAL".into(),
-            })
-    }) {
-        Some(f) => parse_ms(&f)?,
-        None => collect_interval,
-    };
-    let temporality_flag = cli.otlp_temporality.clone().map(|t| Found {
-        value: t,
-        source_name: "--otlp-temporality".into(),
-    });
-    let temporality = match temporality_flag.or_else(|| {
-        env("OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE")
-            .filter(|v| !v.trim().is_empty())
-            .map(|v| Found {
-                value: v.trim().to_string(),
-                source_name: "OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE".into(),
-            })
-    }) {
-        None => Temporality::Cumulative,
+    flag.or_else(|| {
+        env(var).filter(|v| !v.trim().is_empty()).map(|v| Found {
+            value: v.trim().to_string(),
+            source_name: var.into(),
+        })
+    })
+}
+
+/// `--otlp-export-interval` / `OTEL_METRIC_EXPORT_INTERVAL`; the collect interval by default.
+fn interval(
+    cli: &OtlpArgs,
+    collect_interval: Duration,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Duration, OtlpConfigError> {
+    let found = flag_or_var(
+        cli.otlp_export_interval.map(|t| t.to_string()),
+        "--otlp-export-interval",
+        "OTEL_METRIC_EXPORT_INTERVAL",
+        env,
+    );
+    match found {
+        Some(f) => parse_ms(&f),
+        None => Ok(collect_interval),
+    }
+}
+
+/// `--otlp-temporality` / `OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE`; cumulative by default.
+fn temporality(
+    cli: &OtlpArgs,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Temporality, OtlpConfigError> {
+    let found = flag_or_var(
+        cli.otlp_temporality.clone(),
+        "--otlp-temporality",
+        "OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE",
+        env,
+    );
+    match found {
+        None => Ok(Temporality::Cumulative),
         Some(f) => match f.value.to_ascii_lowercase().as_str() {
-            "cumulative" => Temporality::Cumulative,
-            "delta" => Temporality::Delta,
-            "lowmemory" => Temporality::LowMemory,
-            other => {
-                return Err(OtlpConfigError {
-                    source_name: f.source_name,
-                    message: format!(
-                        "unsupported temporality '{other}' (use cumulative, delta or lowmemory)"
-                    ),
-                })
-            }
+            "cumulative" => Ok(Temporality::Cumulative),
+            "delta" => Ok(Temporality::Delta),
+            "lowmemory" => Ok(Temporality::LowMemory),
+            other => Err(OtlpConfigError {
+                source_name: f.source_name,
+                message: format!(
+                    "unsupported temporality '{other}' (use cumulative, delta or lowmemory)"
+                ),
+            }),
         },
-    };
-    Ok(Some(OtlpConfig {
-        signal,
-        protocol,
-        endpoint,
-        headers,
-        timeout,
-        gzip,
-        tls: TlsFiles {
-            ca_pem,
-            client_identity,
-        },
-        interval,
-        temporality,
-        max_pending: cli.otlp_max_pending as usize,
-    }))
+    }
 }
 
 #[cfg(test)]
