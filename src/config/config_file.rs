@@ -153,38 +153,8 @@ pub fn parse(text: &str, path: &Path) -> Result<ConfigFile, ConfigFileError> {
         position: Some(locate(text, steps)),
         message,
     };
-    let raw: Raw = serde_norway::from_str(text).map_err(|e| {
-        let message = e.to_string();
-        // serde_norway appends " at line L column C"; the position goes in front instead.
-        let message = match e.location() {
-            Some(l) => message
-                .strip_suffix(&format!(" at line {} column {}", l.line(), l.column()))
-                .unwrap_or(&message)
-                .to_string(),
-            None => message,
-        };
-        let mut position = e.location().map(|l| (l.line(), l.column()));
-        // "duplicate field `k`" points at the mapping: name the repeated key instead.
-        if let (Some(at), Some(k)) = (
-            position,
-            message
-                .strip_prefix("duplicate field `")
-                .or_else(|| message.split(": duplicate field `").nth(1))
-                .and_then(|r| r.split('`').next()),
-        ) {
-            position = duplicate_key(text, at, k).or(position);
-        }
-        ConfigFileError {
-            path: shown.clone(),
-            position,
-            message: if message.contains("more than one document") {
-                "multiple YAML documents are not supported".into()
-            } else {
-                message
-            },
-        }
-    })?;
-    use Step::{Index, Key};
+    let raw: Raw = serde_norway::from_str(text).map_err(|e| yaml_error(&e, text, &shown))?;
+    use Step::Key;
     match raw.version {
         Some(1) => {}
         Some(_) => return Err(at(&[Key("version")], "version must be 1".into())),
@@ -192,91 +162,159 @@ pub fn parse(text: &str, path: &Path) -> Result<ConfigFile, ConfigFileError> {
     }
     let metrics = match raw.metrics {
         None => None,
-        Some(m) => {
-            let file = m.file.as_deref().map(str::trim).filter(|f| !f.is_empty());
-            let fields = m.fields.filter(|f| !f.is_empty());
-            match (file, fields) {
-                (Some(f), None) => Some(MetricsSource::File(PathBuf::from(f))),
-                (None, Some(fields)) => Some(MetricsSource::Fields(inline_fields(
-                    &fields, text, &shown, &at,
-                )?)),
-                _ => {
-                    return Err(at(
-                        &[Key("metrics")],
-                        "metrics must specify exactly one of file or fields".into(),
-                    ))
-                }
-            }
-        }
+        Some(m) => Some(metrics_source(m, text, &shown, &at)?),
     };
-    let mut interval = None;
-    let mut watch_groups = Vec::new();
-    if let Some(c) = raw.collection {
-        if let Some(text_interval) = c.interval.as_deref().filter(|s| !s.trim().is_empty()) {
-            let steps = [Key("collection"), Key("interval")];
-            let d = yaml_duration(text_interval)
-                .map_err(|e| at(&steps, format!("collection.interval: {e}")))?;
-            if !(MIN_INTERVAL..=MAX_INTERVAL).contains(&d) {
-                return Err(at(
-                    &steps,
-                    format!("collection.interval: {text_interval} is outside 100ms..1h (the range of -c)"),
-                ));
-            }
-            interval = Some(d);
-        }
-        for (i, g) in c.watch_groups.unwrap_or_default().into_iter().enumerate() {
-            let item = [Key("collection"), Key("watchGroups"), Index(i)];
-            let key = |k| [item[0], item[1], item[2], Key(k)];
-            let name = g.name.trim().to_string();
-            if name.is_empty() {
-                return Err(at(
-                    &item,
-                    format!("collection.watchGroups[{i}].name is required"),
-                ));
-            }
-            if watch_groups.iter().any(|w: &WatchGroupSpec| w.name == name) {
-                return Err(at(
-                    &key("name"),
-                    format!("collection.watchGroups[{i}].name '{name}' is duplicated"),
-                ));
-            }
-            let every = yaml_duration(&g.interval).map_err(|e| {
-                at(
-                    &key("interval"),
-                    format!("collection.watchGroups[{i}].interval: {e}"),
-                )
-            })?;
-            if g.fields.is_empty() {
-                return Err(at(
-                    &item,
-                    format!("collection.watchGroups[{i}].fields must not be empty"),
-                ));
-            }
-            let mut patterns = Vec::new();
-            for (j, f) in g.fields.iter().enumerate() {
-                let f = f.trim();
-                if f.is_empty() {
-                    return Err(at(
-                        &key("fields"),
-                        format!("collection.watchGroups[{i}].fields[{j}] is required"),
-                    ));
-                }
-                patterns.push(f.to_string());
-            }
-            let (l, c) = locate(text, &item);
-            watch_groups.push(WatchGroupSpec {
-                name,
-                interval: every,
-                patterns,
-                origin: format!("{shown}:{l}:{c}"),
-            });
-        }
-    }
+    let (interval, watch_groups) = match raw.collection {
+        None => (None, Vec::new()),
+        Some(c) => collection(c, text, &shown, &at)?,
+    };
     Ok(ConfigFile {
         path: path.to_path_buf(),
         metrics,
         interval,
         watch_groups,
+    })
+}
+
+/// A YAML syntax or shape error, its position in front of the message (a repeated key: the key).
+fn yaml_error(e: &serde_norway::Error, text: &str, shown: &str) -> ConfigFileError {
+    let message = e.to_string();
+    // serde_norway appends " at line L column C"; the position goes in front instead.
+    let message = match e.location() {
+        Some(l) => message
+            .strip_suffix(&format!(" at line {} column {}", l.line(), l.column()))
+            .unwrap_or(&message)
+            .to_string(),
+        None => message,
+    };
+    let mut position = e.location().map(|l| (l.line(), l.column()));
+    // "duplicate field `k`" points at the mapping: name the repeated key instead.
+    if let (Some(at), Some(k)) = (
+        position,
+        message
+            .strip_prefix("duplicate field `")
+            .or_else(|| message.split(": duplicate field `").nth(1))
+            .and_then(|r| r.split('`').next()),
+    ) {
+        position = duplicate_key(text, at, k).or(position);
+    }
+    ConfigFileError {
+        path: shown.to_string(),
+        position,
+        message: if message.contains("more than one document") {
+            "multiple YAML documents are not supported".into()
+        } else {
+            message
+        },
+    }
+}
+
+/// `metrics`: exactly one of a counters file or inline fields.
+fn metrics_source(
+    m: RawMetrics,
+    text: &str,
+    shown: &str,
+    at: &dyn Fn(&[Step<'_>], String) -> ConfigFileError,
+) -> Result<MetricsSource, ConfigFileError> {
+    let file = m.file.as_deref().map(str::trim).filter(|f| !f.is_empty());
+    let fields = m.fields.filter(|f| !f.is_empty());
+    match (file, fields) {
+        (Some(f), None) => Ok(MetricsSource::File(PathBuf::from(f))),
+        (None, Some(fields)) => Ok(MetricsSource::Fields(inline_fields(
+            &fields, text, shown, at,
+        )?)),
+        _ => Err(at(
+            &[Step::Key("metrics")],
+            "metrics must specify exactly one of file or fields".into(),
+        )),
+    }
+}
+
+/// `collection`: the interval (within -c's range) and the watch groups.
+fn collection(
+    c: RawCollection,
+    text: &str,
+    shown: &str,
+    at: &dyn Fn(&[Step<'_>], String) -> ConfigFileError,
+) -> Result<(Option<Duration>, Vec<WatchGroupSpec>), ConfigFileError> {
+    use Step::Key;
+    let mut interval = None;
+    if let Some(text_interval) = c.interval.as_deref().filter(|s| !s.trim().is_empty()) {
+        let steps = [Key("collection"), Key("interval")];
+        let d = yaml_duration(text_interval)
+            .map_err(|e| at(&steps, format!("collection.interval: {e}")))?;
+        if !(MIN_INTERVAL..=MAX_INTERVAL).contains(&d) {
+            return Err(at(
+                &steps,
+                format!(
+                    "collection.interval: {text_interval} is outside 100ms..1h (the range of -c)"
+                ),
+            ));
+        }
+        interval = Some(d);
+    }
+    let mut watch_groups = Vec::new();
+    for (i, g) in c.watch_groups.unwrap_or_default().into_iter().enumerate() {
+        let group = watch_group(i, g, &watch_groups, text, shown, at)?;
+        watch_groups.push(group);
+    }
+    Ok((interval, watch_groups))
+}
+
+/// `collection.watchGroups[i]`: a unique name, an interval and at least one field pattern.
+fn watch_group(
+    i: usize,
+    g: RawWatchGroup,
+    earlier: &[WatchGroupSpec],
+    text: &str,
+    shown: &str,
+    at: &dyn Fn(&[Step<'_>], String) -> ConfigFileError,
+) -> Result<WatchGroupSpec, ConfigFileError> {
+    use Step::{Index, Key};
+    let item = [Key("collection"), Key("watchGroups"), Index(i)];
+    let key = |k| [item[0], item[1], item[2], Key(k)];
+    let name = g.name.trim().to_string();
+    if name.is_empty() {
+        return Err(at(
+            &item,
+            format!("collection.watchGroups[{i}].name is required"),
+        ));
+    }
+    if earlier.iter().any(|w| w.name == name) {
+        return Err(at(
+            &key("name"),
+            format!("collection.watchGroups[{i}].name '{name}' is duplicated"),
+        ));
+    }
+    let every = yaml_duration(&g.interval).map_err(|e| {
+        at(
+            &key("interval"),
+            format!("collection.watchGroups[{i}].interval: {e}"),
+        )
+    })?;
+    if g.fields.is_empty() {
+        return Err(at(
+            &item,
+            format!("collection.watchGroups[{i}].fields must not be empty"),
+        ));
+    }
+    let mut patterns = Vec::new();
+    for (j, f) in g.fields.iter().enumerate() {
+        let f = f.trim();
+        if f.is_empty() {
+            return Err(at(
+                &key("fields"),
+                format!("collection.watchGroups[{i}].fields[{j}] is required"),
+            ));
+        }
+        patterns.push(f.to_string());
+    }
+    let (l, c) = locate(text, &item);
+    Ok(WatchGroupSpec {
+        name,
+        interval: every,
+        patterns,
+        origin: format!("{shown}:{l}:{c}"),
     })
 }
 
