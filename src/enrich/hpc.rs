@@ -233,16 +233,7 @@ mod tests {
         std::fs::write(dir.path().join("2"), "job-d\n").unwrap();
         std::fs::write(dir.path().join("notes.txt"), "ignored\n").unwrap();
         let jobs = read_dir(dir.path()).unwrap();
-        let gpu = |index: u32| {
-            Arc::new(GpuIdentity {
-                index,
-                uuid: format!("GPU-{index}"),
-                pci_bus_id: String::new(),
-                model: "m".into(),
-                serial: String::new(),
-                vbios: String::new(),
-            })
-        };
+        let gpu = |index: u32| Arc::new(GpuIdentity::bare(index));
         let mig = |gi: u32| {
             Arc::new(MigIdentity {
                 entity_id: gi,

@@ -73,6 +73,19 @@ pub struct GpuIdentity {
 }
 
 impl GpuIdentity {
+    /// A bare identity for unit tests: `GPU-<index>`, model `m`, nothing else known.
+    #[cfg(test)]
+    pub fn bare(index: u32) -> GpuIdentity {
+        GpuIdentity {
+            index,
+            uuid: format!("GPU-{index}"),
+            pci_bus_id: String::new(),
+            model: "m".into(),
+            serial: String::new(),
+            vbios: String::new(),
+        }
+    }
+
     /// The `device` label: `nvidia<index>`.
     pub fn device(&self) -> String {
         format!("nvidia{}", self.index)

@@ -216,14 +216,7 @@ mod tests {
     use crate::snapshot::{Attribution, GpuIdentity};
 
     fn gpu(index: u32) -> Arc<Entity> {
-        Arc::new(Entity::gpu(Arc::new(GpuIdentity {
-            index,
-            uuid: format!("GPU-{index}"),
-            pci_bus_id: String::new(),
-            model: "m".into(),
-            serial: String::new(),
-            vbios: String::new(),
-        })))
+        Arc::new(Entity::gpu(Arc::new(GpuIdentity::bare(index))))
     }
 
     fn xid(e: &Arc<Entity>, at: SystemTime, code: u32) -> Incident {

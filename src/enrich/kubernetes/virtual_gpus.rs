@@ -148,16 +148,7 @@ mod tests {
     /// temperature, utilization and framebuffer.
     #[test]
     fn each_pods_sum_only_for_pod_held_devices_and_none_without_processes() {
-        let gpu = |index: u32| {
-            Arc::new(Entity::gpu(Arc::new(GpuIdentity {
-                index,
-                uuid: format!("GPU-{index}"),
-                pci_bus_id: String::new(),
-                model: "m".into(),
-                serial: String::new(),
-                vbios: String::new(),
-            })))
-        };
+        let gpu = |index: u32| Arc::new(Entity::gpu(Arc::new(GpuIdentity::bare(index))));
         let reply = ListPodResourcesResponse {
             pod_resources: vec![pod("a", "GPU-0::0"), pod("b", "GPU-0::1")],
         };
