@@ -491,6 +491,9 @@ impl Renderer {
         let mut samples = 0;
         for fam in families.iter() {
             let mut wrote_any = false;
+            // Fields written per attribute set are rare (two rows, with --kubernetes-virtual-gpus):
+            // looked for per entity only in a family that has some.
+            let fam_per_set = snap.per_set.iter().any(|p| p.row == fam.row);
             for (i, (e, labels)) in snap.entities.iter().zip(entities.iter_mut()).enumerate() {
                 let Some(v) = e.values.get(fam.row) else {
                     continue;
@@ -500,10 +503,13 @@ impl Renderer {
                     out.push_str(&fam.header);
                     wrote_any = true;
                 }
-                let per_set = snap
-                    .per_set
-                    .iter()
-                    .find(|p| p.entity == i && p.row == fam.row);
+                let per_set = fam_per_set
+                    .then(|| {
+                        snap.per_set
+                            .iter()
+                            .find(|p| p.entity == i && p.row == fam.row)
+                    })
+                    .flatten();
                 if let Some(per_set) = per_set {
                     let device = labels
                         .device
