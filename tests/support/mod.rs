@@ -8,7 +8,7 @@
 //! - [`api_server`]: the fake Kubernetes API server (pods, ResourceSlices, ConfigMaps; outages).
 //! - [`otlp`]: the one OTLP receiver (metrics and logs, gRPC and HTTP, TLS) and the one attribute reader.
 //! - [`peers`]: outside programs the tests drive (rotel, promtool ...): found, or skipped with a
-//!   printed reason outside CI.
+//!   printed reason outside CI; started and checked the one way.
 //! - [`own_process`]: run a test in a child process of its own (process-global state).
 #![allow(dead_code, unused_imports, clippy::unwrap_used, clippy::expect_used)]
 
