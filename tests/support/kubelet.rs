@@ -1,6 +1,6 @@
 //! The fake kubelet: a tonic gRPC server answering `v1.PodResourcesLister/List` on a unix socket, the
 //! one the end-to-end tests, the soak and the measurement benches talk to. It can go away (the socket
-//! is removed, open connections end) and come back on the same path, answer a reply that is not a
+//! is removed, open connections are cut) and come back on the same path, answer a reply that is not a
 //! `ListPodResourcesResponse`, and count the `List` calls it answered.
 
 use std::convert::Infallible;
@@ -90,28 +90,19 @@ impl tower::Service<http::Request<tonic::body::Body>> for Service {
 
 /// A fake kubelet on a unix socket; stopped on drop.
 pub struct Kubelet {
-    runtime: tokio::runtime::Runtime,
+    /// The runtime serving while up: shutting it down ends the server and every open connection.
+    runtime: Option<tokio::runtime::Runtime>,
     socket: PathBuf,
     state: Arc<Mutex<State>>,
-    stop: Option<(
-        tokio::sync::oneshot::Sender<()>,
-        tokio::task::JoinHandle<()>,
-    )>,
 }
 
 impl Kubelet {
     /// Serve `reply` on `socket` (a stale socket file there is replaced).
     pub fn start(socket: &Path, reply: Reply) -> Kubelet {
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .unwrap();
         let mut k = Kubelet {
-            runtime,
+            runtime: None,
             socket: socket.to_path_buf(),
             state: Arc::new(Mutex::new(State { reply, calls: 0 })),
-            stop: None,
         };
         k.up();
         k
@@ -119,29 +110,30 @@ impl Kubelet {
 
     /// Serve again on the same path (after [`Kubelet::down`]).
     pub fn up(&mut self) {
-        let _ = std::fs::remove_file(&self.socket);
-        let _guard = self.runtime.enter();
-        let listener = tokio::net::UnixListener::bind(&self.socket).unwrap();
-        let incoming = tokio_stream::wrappers::UnixListenerStream::new(listener);
-        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-        let svc = Service(self.state.clone());
-        let task = self.runtime.spawn(async move {
-            let _ = tonic::transport::Server::builder()
-                .serve_with_incoming_shutdown(svc, incoming, async {
-                    let _ = rx.await;
-                })
-                .await;
-        });
-        self.stop = Some((tx, task));
+        self.down();
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        {
+            let _guard = runtime.enter();
+            let listener = tokio::net::UnixListener::bind(&self.socket).unwrap();
+            let incoming = tokio_stream::wrappers::UnixListenerStream::new(listener);
+            let svc = Service(self.state.clone());
+            runtime.spawn(async move {
+                let _ = tonic::transport::Server::builder()
+                    .serve_with_incoming(svc, incoming)
+                    .await;
+            });
+        }
+        self.runtime = Some(runtime);
     }
 
-    /// Stop serving and remove the socket (the kubelet is down).
+    /// Stop serving, cut every open connection and remove the socket (the kubelet is down).
     pub fn down(&mut self) {
-        if let Some((tx, task)) = self.stop.take() {
-            let _ = tx.send(());
-            let _ = self
-                .runtime
-                .block_on(async { tokio::time::timeout(Duration::from_secs(5), task).await });
+        if let Some(runtime) = self.runtime.take() {
+            runtime.shutdown_timeout(Duration::from_secs(5));
         }
         let _ = std::fs::remove_file(&self.socket);
     }
