@@ -3,11 +3,12 @@
 //! with 40 pods holding the 56 slices (24 pods with one slice, 16 with two).
 //!
 //! Two figures, each over N refreshes (default 2,000):
-//! - `refresh`: the real [`KubernetesEnricher::enrich`] against an in-process fake kubelet on a unix
-//!   socket: connect, HTTP/2 handshake, `List`, decode, index, attribute every entity. CPU time is the
-//!   collector (calling) thread's, from `/proc/thread-self/schedstat` summed over all runs (the value is
-//!   only updated at scheduler events, so per-run readings are meaningless); the fake kubelet runs on
-//!   other threads and is not counted.
+//! - `refresh`: the real [`KubernetesEnricher::enrich`] against the tests' fake kubelet
+//!   (`tests/support/kubelet.rs`) on a unix socket: connect, HTTP/2 handshake, `List`, decode, index,
+//!   attribute every entity. CPU time is the collector (calling) thread's, from
+//!   `/proc/thread-self/schedstat` summed over all runs (the value is only updated at scheduler
+//!   events, so per-run readings are meaningless); the fake kubelet runs on other threads and is not
+//!   counted.
 //! - `match`: only [`Mapping::build`] + [`apply`] on an already decoded reply (no I/O).
 //!
 //! - `cost` (issue 14): one collection of the per-pod cost counters (accounting + the three families)
@@ -17,19 +18,17 @@
 //! Run: `cargo bench --bench kubernetes_mapping` (`-- --runs 500`; `-- --smoke`: 20 runs).
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests and benches fail loudly on purpose
 
-use std::convert::Infallible;
-use std::future::Future;
-use std::pin::Pin;
+#[path = "../tests/support/mod.rs"]
+mod support;
+
 use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use dcgm_otel::config::devices;
 use dcgm_otel::counters;
 use dcgm_otel::enrich::kubernetes::cost::{CostAccumulator, CostSettings, EqualShares};
 use dcgm_otel::enrich::kubernetes::podresources::{
-    ContainerDevices, ContainerResources, ListPodResourcesRequest, ListPodResourcesResponse,
-    PodResources,
+    ContainerDevices, ContainerResources, ListPodResourcesResponse, PodResources,
 };
 use dcgm_otel::enrich::kubernetes::{
     apply, GpuIdType, KubernetesConfig, KubernetesEnricher, Mapping, MatchRules, PodRef,
@@ -39,6 +38,7 @@ use dcgm_otel::snapshot::{Attribution, EntityReading};
 use dcgm_otel::source::sim::{self, Fleet, Scenario, SimSource};
 use dcgm_otel::source::Source;
 use dcgm_otel::telemetry::self_metrics::SelfMetrics;
+use support::kubelet::{Kubelet, Reply};
 
 fn thread_cpu_ns() -> u64 {
     std::fs::read_to_string("/proc/thread-self/schedstat")
@@ -95,29 +95,6 @@ fn reply(fleet: &Fleet) -> ListPodResourcesResponse {
     }
     ListPodResourcesResponse {
         pod_resources: pods,
-    }
-}
-
-#[derive(Clone)]
-struct Fake(Arc<ListPodResourcesResponse>);
-
-impl tower::Service<http::Request<tonic::body::Body>> for Fake {
-    type Response = http::Response<tonic::body::Body>;
-    type Error = Infallible;
-    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, Infallible>> + Send>>;
-    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
-        Poll::Ready(Ok(()))
-    }
-    fn call(&mut self, req: http::Request<tonic::body::Body>) -> Self::Future {
-        let reply = self.0.clone();
-        Box::pin(async move {
-            let codec = tonic_prost::ProstCodec::<ListPodResourcesResponse, ListPodResourcesRequest>::default();
-            let svc = tower::service_fn(move |_: tonic::Request<ListPodResourcesRequest>| {
-                let r = (*reply).clone();
-                async move { Ok::<_, tonic::Status>(tonic::Response::new(r)) }
-            });
-            Ok(tonic::server::Grpc::new(codec).unary(svc, req).await)
-        })
     }
 }
 
@@ -187,22 +164,7 @@ fn main() {
     // ---- full refresh against a fake kubelet
     let dir = tempfile::tempdir().expect("tempdir");
     let socket = dir.path().join("kubelet.sock");
-    let server_rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .expect("runtime");
-    {
-        let _g = server_rt.enter();
-        let listener = tokio::net::UnixListener::bind(&socket).expect("bind");
-        let incoming = tokio_stream::wrappers::UnixListenerStream::new(listener);
-        let fake = Fake(Arc::new(reply.clone()));
-        server_rt.spawn(async move {
-            let _ = tonic::transport::Server::builder()
-                .serve_with_incoming(fake, incoming)
-                .await;
-        });
-    }
+    let _kubelet = Kubelet::start(&socket, Reply::Pods(reply.clone()));
     let registry = SelfMetrics::new();
     let mut enricher = KubernetesEnricher::new(
         KubernetesConfig {

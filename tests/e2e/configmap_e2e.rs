@@ -1,15 +1,13 @@
-//! `-m namespace:name` / `DCGM_EXPORTER_CONFIGMAP_DATA` against a fake Kubernetes API server on
-//! 127.0.0.1 (plain HTTP, named by a kubeconfig): the counters come from the ConfigMap's `metrics` key,
-//! an update reloads them, a bad update keeps the running set (counted), and an absent ConfigMap, a
-//! missing key or a bad CSV stops start-up with one line (exit 2).
+//! `-m namespace:name` / `DCGM_EXPORTER_CONFIGMAP_DATA` against the fake Kubernetes API server
+//! (`support::api_server`: plain HTTP on 127.0.0.1, named by a kubeconfig, a bearer token): the
+//! counters come from the ConfigMap's `metrics` key, an update reloads them, a bad update keeps the
+//! running set (counted), and an absent ConfigMap, a missing key or a bad CSV stops start-up with one
+//! line (exit 2).
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail loudly on purpose
 
+use crate::support::api_server::ApiServer;
 use crate::support::common;
 
-use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
-use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::{get, run_to_exit, start, terminate};
@@ -17,157 +15,17 @@ use common::{get, run_to_exit, start, terminate};
 const NS: &str = "gpu-monitoring";
 const NAME: &str = "exporter-metrics-config-map";
 
-#[derive(Default)]
-struct State {
-    /// The ConfigMap's `data` as JSON (`None`: no ConfigMap).
-    data: Option<String>,
-    rv: u64,
-    watchers: Vec<std::sync::mpsc::Sender<String>>,
-    requests: Vec<String>,
-}
-
-/// Serves GET of the ConfigMap, and list + watch of the namespace's ConfigMaps by `metadata.name`.
-#[derive(Clone)]
-struct FakeApi {
-    state: Arc<Mutex<State>>,
-    port: u16,
-}
-
-fn object(data: &str, rv: u64) -> String {
-    format!(
-        r#"{{"kind":"ConfigMap","apiVersion":"v1","metadata":{{"name":"{NAME}","namespace":"{NS}","resourceVersion":"{rv}"}},"data":{data}}}"#
-    )
-}
-
 fn csv_data(csv: &str) -> String {
     format!(r#"{{"metrics":{}}}"#, serde_json::to_string(csv).unwrap())
 }
 
-impl FakeApi {
-    fn start(data: Option<String>) -> FakeApi {
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let port = listener.local_addr().unwrap().port();
-        let api = FakeApi {
-            state: Arc::new(Mutex::new(State {
-                data,
-                rv: 10,
-                ..State::default()
-            })),
-            port,
-        };
-        let a = api.clone();
-        std::thread::spawn(move || {
-            for conn in listener.incoming() {
-                let Ok(conn) = conn else { continue };
-                let a = a.clone();
-                std::thread::spawn(move || a.serve(conn));
-            }
-        });
-        api
+/// The fake API server serving the ConfigMap `NS/NAME` with `data` (none: no ConfigMap).
+fn api_with(data: Option<String>) -> ApiServer {
+    let api = ApiServer::start("node-a");
+    if let Some(data) = data {
+        api.put_configmap(NS, NAME, data);
     }
-
-    fn serve(&self, mut conn: TcpStream) {
-        let mut head = Vec::new();
-        let mut byte = [0u8; 1];
-        while !head.ends_with(b"\r\n\r\n") {
-            match conn.read(&mut byte) {
-                Ok(1) => head.push(byte[0]),
-                _ => return,
-            }
-        }
-        let head = String::from_utf8_lossy(&head).to_string();
-        let target = head.split_whitespace().nth(1).unwrap_or("").to_string();
-        let (path, query) = target.split_once('?').unwrap_or((&target, ""));
-        let reply = |conn: &mut TcpStream, status: &str, body: &str| {
-            let _ = write!(
-                conn,
-                "HTTP/1.1 {status}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                body.len()
-            );
-        };
-        let mut s = self.state.lock().unwrap();
-        s.requests.push(target.clone());
-        assert!(
-            head.contains("Authorization: Bearer t0k3n")
-                || head.contains("authorization: Bearer t0k3n"),
-            "no token: {head}"
-        );
-        let one = format!("/api/v1/namespaces/{NS}/configmaps/{NAME}");
-        let collection = format!("/api/v1/namespaces/{NS}/configmaps");
-        if path == one {
-            match &s.data {
-                Some(d) => {
-                    let body = object(d, s.rv);
-                    drop(s);
-                    reply(&mut conn, "200 OK", &body);
-                }
-                None => {
-                    drop(s);
-                    reply(
-                        &mut conn,
-                        "404 Not Found",
-                        r#"{"kind":"Status","code":404,"reason":"NotFound"}"#,
-                    );
-                }
-            }
-            return;
-        }
-        if path != collection || !query.contains(&format!("fieldSelector=metadata.name%3D{NAME}")) {
-            drop(s);
-            reply(&mut conn, "404 Not Found", "{}");
-            return;
-        }
-        if !query.contains("watch=") {
-            let items = s.data.as_ref().map(|d| object(d, s.rv)).unwrap_or_default();
-            let body = format!(
-                r#"{{"kind":"ConfigMapList","metadata":{{"resourceVersion":"{}"}},"items":[{items}]}}"#,
-                s.rv
-            );
-            drop(s);
-            reply(&mut conn, "200 OK", &body);
-            return;
-        }
-        let _ = write!(
-            conn,
-            "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
-        );
-        let _ = conn.flush();
-        let (tx, rx) = std::sync::mpsc::channel::<String>();
-        s.watchers.push(tx);
-        drop(s);
-        while let Ok(line) = rx.recv() {
-            let line = format!("{line}\n");
-            if write!(conn, "{:x}\r\n{line}\r\n", line.len()).is_err() || conn.flush().is_err() {
-                return;
-            }
-        }
-    }
-
-    /// Change the ConfigMap's data: a MODIFIED event to every watch.
-    fn update(&self, data: String) {
-        let mut s = self.state.lock().unwrap();
-        s.rv += 1;
-        let line = format!(r#"{{"type":"MODIFIED","object":{}}}"#, object(&data, s.rv));
-        s.data = Some(data);
-        s.watchers.retain(|w| w.send(line.clone()).is_ok());
-    }
-
-    fn watching(&self) -> bool {
-        !self.state.lock().unwrap().watchers.is_empty()
-    }
-
-    fn kubeconfig(&self, dir: &Path) -> PathBuf {
-        let path = dir.join("kubeconfig");
-        std::fs::write(
-            &path,
-            format!(
-                "apiVersion: v1\nkind: Config\ncurrent-context: test\nclusters:\n- name: c\n  cluster: {{server: 'http://127.0.0.1:{}'}}\ncontexts:\n- name: test\n  context: {{cluster: c, user: u}}\nusers:\n- name: u\n  user: {{token: t0k3n}}\n",
-                self.port
-            ),
-        )
-        .unwrap();
-        path
-    }
+    api
 }
 
 /// The DCGM families of a body.
@@ -204,7 +62,7 @@ const TEMP_POWER: &str =
 #[test]
 fn counters_from_the_configmap_follow_its_updates_and_keep_the_set_on_a_bad_one() {
     let dir = tempfile::tempdir().unwrap();
-    let api = FakeApi::start(Some(csv_data(TEMP)));
+    let api = api_with(Some(csv_data(TEMP)));
     let kubeconfig = api.kubeconfig(dir.path());
     let spec = format!("{NS}:{NAME}");
     let e = start(
@@ -212,15 +70,15 @@ fn counters_from_the_configmap_follow_its_updates_and_keep_the_set_on_a_bad_one(
         &[("KUBECONFIG", kubeconfig.to_str().unwrap())],
     );
     assert_eq!(families(&scrape(e.port)), ["DCGM_FI_DEV_GPU_TEMP"]);
-    wait_for("the ConfigMap watch", || api.watching());
+    wait_for("the ConfigMap watch", || api.watches_configmap(NS, NAME));
 
-    api.update(csv_data(TEMP_POWER));
+    api.put_configmap(NS, NAME, csv_data(TEMP_POWER));
     wait_for("the updated counters", || {
         families(&scrape(e.port)) == ["DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_POWER_USAGE"]
     });
 
     // A bad update: the running set stays, the failure is counted.
-    api.update(csv_data("DCGM_FI_NOPE, gauge, x\n"));
+    api.put_configmap(NS, NAME, csv_data("DCGM_FI_NOPE, gauge, x\n"));
     wait_for("the failed reload counted", || {
         scrape(e.port).contains("dcgm_otel_config_reloads_total{result=\"failure\"} 1")
     });
@@ -230,7 +88,7 @@ fn counters_from_the_configmap_follow_its_updates_and_keep_the_set_on_a_bad_one(
     );
 
     // A good one after it applies (the 2 s between reloads may postpone it, never drop it).
-    api.update(csv_data(TEMP));
+    api.put_configmap(NS, NAME, csv_data(TEMP));
     wait_for("the good update after the bad one", || {
         families(&scrape(e.port)) == ["DCGM_FI_DEV_GPU_TEMP"]
     });
@@ -264,7 +122,7 @@ fn absent_configmap_missing_key_and_bad_csv_stop_start_up_with_one_line() {
         ),
     ];
     for (data, want) in cases {
-        let api = FakeApi::start(data);
+        let api = api_with(data);
         let kubeconfig = api.kubeconfig(dir.path());
         let (code, err) = run_to_exit(
             &["--simulate", "-m", &spec],

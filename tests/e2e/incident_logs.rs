@@ -478,49 +478,13 @@ fn otlp_logs_false_sends_no_records() {
 
 // ---- rotel ---------------------------------------------------------------------------------------
 
-struct Rotel(std::process::Child);
-
-impl Drop for Rotel {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 #[test]
 fn rotel_receives_the_records_over_grpc_and_http() {
-    let Some(bin) = peers::rotel() else { return };
     let dir = tempfile::tempdir().unwrap();
-    let (gp, hp) = (common::free_port(), common::free_port());
-    let log = dir.path().join("rotel.log");
-    let out = std::fs::File::create(&log).unwrap();
-    let child = std::process::Command::new(&bin)
-        .args(["start", "--otlp-grpc-endpoint", &format!("127.0.0.1:{gp}")])
-        .args(["--otlp-http-endpoint", &format!("127.0.0.1:{hp}")])
-        .args([
-            "--exporter",
-            "blackhole",
-            "--debug-log",
-            "logs",
-            "--debug-log-verbosity",
-            "detailed",
-        ])
-        .args([
-            "--pid-file",
-            &dir.path().join("rotel.pid").display().to_string(),
-        ])
-        .stdout(out.try_clone().unwrap())
-        .stderr(out)
-        .spawn()
-        .expect("cannot start rotel");
-    let _rotel = Rotel(child);
-    let deadline = Instant::now() + WAIT;
-    while std::net::TcpStream::connect(("127.0.0.1", gp)).is_err()
-        || std::net::TcpStream::connect(("127.0.0.1", hp)).is_err()
-    {
-        assert!(Instant::now() < deadline, "rotel did not listen");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let Some(rotel) = peers::Rotel::start(dir.path(), "logs") else {
+        return;
+    };
+    let (gp, hp) = (rotel.grpc_port, rotel.http_port);
     // gRPC with a scheme-less endpoint made plaintext by INSECURE; HTTP through the generic base URL.
     let grpc = export_logs(vec![
         ("OTEL_EXPORTER_OTLP_ENDPOINT", format!("127.0.0.1:{gp}")),
@@ -542,38 +506,25 @@ fn rotel_receives_the_records_over_grpc_and_http() {
             assert!(text.contains(&clean), "{protocol}: lacks {clean}:\n{text}");
         }
     }
-    let deadline = Instant::now() + WAIT;
-    let text = loop {
-        let t = std::fs::read_to_string(&log).unwrap_or_default();
-        if t.matches("nvidia.gpu.health").count() >= 2 {
-            break t;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "rotel did not log both exports:\n{}",
-            &t[..t.len().min(4000)]
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    };
-    for needle in [
-        "XID 31: GPU memory page fault",
-        "XID 48: Double Bit ECC Error",
-        "Detected 1 volatile double-bit ECC error(s) in GPU 1.",
-        "k8s.pod.name: Str(trainer-0)",
-        "nvidia.xid.code: Int(48)",
-        "nvidia.health.error_code: Str(DCGM_FR_VOLATILE_DBE_DETECTED)",
-        "nvidia.clock_event.reason: Str(hw_thermal)",
-        "SeverityText: FATAL",
-        "SeverityNumber: SEVERITY_NUMBER_FATAL(21)",
-        "EventName: nvidia.gpu.health",
-        "Timestamp: 1005000000000",
-    ] {
-        assert!(
-            text.contains(needle),
-            "rotel log lacks '{needle}':\n{}",
-            &text[..text.len().min(6000)]
-        );
-    }
+    let text = rotel.log_when("both exports", |t| {
+        t.matches("nvidia.gpu.health").count() >= 2
+    });
+    peers::assert_rotel_logged(
+        &text,
+        &[
+            "XID 31: GPU memory page fault",
+            "XID 48: Double Bit ECC Error",
+            "Detected 1 volatile double-bit ECC error(s) in GPU 1.",
+            "k8s.pod.name: Str(trainer-0)",
+            "nvidia.xid.code: Int(48)",
+            "nvidia.health.error_code: Str(DCGM_FR_VOLATILE_DBE_DETECTED)",
+            "nvidia.clock_event.reason: Str(hw_thermal)",
+            "SeverityText: FATAL",
+            "SeverityNumber: SEVERITY_NUMBER_FATAL(21)",
+            "EventName: nvidia.gpu.health",
+            "Timestamp: 1005000000000",
+        ],
+    );
 }
 
 /// Waiting records share their Resource: records of the same entity, in one snapshot or in later ones,

@@ -1,202 +1,25 @@
-//! End to end: the built `dcgm-otel` binary on the simulated fleet with `-k`, talking to a fake kubelet
-//! (a tonic gRPC server serving `v1.PodResourcesLister/List` on a unix socket in a temp dir), scraped
-//! over HTTP. Asserts the exposition lines a user sees: which series carry which pod, what happens when
-//! the kubelet goes away or answers garbage, and that the kubelet is asked once per collect interval
-//! however many scrapes happen. Also the HPC job directory (`--hpc-job-mapping-dir`).
+//! End to end: the built `dcgm-otel` binary on the simulated fleet with `-k`, talking to the fake kubelet
+//! (`support::kubelet`: `v1.PodResourcesLister/List` on a unix socket in a temp dir) and the fake
+//! Kubernetes API server (`support::api_server`), scraped over HTTP. Asserts the exposition lines a
+//! user sees: which series carry which pod, what happens when the kubelet goes away or answers
+//! garbage, and that the kubelet is asked once per collect interval however many scrapes happen. Also the HPC job directory (`--hpc-job-mapping-dir`).
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests and benches fail loudly on purpose
 
-use std::convert::Infallible;
-use std::future::Future;
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
-use std::pin::Pin;
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
+use crate::support::api_server::{self, ApiServer};
 use crate::support::fake_lib;
+use crate::support::kubelet::{container, pod, pods, Kubelet, Reply};
 use dcgm_otel::enrich::kubernetes::api::{MAX_LIST_PAGE, MAX_WATCH_LINE};
 use dcgm_otel::enrich::kubernetes::podresources::{
-    ClaimResource, ContainerDevices, ContainerResources, DynamicResource, ListPodResourcesRequest,
-    ListPodResourcesResponse, NumaNode, PodResources, TopologyInfo, LIST_PATH,
+    ClaimResource, ContainerResources, DynamicResource,
 };
 use dcgm_otel::source::sim::{Fleet, Scenario};
-
-// ------------------------------------------------------------------------------------------------
-// The fake kubelet
-
-/// What the fake kubelet answers to `List`.
-#[derive(Clone)]
-enum Reply {
-    Pods(ListPodResourcesResponse),
-    /// A well-framed gRPC reply whose protobuf is not a `ListPodResourcesResponse` (field 1 as a varint).
-    Garbage,
-}
-
-/// Not a `ListPodResourcesResponse`: field 1 with the wrong wire type.
-#[derive(Clone, PartialEq, ::prost::Message)]
-struct GarbageReply {
-    #[prost(uint64, tag = "1")]
-    x: u64,
-}
-
-struct FakeState {
-    reply: Reply,
-    calls: u64,
-}
-
-#[derive(Clone)]
-struct FakeService(Arc<Mutex<FakeState>>);
-
-type BoxFut<T> = Pin<Box<dyn Future<Output = T> + Send>>;
-
-impl tower::Service<http::Request<tonic::body::Body>> for FakeService {
-    type Response = http::Response<tonic::body::Body>;
-    type Error = Infallible;
-    type Future = BoxFut<Result<Self::Response, Infallible>>;
-
-    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
-        Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, req: http::Request<tonic::body::Body>) -> Self::Future {
-        let state = self.0.clone();
-        Box::pin(async move {
-            if req.uri().path() != LIST_PATH {
-                return Ok(tonic::Status::unimplemented("fake kubelet: List only").into_http());
-            }
-            let reply = {
-                let mut s = state.lock().unwrap();
-                s.calls += 1;
-                s.reply.clone()
-            };
-            Ok(match reply {
-                Reply::Pods(pods) => {
-                    let codec = tonic_prost::ProstCodec::<
-                        ListPodResourcesResponse,
-                        ListPodResourcesRequest,
-                    >::default();
-                    let svc =
-                        tower::service_fn(move |_: tonic::Request<ListPodResourcesRequest>| {
-                            let pods = pods.clone();
-                            async move { Ok::<_, tonic::Status>(tonic::Response::new(pods)) }
-                        });
-                    tonic::server::Grpc::new(codec).unary(svc, req).await
-                }
-                Reply::Garbage => {
-                    let codec =
-                        tonic_prost::ProstCodec::<GarbageReply, ListPodResourcesRequest>::default();
-                    let svc =
-                        tower::service_fn(|_: tonic::Request<ListPodResourcesRequest>| async {
-                            Ok::<_, tonic::Status>(tonic::Response::new(GarbageReply { x: 7 }))
-                        });
-                    tonic::server::Grpc::new(codec).unary(svc, req).await
-                }
-            })
-        })
-    }
-}
-
-/// A fake kubelet on a unix socket; can be stopped and started again on the same path.
-struct FakeKubelet {
-    runtime: tokio::runtime::Runtime,
-    socket: PathBuf,
-    state: Arc<Mutex<FakeState>>,
-    stop: Option<(
-        tokio::sync::oneshot::Sender<()>,
-        tokio::task::JoinHandle<()>,
-    )>,
-}
-
-impl FakeKubelet {
-    fn start(socket: &Path, reply: Reply) -> FakeKubelet {
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .unwrap();
-        let mut k = FakeKubelet {
-            runtime,
-            socket: socket.to_path_buf(),
-            state: Arc::new(Mutex::new(FakeState { reply, calls: 0 })),
-            stop: None,
-        };
-        k.up();
-        k
-    }
-
-    fn up(&mut self) {
-        let _ = std::fs::remove_file(&self.socket);
-        let _guard = self.runtime.enter();
-        let listener = tokio::net::UnixListener::bind(&self.socket).unwrap();
-        let incoming = tokio_stream::wrappers::UnixListenerStream::new(listener);
-        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-        let svc = FakeService(self.state.clone());
-        let task = self.runtime.spawn(async move {
-            let _ = tonic::transport::Server::builder()
-                .serve_with_incoming_shutdown(svc, incoming, async {
-                    let _ = rx.await;
-                })
-                .await;
-        });
-        self.stop = Some((tx, task));
-    }
-
-    /// Stop serving and remove the socket (the kubelet is down).
-    fn down(&mut self) {
-        if let Some((tx, task)) = self.stop.take() {
-            let _ = tx.send(());
-            let _ = self
-                .runtime
-                .block_on(async { tokio::time::timeout(Duration::from_secs(5), task).await });
-        }
-        let _ = std::fs::remove_file(&self.socket);
-    }
-
-    fn set_reply(&self, reply: Reply) {
-        self.state.lock().unwrap().reply = reply;
-    }
-
-    fn calls(&self) -> u64 {
-        self.state.lock().unwrap().calls
-    }
-}
-
-impl Drop for FakeKubelet {
-    fn drop(&mut self) {
-        self.down();
-    }
-}
-
-fn container(name: &str, resource: &str, ids: &[&str]) -> ContainerResources {
-    ContainerResources {
-        name: name.into(),
-        devices: vec![ContainerDevices {
-            resource_name: resource.into(),
-            device_ids: ids.iter().map(|s| s.to_string()).collect(),
-            topology: Some(TopologyInfo {
-                nodes: vec![NumaNode { id: 0 }],
-            }),
-        }],
-        dynamic_resources: vec![],
-    }
-}
-
-fn pod(namespace: &str, name: &str, containers: Vec<ContainerResources>) -> PodResources {
-    PodResources {
-        name: name.into(),
-        namespace: namespace.into(),
-        containers,
-    }
-}
-
-fn pods(list: Vec<PodResources>) -> Reply {
-    Reply::Pods(ListPodResourcesResponse {
-        pod_resources: list,
-    })
-}
 
 // ------------------------------------------------------------------------------------------------
 // The exporter under test
@@ -405,7 +228,7 @@ fn whole_gpu_by_uuid_and_mig_slices_by_mig_id() {
     let f = fleet("default");
     let sock = socket_in(dir.path());
     let mig = &f.mig[1];
-    let _kubelet = FakeKubelet::start(
+    let _kubelet = Kubelet::start(
         &sock,
         pods(vec![
             pod(
@@ -471,7 +294,7 @@ fn old_namespace_labels_and_device_name_ids_with_gke_mig_forms() {
     let sock = socket_in(dir.path());
     let gi_2g = f.mig[1][1].0;
     let gke_mig = format!("nvidia1/gi{gi_2g}/vgpu0");
-    let _kubelet = FakeKubelet::start(
+    let _kubelet = Kubelet::start(
         &sock,
         pods(vec![
             pod(
@@ -521,7 +344,7 @@ fn settings_from_dcgm_exporter_environment_variables() {
     let dir = tempfile::tempdir().unwrap();
     let f = fleet("default");
     let sock = socket_in(dir.path());
-    let _kubelet = FakeKubelet::start(
+    let _kubelet = Kubelet::start(
         &sock,
         pods(vec![
             pod(
@@ -570,7 +393,7 @@ fn uuid_ids_do_not_match_in_device_name_mode_and_vice_versa() {
     let dir = tempfile::tempdir().unwrap();
     let f = fleet("default");
     let sock = socket_in(dir.path());
-    let _kubelet = FakeKubelet::start(
+    let _kubelet = Kubelet::start(
         &sock,
         pods(vec![pod(
             "ns",
@@ -602,7 +425,7 @@ fn shared_gpu_gets_one_series_per_pod_and_unallocated_gpus_none() {
     let f = fleet("default");
     let sock = socket_in(dir.path());
     let u0 = &f.gpu_uuid[0];
-    let _kubelet = FakeKubelet::start(
+    let _kubelet = Kubelet::start(
         &sock,
         pods(vec![
             pod(
@@ -667,7 +490,7 @@ fn no_pod_uid_without_the_flag_or_without_a_readable_checkpoint() {
         ),
     )
     .unwrap();
-    let _kubelet = FakeKubelet::start(
+    let _kubelet = Kubelet::start(
         &sock,
         pods(vec![pod(
             "ns",
@@ -760,7 +583,7 @@ fn kubelet_down_then_back_and_garbage_replies() {
         "trainer-0",
         vec![container("cuda", "nvidia.com/gpu", &[&f.gpu_uuid[0]])],
     )]);
-    let mut kubelet = FakeKubelet::start(&sock, good.clone());
+    let mut kubelet = Kubelet::start(&sock, good.clone());
     let ex = exporter(
         dir.path(),
         "default",
@@ -853,7 +676,7 @@ fn kubelet_is_asked_once_per_interval_however_many_scrapes() {
             ));
         }
     }
-    let kubelet = FakeKubelet::start(&sock, pods(list));
+    let kubelet = Kubelet::start(&sock, pods(list));
     let ex = exporter(
         dir.path(),
         "dgx-h100-mig",
@@ -967,300 +790,12 @@ fn hpc_job_files_become_hpc_job_labels() {
     assert_eq!(log_count(&ex, "not a readable directory"), 1);
 }
 
-/// Figure for the closing note, not a check (no timing assertion): kubelet `List` calls per minute at a
-/// 1 s collect interval while 10 scrapers hit /metrics concurrently. Run by hand:
-/// `cargo test --release --test kubernetes_e2e -- --ignored --nocapture figure_`.
-#[test]
-#[ignore = "60 s measurement; prints a figure"]
-fn figure_kubelet_calls_per_minute_with_10_scrapers() {
-    let dir = tempfile::tempdir().unwrap();
-    let f = fleet("dgx-h100-mig");
-    let sock = socket_in(dir.path());
-    let mut list = Vec::new();
-    for (g, slices) in f.mig.iter().enumerate() {
-        for (i, (_, _, uuid)) in slices.iter().enumerate() {
-            list.push(pod(
-                "infer",
-                &format!("i-{g}-{i}"),
-                vec![container("c", "nvidia.com/mig-1g.10gb", &[uuid])],
-            ));
-        }
-    }
-    let kubelet = FakeKubelet::start(&sock, pods(list));
-    let port = free_port();
-    let log = std::fs::File::create(dir.path().join("exporter.log")).unwrap();
-    let address = format!("127.0.0.1:{port}");
-    let child = Command::new(env!("CARGO_BIN_EXE_dcgm-otel"))
-        .args([
-            "--simulate=dgx-h100-mig",
-            "-c",
-            "1000",
-            "-a",
-            &address,
-            "-k",
-            "--pod-resources-kubelet-socket",
-        ])
-        .arg(&sock)
-        .env_clear()
-        .stdout(Stdio::null())
-        .stderr(log)
-        .spawn()
-        .unwrap();
-    let ex = Exporter {
-        child,
-        port,
-        log: dir.path().join("exporter.log"),
-    };
-    scrape_until(ex.port, "pod labels", |b| b.contains("pod=\"i-4-0\""));
-    let calls0 = kubelet.calls();
-    let started = Instant::now();
-    let scrapers: Vec<_> = (0..10)
-        .map(|_| {
-            std::thread::spawn(move || {
-                let mut n = 0u64;
-                while started.elapsed() < Duration::from_secs(60) {
-                    if scrape(port).is_some() {
-                        n += 1;
-                    }
-                    std::thread::sleep(Duration::from_millis(50));
-                }
-                n
-            })
-        })
-        .collect();
-    let scrapes: u64 = scrapers.into_iter().map(|t| t.join().unwrap()).sum();
-    let minutes = started.elapsed().as_secs_f64() / 60.0;
-    let calls = kubelet.calls() - calls0;
-    println!(
-        "FIGURE: -c 1000, 10 concurrent scrapers: {:.0} scrapes/min, {:.1} kubelet List calls/min",
-        scrapes as f64 / minutes,
-        calls as f64 / minutes
-    );
-}
-
-// ------------------------------------------------------------------------------------------------
-// A fake Kubernetes API server: list and watch of pods (and GPU ResourceSlices) over plain HTTP/1.1,
-// with an event log so that a watch from a resourceVersion replays what came after it, a 410 Gone
-// after "compaction", dropped watch connections, and an outage.
-
-#[derive(Default)]
-struct ApiState {
-    /// Current objects by key, as JSON, per collection path.
-    pods: std::collections::BTreeMap<String, String>,
-    slices: Vec<String>,
-    /// (resourceVersion, event JSON line) of every pod change.
-    log: Vec<(u64, String)>,
-    rv: u64,
-    /// Watches from a version below this get a 410 ERROR event.
-    compacted: u64,
-    /// Senders to the open pod watches; dropping them ends those streams abruptly.
-    watchers: Vec<std::sync::mpsc::Sender<String>>,
-    down: bool,
-    lists: u64,
-    watches: u64,
-    queries: Vec<String>,
-}
-
-#[derive(Clone)]
-struct FakeApi {
-    state: Arc<Mutex<ApiState>>,
-    port: u16,
-}
-
-fn pod_json(ns: &str, name: &str, uid: &str, rv: u64, labels: &[(&str, &str)]) -> String {
-    let labels: Vec<String> = labels
-        .iter()
-        .map(|(k, v)| format!("\"{k}\":\"{v}\""))
-        .collect();
-    format!(
-        r#"{{"kind":"Pod","apiVersion":"v1","metadata":{{"name":"{name}","namespace":"{ns}","uid":"{uid}","resourceVersion":"{rv}","labels":{{{}}}}},"spec":{{"nodeName":"node-a"}}}}"#,
-        labels.join(",")
-    )
-}
-
-impl FakeApi {
-    fn start() -> FakeApi {
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let port = listener.local_addr().unwrap().port();
-        let api = FakeApi {
-            state: Arc::new(Mutex::new(ApiState {
-                rv: 100,
-                ..ApiState::default()
-            })),
-            port,
-        };
-        let a = api.clone();
-        std::thread::spawn(move || {
-            for conn in listener.incoming() {
-                let Ok(conn) = conn else { continue };
-                let a = a.clone();
-                std::thread::spawn(move || a.serve(conn));
-            }
-        });
-        api
-    }
-
-    fn serve(&self, mut conn: TcpStream) {
-        let mut head = Vec::new();
-        let mut byte = [0u8; 1];
-        while !head.ends_with(b"\r\n\r\n") {
-            match conn.read(&mut byte) {
-                Ok(1) => head.push(byte[0]),
-                _ => return,
-            }
-        }
-        let head = String::from_utf8_lossy(&head).to_string();
-        let target = head.split_whitespace().nth(1).unwrap_or("").to_string();
-        let (path, query) = target.split_once('?').unwrap_or((&target, ""));
-        let param = |k: &str| {
-            query
-                .split('&')
-                .find_map(|kv| kv.strip_prefix(&format!("{k}=")))
-                .map(str::to_string)
-        };
-        let mut s = self.state.lock().unwrap();
-        if s.down {
-            return; // connection closed without an answer
-        }
-        s.queries.push(target.clone());
-        let json = |conn: &mut TcpStream, status: &str, body: &str| {
-            let _ = write!(
-                conn,
-                "HTTP/1.1 {status}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                body.len()
-            );
-        };
-        let slices = path.starts_with("/apis/resource.k8s.io/v1/resourceslices");
-        if param("watch").is_none() {
-            s.lists += 1;
-            let items: Vec<String> = if slices {
-                s.slices.clone()
-            } else {
-                s.pods.values().cloned().collect()
-            };
-            let body = format!(
-                r#"{{"kind":"List","metadata":{{"resourceVersion":"{}"}},"items":[{}]}}"#,
-                s.rv,
-                items.join(",")
-            );
-            drop(s);
-            json(&mut conn, "200 OK", &body);
-            return;
-        }
-        s.watches += 1;
-        let from: u64 = param("resourceVersion")
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0);
-        let _ = write!(
-            conn,
-            "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
-        );
-        let chunk = |conn: &mut TcpStream, line: &str| {
-            let line = format!("{line}\n");
-            write!(conn, "{:x}\r\n{line}\r\n", line.len()).is_ok() && conn.flush().is_ok()
-        };
-        if slices {
-            // ResourceSlices never change in these tests: hold the watch open.
-            drop(s);
-            std::thread::sleep(Duration::from_secs(600));
-            return;
-        }
-        if from < s.compacted {
-            let gone = r#"{"type":"ERROR","object":{"kind":"Status","apiVersion":"v1","status":"Failure","message":"too old resource version","reason":"Expired","code":410}}"#;
-            drop(s);
-            chunk(&mut conn, gone);
-            let _ = write!(conn, "0\r\n\r\n");
-            return;
-        }
-        let replay: Vec<String> = s
-            .log
-            .iter()
-            .filter(|(rv, _)| *rv > from)
-            .map(|(_, l)| l.clone())
-            .collect();
-        let (tx, rx) = std::sync::mpsc::channel::<String>();
-        s.watchers.push(tx);
-        drop(s);
-        for l in replay {
-            if !chunk(&mut conn, &l) {
-                return;
-            }
-        }
-        // Until the test drops the sender: then the connection is closed without a final chunk.
-        while let Ok(l) = rx.recv() {
-            if !chunk(&mut conn, &l) {
-                return;
-            }
-        }
-        let _ = conn.shutdown(std::net::Shutdown::Both);
-    }
-
-    /// Add or change a pod (an ADDED or MODIFIED event to every watch).
-    fn put_pod(&self, ns: &str, name: &str, uid: &str, labels: &[(&str, &str)]) {
-        let mut s = self.state.lock().unwrap();
-        s.rv += 1;
-        let rv = s.rv;
-        let key = format!("{ns}/{name}");
-        let kind = if s.pods.contains_key(&key) {
-            "MODIFIED"
-        } else {
-            "ADDED"
-        };
-        let obj = pod_json(ns, name, uid, rv, labels);
-        s.pods.insert(key, obj.clone());
-        let line = format!(r#"{{"type":"{kind}","object":{obj}}}"#);
-        s.log.push((rv, line.clone()));
-        s.watchers.retain(|w| w.send(line.clone()).is_ok());
-    }
-
-    /// Close every open watch connection abruptly.
-    fn drop_watches(&self) {
-        self.state.lock().unwrap().watchers.clear();
-    }
-
-    /// Forget history: watches from an older version get 410 Gone; open ones are told so now.
-    fn compact(&self) {
-        let mut s = self.state.lock().unwrap();
-        s.compacted = s.rv + 1;
-        let gone = r#"{"type":"ERROR","object":{"kind":"Status","code":410,"reason":"Expired","message":"too old resource version"}}"#;
-        s.watchers.retain(|w| w.send(gone.to_string()).is_ok());
-        s.watchers.clear();
-    }
-
-    fn set_down(&self, down: bool) {
-        let mut s = self.state.lock().unwrap();
-        s.down = down;
-        if down {
-            s.watchers.clear();
-        }
-    }
-
-    fn counts(&self) -> (u64, u64) {
-        let s = self.state.lock().unwrap();
-        (s.lists, s.watches)
-    }
-
-    /// A kubeconfig naming this server (plain HTTP, a bearer token).
-    fn kubeconfig(&self, dir: &Path) -> PathBuf {
-        let path = dir.join("kubeconfig");
-        std::fs::write(
-            &path,
-            format!(
-                "apiVersion: v1\nkind: Config\ncurrent-context: test\nclusters:\n- name: c\n  cluster: {{server: 'http://127.0.0.1:{}'}}\ncontexts:\n- name: test\n  context: {{cluster: c, user: u}}\nusers:\n- name: u\n  user: {{token: t0k3n}}\n",
-                self.port
-            ),
-        )
-        .unwrap();
-        path
-    }
-}
-
 #[test]
 fn pod_labels_and_uid_from_the_api_watch_through_changes_410_drops_and_outages() {
     let dir = tempfile::tempdir().unwrap();
     let f = fleet("default");
     let sock = socket_in(dir.path());
-    let _kubelet = FakeKubelet::start(
+    let _kubelet = Kubelet::start(
         &sock,
         pods(vec![pod(
             "team-a",
@@ -1268,7 +803,7 @@ fn pod_labels_and_uid_from_the_api_watch_through_changes_410_drops_and_outages()
             vec![container("cuda", "nvidia.com/gpu", &[&f.gpu_uuid[0]])],
         )]),
     );
-    let api = FakeApi::start();
+    let api = ApiServer::start("node-a");
     let uid = "5b0c1f3e-0000-4000-8000-000000000001";
     api.put_pod(
         "team-a",
@@ -1321,7 +856,7 @@ fn pod_labels_and_uid_from_the_api_watch_through_changes_410_drops_and_outages()
         gpu0(b) == with(Some("a"))
     });
     // The watch asks for this node's pods only.
-    let queries = api.state.lock().unwrap().queries.clone();
+    let queries = api.requests();
     assert!(
         queries
             .iter()
@@ -1385,7 +920,7 @@ fn pod_labels_and_uid_from_the_api_watch_through_changes_410_drops_and_outages()
     scrape_until(ex.port, "label back", |b| gpu0(b) == team_e);
     // The API goes down: collections go on with the last known labels, then (10 intervals, at least
     // 10 s) without them and without the API's UID; the kubelet mapping stays.
-    api.set_down(true);
+    api.set_mute(true);
     let collects = |b: &str| value(b, "dcgm_otel_collects_total{source=\"simulated\"}");
     let c0 = collects(&scrape(ex.port).unwrap());
     let b = scrape_until(ex.port, "collections while the API is down", |b| {
@@ -1396,7 +931,7 @@ fn pod_labels_and_uid_from_the_api_watch_through_changes_410_drops_and_outages()
         gpu0(b) == temp_line(&f, 0, None, &pod_attrs("cuda", "team-a", "trainer-0"))
     });
     // Back: a new list restores them.
-    api.set_down(false);
+    api.set_mute(false);
     scrape_until(ex.port, "labels back with the API", |b| gpu0(b) == team_e);
     assert_eq!(log_count(&ex, "Kubernetes API request failed"), 1);
     assert_eq!(log_count(&ex, "Kubernetes API still unreachable"), 1);
@@ -1432,7 +967,7 @@ fn shared_gpu_pods_get_the_vgpu_label_and_dra_claims_their_device() {
             ],
         }],
     });
-    let _kubelet = FakeKubelet::start(
+    let _kubelet = Kubelet::start(
         &sock,
         pods(vec![
             pod(
@@ -1448,8 +983,8 @@ fn shared_gpu_pods_get_the_vgpu_label_and_dra_claims_their_device() {
             dra_pod,
         ]),
     );
-    let api = FakeApi::start();
-    api.state.lock().unwrap().slices.push(format!(
+    let api = ApiServer::start("node-a");
+    api.add_slice(format!(
         r#"{{"metadata":{{"name":"node-a-gpu.nvidia.com-x"}},"spec":{{"driver":"gpu.nvidia.com","nodeName":"node-a","pool":{{"name":"node-a","generation":1,"resourceSliceCount":1}},"devices":[{{"name":"gpu-0","attributes":{{"type":{{"string":"gpu"}},"uuid":{{"string":"{u0}"}}}}}},{{"name":"mig-1-3","attributes":{{"type":{{"string":"mig"}},"uuid":{{"string":"{mig_uuid}"}},"parentUUID":{{"string":"{}"}},"profile":{{"string":"{profile}"}}}}}}]}}}}"#,
         f.gpu_uuid[1]
     ));
@@ -1579,80 +1114,6 @@ fn simulated_cluster_serves_pods_labels_and_cost_counters_without_a_kubelet() {
     assert_eq!(log_count(&ex, "SIMULATED KUBERNETES"), 1);
 }
 
-/// Figure for the closing note, not a check: Kubernetes API requests per minute on a node with 40 pods
-/// whose labels change all the time (a pod relabelled every 1.5 s), at `-c 1000` with pod labels and
-/// UIDs on. Run by hand: `cargo test --release --test kubernetes_e2e -- --ignored --nocapture figure_api`.
-#[test]
-#[ignore = "60 s measurement; prints a figure"]
-fn figure_api_requests_per_minute_with_40_pods() {
-    let dir = tempfile::tempdir().unwrap();
-    let f = fleet("dgx-h100-mig");
-    let sock = socket_in(dir.path());
-    let api = FakeApi::start();
-    let mut list = Vec::new();
-    let slices: Vec<&str> = f.mig.iter().flatten().map(|m| m.2.as_str()).collect();
-    for i in 0..40usize {
-        let name = format!("p-{i}");
-        api.put_pod("ml", &name, &format!("uid-{i}"), &[("team", "a")]);
-        let c = match (i < 8, slices.get(i.saturating_sub(8))) {
-            (true, _) => container("c", "nvidia.com/gpu", &[&f.gpu_uuid[i % 4]]),
-            (false, Some(u)) => container("c", "nvidia.com/mig-1g.10gb", &[u]),
-            _ => container("c", "nvidia.com/gpu", &[&f.gpu_uuid[0]]),
-        };
-        list.push(pod("ml", &name, vec![c]));
-    }
-    let _kubelet = FakeKubelet::start(&sock, pods(list));
-    let kubeconfig = api.kubeconfig(dir.path());
-    let port = free_port();
-    let child = Command::new(env!("CARGO_BIN_EXE_dcgm-otel"))
-        .args([
-            "--simulate=dgx-h100-mig",
-            "-c",
-            "1000",
-            "-a",
-            &format!("127.0.0.1:{port}"),
-            "-k",
-        ])
-        .args([
-            "--kubernetes-enable-pod-labels",
-            "--kubernetes-enable-pod-uid",
-        ])
-        .arg("--pod-resources-kubelet-socket")
-        .arg(&sock)
-        .env_clear()
-        .env("NODE_NAME", "node-a")
-        .env("KUBECONFIG", &kubeconfig)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let ex = Exporter {
-        child,
-        port,
-        log: dir.path().join("none"),
-    };
-    scrape_until(ex.port, "labels", |b| b.contains("team=\"a\""));
-    let started = Instant::now();
-    let mut n = 0;
-    while started.elapsed() < Duration::from_secs(60) {
-        std::thread::sleep(Duration::from_millis(1500));
-        n += 1;
-        api.put_pod(
-            "ml",
-            &format!("p-{}", n % 40),
-            &format!("uid-{}", n % 40),
-            &[("team", if n % 2 == 0 { "a" } else { "b" })],
-        );
-    }
-    let (lists, watches) = api.counts();
-    let body = scrape(ex.port).unwrap_or_default();
-    println!(
-        "FIGURE: 40 pods, {n} label changes in 60 s: {lists} list + {watches} watch requests in total since start ({:.1} per minute); {} watch events received",
-        (lists + watches) as f64 / (started.elapsed().as_secs_f64() / 60.0),
-        value(&body, "dcgm_otel_kubernetes_api_watch_events_total{resource=\"pods\"}")
-    );
-}
-
 /// Per-process pods (issue 16): two pods share GPU 0 (time-slicing); the fake libnvidia-ml reports
 /// their processes (and a host process), the cgroup fixture tree under tests/fixtures/nvml/proc says
 /// which pod each belongs to, the kubelet and its checkpoint name the pods. Each process series carries
@@ -1664,7 +1125,7 @@ fn processes_get_their_pod_from_the_cgroup_and_a_shared_gpu_splits_per_pod() {
     let f = fleet("default");
     let sock = socket_in(dir.path());
     let u0 = &f.gpu_uuid[0];
-    let _kubelet = FakeKubelet::start(
+    let _kubelet = Kubelet::start(
         &sock,
         pods(vec![
             pod(
@@ -1807,15 +1268,9 @@ fn endless_api(dir: &Path, watch: bool) -> (PathBuf, Arc<Mutex<Option<usize>>>) 
             let Ok(mut conn) = conn else { continue };
             let got = got.clone();
             std::thread::spawn(move || {
-                let mut head = Vec::new();
-                let mut byte = [0u8; 1];
-                while !head.ends_with(b"\r\n\r\n") {
-                    if conn.read(&mut byte).unwrap_or(0) != 1 {
-                        return;
-                    }
-                    head.push(byte[0]);
-                }
-                let head = String::from_utf8_lossy(&head).to_string();
+                let Some(head) = api_server::read_head(&mut conn) else {
+                    return;
+                };
                 if head.contains("watch=") != watch {
                     let body = r#"{"kind":"List","metadata":{"resourceVersion":"5"},"items":[]}"#;
                     let _ = write!(conn, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len());
@@ -1838,12 +1293,7 @@ fn endless_api(dir: &Path, watch: bool) -> (PathBuf, Arc<Mutex<Option<usize>>>) 
             });
         }
     });
-    let kubeconfig = dir.join("kubeconfig");
-    std::fs::write(
-        &kubeconfig,
-        format!("apiVersion: v1\nkind: Config\ncurrent-context: t\nclusters:\n- name: c\n  cluster: {{server: 'http://127.0.0.1:{port}'}}\ncontexts:\n- name: t\n  context: {{cluster: c, user: u}}\nusers:\n- name: u\n  user: {{token: t}}\n"),
-    )
-    .unwrap();
+    let kubeconfig = api_server::kubeconfig(dir, port);
     (kubeconfig, accepted)
 }
 
@@ -1852,7 +1302,7 @@ fn endless_api(dir: &Path, watch: bool) -> (PathBuf, Arc<Mutex<Option<usize>>>) 
 fn cut_after(watch: bool) -> usize {
     let dir = tempfile::tempdir().unwrap();
     let sock = socket_in(dir.path());
-    let _kubelet = FakeKubelet::start(&sock, pods(vec![]));
+    let _kubelet = Kubelet::start(&sock, pods(vec![]));
     let (kubeconfig, accepted) = endless_api(dir.path(), watch);
     let ex = exporter_env(
         dir.path(),

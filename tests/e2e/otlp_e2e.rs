@@ -796,53 +796,13 @@ fn bad_otlp_settings_exit_2_naming_the_input() {
 
 // ---- rotel: an independent OTLP receiver ----------------------------------------------------------
 
-struct Rotel {
-    child: std::process::Child,
-    log: std::path::PathBuf,
-}
-
-impl Drop for Rotel {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 #[test]
 fn rotel_receives_grpc_and_http() {
-    let Some(bin) = peers::rotel() else { return };
     let dir = tempfile::tempdir().unwrap();
-    let (gp, hp) = (common::free_port(), common::free_port());
-    let log = dir.path().join("rotel.log");
-    let out = std::fs::File::create(&log).unwrap();
-    let child = std::process::Command::new(&bin)
-        .args(["start", "--otlp-grpc-endpoint", &format!("127.0.0.1:{gp}")])
-        .args(["--otlp-http-endpoint", &format!("127.0.0.1:{hp}")])
-        .args([
-            "--exporter",
-            "blackhole",
-            "--debug-log",
-            "metrics",
-            "--debug-log-verbosity",
-            "detailed",
-        ])
-        .args([
-            "--pid-file",
-            &dir.path().join("rotel.pid").display().to_string(),
-        ])
-        .stdout(out.try_clone().unwrap())
-        .stderr(out)
-        .spawn()
-        .expect("cannot start rotel");
-    let rotel = Rotel { child, log };
-    // Wait for both listeners.
-    let deadline = Instant::now() + WAIT;
-    while std::net::TcpStream::connect(("127.0.0.1", gp)).is_err()
-        || std::net::TcpStream::connect(("127.0.0.1", hp)).is_err()
-    {
-        assert!(Instant::now() < deadline, "rotel did not listen");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let Some(rotel) = peers::Rotel::start(dir.path(), "metrics") else {
+        return;
+    };
+    let (gp, hp) = (rotel.grpc_port, rotel.http_port);
     let grpc = start_exporter(
         &otlp_args(
             &format!("http://127.0.0.1:{gp}"),
@@ -862,45 +822,31 @@ fn rotel_receives_grpc_and_http() {
         ),
         &[],
     );
-    let deadline = Instant::now() + WAIT;
-    let text = loop {
-        let t = std::fs::read_to_string(&rotel.log).unwrap_or_default();
-        if t.contains("Str(via-grpc)")
+    let text = rotel.log_when("both exports", |t| {
+        t.contains("Str(via-grpc)")
             && t.contains("Str(via-http)")
             && t.contains("ResourceMetrics #3")
-        {
-            break t;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "rotel did not log both exports:\n{}",
-            &t[..t.len().min(4000)]
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    };
+    });
     drop(grpc);
     drop(http);
-    for needle in [
-        "-> Name: DCGM_FI_DEV_SM_CLOCK",
-        "-> Unit: MHz",
-        "-> DataType: Gauge",
-        "-> Name: DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
-        "-> DataType: Sum",
-        "-> IsMonotonic: true",
-        "AGGREGATION_TEMPORALITY_CUMULATIVE",
-        "-> hw.id: Str(GPU-",
-        "-> hw.type: Str(gpu)",
-        "-> nvidia.mig.profile: Str(1g.10gb)",
-        "-> service.name: Str(via-grpc)",
-        "-> service.name: Str(via-http)",
-        "InstrumentationScope dcgm-otel",
-    ] {
-        assert!(
-            text.contains(needle),
-            "rotel log lacks '{needle}':\n{}",
-            &text[..text.len().min(6000)]
-        );
-    }
+    peers::assert_rotel_logged(
+        &text,
+        &[
+            "-> Name: DCGM_FI_DEV_SM_CLOCK",
+            "-> Unit: MHz",
+            "-> DataType: Gauge",
+            "-> Name: DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
+            "-> DataType: Sum",
+            "-> IsMonotonic: true",
+            "AGGREGATION_TEMPORALITY_CUMULATIVE",
+            "-> hw.id: Str(GPU-",
+            "-> hw.type: Str(gpu)",
+            "-> nvidia.mig.profile: Str(1g.10gb)",
+            "-> service.name: Str(via-grpc)",
+            "-> service.name: Str(via-http)",
+            "InstrumentationScope dcgm-otel",
+        ],
+    );
 }
 
 /// Read one self-metric sample (`name{...}` or `name`) from /metrics.
@@ -1378,39 +1324,11 @@ fn semconv_names_refused_with_dcgm_attributes() {
 
 #[test]
 fn rotel_receives_semconv_names() {
-    let Some(bin) = peers::rotel() else { return };
     let dir = tempfile::tempdir().unwrap();
-    let gp = common::free_port();
-    let log = dir.path().join("rotel.log");
-    let out = std::fs::File::create(&log).unwrap();
-    let child = std::process::Command::new(&bin)
-        .args(["start", "--otlp-grpc-endpoint", &format!("127.0.0.1:{gp}")])
-        .args([
-            "--otlp-http-endpoint",
-            &format!("127.0.0.1:{}", common::free_port()),
-        ])
-        .args([
-            "--exporter",
-            "blackhole",
-            "--debug-log",
-            "metrics",
-            "--debug-log-verbosity",
-            "detailed",
-        ])
-        .args([
-            "--pid-file",
-            &dir.path().join("rotel.pid").display().to_string(),
-        ])
-        .stdout(out.try_clone().unwrap())
-        .stderr(out)
-        .spawn()
-        .expect("cannot start rotel");
-    let rotel = Rotel { child, log };
-    let deadline = Instant::now() + WAIT;
-    while std::net::TcpStream::connect(("127.0.0.1", gp)).is_err() {
-        assert!(Instant::now() < deadline, "rotel did not listen");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let Some(rotel) = peers::Rotel::start(dir.path(), "metrics") else {
+        return;
+    };
+    let gp = rotel.grpc_port;
     let exporter = start_exporter(
         &otlp_args(
             &format!("http://127.0.0.1:{gp}"),
@@ -1418,47 +1336,34 @@ fn rotel_receives_semconv_names() {
         ),
         &[],
     );
-    let deadline = Instant::now() + WAIT;
-    let text = loop {
-        let t = std::fs::read_to_string(&rotel.log).unwrap_or_default();
-        if t.contains("-> Name: hw.energy") && t.contains("ResourceMetrics #3") {
-            break t;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "rotel did not log the export:\n{}",
-            &t[..t.len().min(4000)]
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    };
+    let text = rotel.log_when("the export", |t| {
+        t.contains("-> Name: hw.energy") && t.contains("ResourceMetrics #3")
+    });
     drop(exporter);
-    for needle in [
-        "-> Name: hw.gpu.utilization",
-        "-> hw.gpu.task: Str(general)",
-        "-> Name: hw.gpu.memory.usage",
-        "-> Name: hw.gpu.memory.limit",
-        "-> Unit: By",
-        "-> IsMonotonic: false",
-        "-> Name: hw.energy",
-        "-> Unit: J",
-        "-> Name: hw.power",
-        "-> Name: hw.temperature",
-        "-> hw.sensor_location: Str(gpu)",
-        "-> Unit: Cel",
-        "-> Name: hw.errors",
-        "-> error.type: Str(pcie_replay)",
-        "-> hw.name: Str(nvidia0)",
-        "-> hw.parent: Str(GPU-",
-        "-> hw.id: Str(MIG-",
-        "-> hw.driver_version: Str(550.144.03)",
-        "-> Name: DCGM_FI_DEV_SM_CLOCK",
-    ] {
-        assert!(
-            text.contains(needle),
-            "rotel log lacks '{needle}':\n{}",
-            &text[..text.len().min(6000)]
-        );
-    }
+    peers::assert_rotel_logged(
+        &text,
+        &[
+            "-> Name: hw.gpu.utilization",
+            "-> hw.gpu.task: Str(general)",
+            "-> Name: hw.gpu.memory.usage",
+            "-> Name: hw.gpu.memory.limit",
+            "-> Unit: By",
+            "-> IsMonotonic: false",
+            "-> Name: hw.energy",
+            "-> Unit: J",
+            "-> Name: hw.power",
+            "-> Name: hw.temperature",
+            "-> hw.sensor_location: Str(gpu)",
+            "-> Unit: Cel",
+            "-> Name: hw.errors",
+            "-> error.type: Str(pcie_replay)",
+            "-> hw.name: Str(nvidia0)",
+            "-> hw.parent: Str(GPU-",
+            "-> hw.id: Str(MIG-",
+            "-> hw.driver_version: Str(550.144.03)",
+            "-> Name: DCGM_FI_DEV_SM_CLOCK",
+        ],
+    );
     assert!(!text.contains("-> Name: DCGM_FI_DEV_GPU_UTIL"));
 }
 

@@ -29,6 +29,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use dcgm_otel::source::sim::{Fleet, Scenario};
 
+use support::api_server::ApiServer;
+use support::kubelet::{container, pod, pods, Kubelet};
 use verdict::{Event, Sample, Tick};
 
 /// Collect interval of the exporter under test (`-c`), seconds.
@@ -209,10 +211,21 @@ fn soak() {
             }
         })
         .collect();
+    // One pod per device (`soak/job-<i>`, container `cuda`, label `team=soak`).
     let socket = dir.join("kubelet.sock");
-    let mut kubelet = peers::Kubelet::start(&socket, peers::pods_for(&uuids));
-    let pod_names: Vec<String> = (0..uuids.len()).map(|i| format!("job-{i}")).collect();
-    let api = peers::ApiServer::start(&pod_names, "soak-node");
+    let api = ApiServer::start("soak-node");
+    let mut list = Vec::new();
+    for (i, uuid) in uuids.iter().enumerate() {
+        let name = format!("job-{i}");
+        let uid = format!("00000000-0000-4000-8000-{i:012}");
+        api.put_pod("soak", &name, &uid, &[("team", "soak")]);
+        list.push(pod(
+            "soak",
+            &name,
+            vec![container("cuda", "nvidia.com/gpu", &[uuid])],
+        ));
+    }
+    let mut kubelet = Kubelet::start(&socket, pods(list));
     let kubeconfig = api.kubeconfig(dir);
     let mut collector = peers::Collector::start(epoch);
 

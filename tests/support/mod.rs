@@ -4,14 +4,18 @@
 //! - [`common`]: run the built `dcgm-otel` on a free loopback port, scrape it, stop it; golden files.
 //! - [`fake_lib`]: the fake libdcgm / libnvidia-ml (`tests/fake-lib*`), built on demand, linked under
 //!   their real names in a private directory.
+//! - [`kubelet`]: the fake kubelet (pod-resources `List` over gRPC on a unix socket).
+//! - [`api_server`]: the fake Kubernetes API server (pods, ResourceSlices, ConfigMaps; outages).
 //! - [`otlp`]: the one OTLP receiver (metrics and logs, gRPC and HTTP, TLS) and the one attribute reader.
 //! - [`peers`]: outside programs the tests drive (rotel, promtool ...): found, or skipped with a
-//!   printed reason outside CI.
+//!   printed reason outside CI; started and checked the one way.
 //! - [`own_process`]: run a test in a child process of its own (process-global state).
 #![allow(dead_code, unused_imports, clippy::unwrap_used, clippy::expect_used)]
 
+pub mod api_server;
 pub mod common;
 pub mod fake_lib;
+pub mod kubelet;
 pub mod otlp;
 pub mod own_process;
 pub mod peers;

@@ -1,11 +1,15 @@
-//! Programs outside the repository that some tests drive (rotel, promtool): where they are, and the
-//! rule when one is missing. `tests/run-all.sh` installs them all, so under the test command every
+//! Programs outside the repository that some tests drive (rotel, promtool): where they are, the rule
+//! when one is missing, and the one way each is run and checked ([`Rotel`], [`promtool_accepts`]). `tests/run-all.sh` installs them all, so under the test command every
 //! such test runs for real; in CI (any non-empty `CI`) a missing peer fails the test; elsewhere (a
 //! fresh clone's `cargo test`) the test prints `SKIP: <why>` and passes without checking anything.
 
+use std::io::Write;
+use std::net::TcpStream;
 use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
 
-use super::common::in_ci;
+use super::common::{free_port, in_ci};
 
 /// The peer `what`: the file named by the environment variable `env` if set, else `program` on `PATH`.
 /// `None` (after printing why) when it is missing outside CI; panics when it is missing in CI.
@@ -64,4 +68,115 @@ pub fn have(programs: &[&str]) -> bool {
         .filter(|p| find(p, None, p).is_none())
         .count()
         == 0
+}
+
+/// How long [`Rotel`] waits for its listeners and for what it logs.
+const ROTEL_WAIT: Duration = Duration::from_secs(30);
+
+/// A running rotel (`rotel-agent start`), killed on drop: OTLP/gRPC and OTLP/HTTP on free loopback
+/// ports, the blackhole exporter, and the detailed debug log of one signal in `<dir>/rotel.log`.
+pub struct Rotel {
+    child: Child,
+    pub grpc_port: u16,
+    pub http_port: u16,
+    pub log: PathBuf,
+}
+
+impl Rotel {
+    /// Start rotel logging `signal` (`metrics` or `logs`) and wait until both ports listen; `None`
+    /// when rotel is missing (the [`find`] rule).
+    pub fn start(dir: &Path, signal: &str) -> Option<Rotel> {
+        let bin = rotel()?;
+        let (grpc_port, http_port) = (free_port(), free_port());
+        let log = dir.join("rotel.log");
+        let out = std::fs::File::create(&log).unwrap();
+        let child = Command::new(&bin)
+            .args(["start", "--otlp-grpc-endpoint"])
+            .arg(format!("127.0.0.1:{grpc_port}"))
+            .arg("--otlp-http-endpoint")
+            .arg(format!("127.0.0.1:{http_port}"))
+            .args(["--exporter", "blackhole", "--debug-log", signal])
+            .args(["--debug-log-verbosity", "detailed", "--pid-file"])
+            .arg(dir.join("rotel.pid"))
+            .stdout(out.try_clone().unwrap())
+            .stderr(out)
+            .spawn()
+            .expect("cannot start rotel");
+        let rotel = Rotel {
+            child,
+            grpc_port,
+            http_port,
+            log,
+        };
+        let deadline = Instant::now() + ROTEL_WAIT;
+        while TcpStream::connect(("127.0.0.1", grpc_port)).is_err()
+            || TcpStream::connect(("127.0.0.1", http_port)).is_err()
+        {
+            assert!(Instant::now() < deadline, "rotel did not listen");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Some(rotel)
+    }
+
+    /// The debug log once `done` holds for it; panics ("rotel did not log `what`", with the log's
+    /// start) when it does not within 30 s.
+    pub fn log_when(&self, what: &str, done: impl Fn(&str) -> bool) -> String {
+        let deadline = Instant::now() + ROTEL_WAIT;
+        loop {
+            let t = std::fs::read_to_string(&self.log).unwrap_or_default();
+            if done(&t) {
+                return t;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "rotel did not log {what}:\n{}",
+                &t[..t.len().min(4000)]
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+/// Asserts that rotel's debug log `text` contains every one of `needles`.
+pub fn assert_rotel_logged(text: &str, needles: &[&str]) {
+    for needle in needles {
+        assert!(
+            text.contains(needle),
+            "rotel log lacks '{needle}':\n{}",
+            &text[..text.len().min(6000)]
+        );
+    }
+}
+
+impl Drop for Rotel {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Asserts that `promtool check metrics` accepts `body` (exit 0, or 3 for lint warnings only, about
+/// dcgm-exporter's own names such as counters without `_total`); `what` names the body.
+pub fn promtool_accepts(promtool: &Path, body: &str, what: &str) {
+    let mut child = Command::new(promtool)
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(body.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let code = out.status.code().unwrap_or(-1);
+    assert!(
+        code == 0 || code == 3,
+        "promtool check metrics exit {code} for {what}:\n{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
