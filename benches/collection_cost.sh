@@ -232,15 +232,19 @@ fi
 # ---- 2. scaling: cost per series, new binary, case (a) ------------------------------------------------
 if [ "$scaling" != 0 ]; then
   say ""
-  say "| scenario (new binary, case (a)) | GPU series | CPU ms / collection | µs / series | RSS steady MiB |"
-  say "|---|---:|---:|---:|---:|"
+  say "| scenario (new binary, case (a)) | GPU series | CPU ms / collection | µs / series | µs / added series (vs the row above) | RSS steady MiB |"
+  say "|---|---:|---:|---:|---:|---:|"
+  prev="0 0"
   for scenario in benches/scenarios/one-gpu.yaml benches/scenarios/eight-gpus.yaml large benches/scenarios/large-x4.yaml; do
     echo "collection_cost.sh: scaling, $scenario" >&2
     measure "scaling $scenario" "$new_bin" "$scenario" 15 0
     read -r cpu n rss _ series _ <"$tmp/measure"
-    say "$(awk -v s="$scenario" -v c="$cpu" -v n="$n" -v r="$rss" -v k="$series" 'BEGIN {
-      ms = (n > 0) ? c / n : 0; sub(/^benches\/scenarios\//, "", s)
-      printf "| %s | %d | %.2f | %.3f | %.1f |", s, k, ms, (k > 0) ? ms * 1000 / k : 0, r / 1024 }')"
+    row=$(awk -v s="$scenario" -v c="$cpu" -v n="$n" -v r="$rss" -v k="$series" -v p="$prev" 'BEGIN {
+      ms = (n > 0) ? c / n : 0; sub(/^benches\/scenarios\//, "", s); split(p, q, " ")
+      added = (q[2] > 0 && k > q[2]) ? sprintf("%.3f", (ms - q[1]) * 1000 / (k - q[2])) : "–"
+      printf "%.4f %d | %s | %d | %.2f | %.3f | %s | %.1f |", ms, k, s, k, ms, (k > 0) ? ms * 1000 / k : 0, added, r / 1024 }')
+    prev=${row%% |*}
+    say "|${row#* |}"
   done
 fi
 
