@@ -6,7 +6,8 @@
 #   benches/collection_cost.sh --short    smoke: 1 round × 5 s, scaling 5 s each (figures indicative only)
 #
 # Environment:
-#   NEW_BIN           binary under test (default: target/release/dcgm-otel, built from the working tree)
+#   NEW_BIN           binary under test (default: target/release/dcgm-otel, or under CARGO_TARGET_DIR, built
+#                     from the working tree)
 #   BASELINE_BIN      binary to compare against (default: built from BASELINE_REV, see below)
 #   BASELINE_REV      git revision the baseline is built from when BASELINE_BIN is unset
 #                     (default: main when issue 26's work began); the tree is taken with `git archive`
@@ -53,7 +54,7 @@ for tool in curl python3 git; do
   command -v "$tool" >/dev/null || { echo "collection_cost.sh: $tool is required" >&2; exit 1; }
 done
 
-new_bin=${NEW_BIN:-target/release/dcgm-otel}
+new_bin=${NEW_BIN:-${CARGO_TARGET_DIR:-target}/release/dcgm-otel}
 if [ -z "${NEW_BIN:-}" ]; then
   echo "collection_cost.sh: building $new_bin from the working tree" >&2
   cargo build --release --bin dcgm-otel >&2
