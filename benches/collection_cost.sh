@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Process CPU and memory per collection, baseline binary against new, for the three cases of issue 26's
+# Process CPU and memory per collection, baseline binary against new, for the three cases of the performance work's
 # table, plus a scaling table (cost per series from 1 GPU to about 40,000 series). Everything on 127.0.0.1.
 #
 #   benches/collection_cost.sh            full run: 3 rounds × 30 s per case and binary, scaling table 30 s each
