@@ -14,8 +14,8 @@
 pub mod args;
 pub mod auth;
 pub mod io;
-#[cfg(feature = "pprof")]
 pub mod plan;
+#[cfg(feature = "pprof")]
 pub mod pprof;
 pub mod systemd;
 pub mod tls;
