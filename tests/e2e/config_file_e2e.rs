@@ -9,13 +9,7 @@ use crate::support::common;
 use std::path::Path;
 
 use crate::support::fake_lib::Fake;
-use common::{get, run_to_exit, start, terminate};
-
-fn scrape(port: u16) -> String {
-    let r = get(port, "/metrics").unwrap();
-    assert_eq!(r.status, 200);
-    r.text()
-}
+use common::{run_to_exit, scrape, start, terminate};
 
 fn families(body: &str) -> Vec<String> {
     let mut v: Vec<String> = body

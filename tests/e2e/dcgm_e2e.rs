@@ -15,7 +15,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use common::{get, run_to_exit, start, terminate, Exporter};
+use common::{get, run_to_exit, scrape, series, start, terminate, Exporter};
 
 fn refs(env: &[(String, String)]) -> Vec<(&str, &str)> {
     env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect()
@@ -23,20 +23,6 @@ fn refs(env: &[(String, String)]) -> Vec<(&str, &str)> {
 
 fn start_with(args: &[&str], env: &[(String, String)]) -> Exporter {
     start(args, &refs(env))
-}
-
-fn scrape(port: u16) -> String {
-    let r = get(port, "/metrics").unwrap();
-    assert_eq!(r.status, 200);
-    r.text()
-}
-
-/// The `DCGM_FI_*` series of a body: `name{labels}` without values.
-fn series(body: &str) -> BTreeSet<String> {
-    body.lines()
-        .filter(|l| l.starts_with("DCGM_FI_"))
-        .filter_map(|l| l.rsplit_once(' ').map(|(s, _)| s.to_string()))
-        .collect()
 }
 
 /// Wait until `cond` holds (checked every 20 ms) or panic after `limit`; returns the time it took.

@@ -12,21 +12,7 @@ use std::path::PathBuf;
 
 use crate::support::fake_lib::Fake;
 use crate::support::otlp::{resources, Receiver};
-use common::{check_golden, get, run_to_exit, start};
-
-fn scrape(port: u16) -> String {
-    let r = get(port, "/metrics").unwrap();
-    assert_eq!(r.status, 200);
-    r.text()
-}
-
-/// The `DCGM_FI_*` series of a body: `name{labels}` without values.
-fn series(body: &str) -> BTreeSet<String> {
-    body.lines()
-        .filter(|l| l.starts_with("DCGM_FI_"))
-        .filter_map(|l| l.rsplit_once(' ').map(|(s, _)| s.to_string()))
-        .collect()
-}
+use common::{check_golden, run_to_exit, scrape, series, start};
 
 /// `promtool check metrics` accepts the body; skipped when promtool is not installed, outside CI.
 fn promtool_accepts(body: &str) {

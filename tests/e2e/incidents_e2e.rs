@@ -11,13 +11,7 @@ use crate::support::{fake_lib, otlp};
 use std::time::{Duration, Instant};
 
 use crate::support::fake_lib::Fake;
-use common::{check_golden, fixtures_path, get, start};
-
-fn scrape(port: u16) -> String {
-    let r = get(port, "/metrics").unwrap();
-    assert_eq!(r.status, 200);
-    r.text()
-}
+use common::{check_golden, fixtures_path, scrape, start};
 
 /// Collections the exporter has made, from its self-metric.
 fn collections(body: &str) -> u64 {

@@ -11,14 +11,8 @@ use crate::support::fake_lib::Fake as Libs;
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
-use common::{get, start, Exporter};
+use common::{scrape, start, Exporter};
 use dcgm_otel::source::sim::{Fleet, Scenario};
-
-fn scrape(port: u16) -> String {
-    let r = get(port, "/metrics").unwrap();
-    assert_eq!(r.status, 200);
-    r.text()
-}
 
 /// Scrape until `cond` holds (at most 15 s).
 fn scrape_until(e: &Exporter, what: &str, cond: impl Fn(&str) -> bool) -> String {

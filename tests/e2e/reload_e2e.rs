@@ -14,13 +14,7 @@ use std::time::{Duration, Instant};
 
 use crate::support::fake_lib::Fake;
 use crate::support::otlp::{resources, Receiver};
-use common::{get, start, terminate};
-
-fn scrape(port: u16) -> String {
-    let r = get(port, "/metrics").unwrap();
-    assert_eq!(r.status, 200);
-    r.text()
-}
+use common::{scrape, start, terminate};
 
 /// The value of a self-metric line that starts with `prefix` (0 when absent).
 fn metric(body: &str, prefix: &str) -> f64 {

@@ -7,13 +7,7 @@ use crate::support::{common, peers};
 use std::io::Read as _;
 use std::time::Duration;
 
-use common::{check_golden, fixtures_dir, get, get_with, run_to_exit, start};
-
-fn scrape(port: u16) -> String {
-    let r = get(port, "/metrics").unwrap();
-    assert_eq!(r.status, 200);
-    r.text()
-}
+use common::{check_golden, fixtures_dir, get, get_with, run_to_exit, scrape, start};
 
 #[test]
 fn golden_default_scenario() {

@@ -2,6 +2,7 @@
 //! wait for it, scrape it with a minimal HTTP/1.1 client, and kill it when the test ends.
 #![allow(dead_code)]
 
+use std::collections::BTreeSet;
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::PathBuf;
@@ -271,4 +272,19 @@ pub fn check_golden(name: &str, actual: &str) {
             diff.join("\n")
         );
     }
+}
+
+/// `/metrics` of the exporter on `port`, which must answer 200.
+pub fn scrape(port: u16) -> String {
+    let r = get(port, "/metrics").unwrap();
+    assert_eq!(r.status, 200);
+    r.text()
+}
+
+/// The `DCGM_FI_*` series of a body: `name{labels}` without values.
+pub fn series(body: &str) -> BTreeSet<String> {
+    body.lines()
+        .filter(|l| l.starts_with("DCGM_FI_"))
+        .filter_map(|l| l.rsplit_once(' ').map(|(s, _)| s.to_string()))
+        .collect()
 }
