@@ -1,7 +1,8 @@
 //! Collector-cycle bench (issue 8): the real [`Pipeline::run`] over the `large` simulated fleet, back to
 //! back, for N cycles (default 100,000): source poll → snapshot → publication → Prometheus body (text,
-//! self-metrics, gzip), exactly the collector thread's work with the default `--prometheus-format`
-//! (OTLP collection and encoding run on the SDK reader's own thread: `exposition -- otlp` measures them).
+//! self-metrics, gzip) made right away, as a gzip scrape after every collection would have it made
+//! (the exporter itself makes it at the first scrape; OTLP runs on its own thread: `exposition --
+//! otlp` measures it).
 //! Prints CPU per cycle — the collector thread's `/proc/thread-self/schedstat`, read as each poll
 //! starts, right after the thread woke up, when the kernel's counter is exact — wall time per cycle
 //! (poll start → last consumer), and the process RSS over the run (`VmRSS`), so growth shows.
@@ -20,6 +21,7 @@ use std::time::{Duration, Instant};
 
 use common::{ms, Stats};
 use dcgm_otel::counters::CounterSet;
+use dcgm_otel::export::metrics_body::MetricsBody;
 use dcgm_otel::export::prometheus::Renderer;
 use dcgm_otel::export::SnapshotConsumer;
 use dcgm_otel::pipeline::{CollectorStatus, Control, Pipeline};
@@ -42,6 +44,7 @@ fn thread_cpu_ns() -> u64 {
 /// Times each cycle: the wrapped source marks its start (the collector thread has just woken up, so
 /// the kernel's CPU counter for it is exact), the probe consumer its end.
 struct Probe {
+    body: Arc<MetricsBody>,
     cycles: u64,
     warmup: u64,
     stop: Mutex<Option<Sender<Control>>>,
@@ -199,6 +202,8 @@ fn fake_source(counters: &mut CounterSet) -> Result<DcgmSource, String> {
 
 impl SnapshotConsumer for Probe {
     fn on_snapshot(&self, snapshot: &Arc<Snapshot>) {
+        // What a gzip scrape after this collection has made.
+        self.body.make(true);
         let now = Instant::now();
         let Ok(mut st) = self.state.lock() else {
             return;
@@ -267,13 +272,13 @@ fn main() {
     };
     let counters = Arc::new(counter_set);
     let self_metrics = SelfMetrics::new();
-    let renderer = Arc::new(Renderer::new(
+    let body = Arc::new(MetricsBody::new(Renderer::new(
         common::default_style(),
         Some(self_metrics.clone()),
-    ));
-    let body = renderer.body();
+    )));
     let (stop_tx, stop_rx) = std::sync::mpsc::channel::<Control>();
     let probe = Arc::new(Probe {
+        body: body.clone(),
         cycles,
         warmup,
         stop: Mutex::new(Some(stop_tx)),
@@ -290,7 +295,7 @@ fn main() {
             probe: probe.clone(),
         }),
         enrichers: Vec::new(),
-        consumers: vec![renderer.clone() as Arc<dyn SnapshotConsumer>, probe.clone()],
+        consumers: vec![body.clone() as Arc<dyn SnapshotConsumer>, probe.clone()],
         counters,
         host: common::host(),
         interval,
@@ -313,7 +318,7 @@ fn main() {
     let cpu_total = common::process_cpu().saturating_sub(cpu_before);
 
     let Ok(st) = probe.state.lock() else { return };
-    let b = body.load();
+    let b = body.make(true);
     let cpu = st.cpu.stats();
     let wall = st.wall.stats();
     println!(

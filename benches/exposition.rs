@@ -100,16 +100,13 @@ fn bench_render(cases: &[Case]) -> Vec<(String, Stats)> {
 fn bench_publish(large: &Case) {
     let metrics = SelfMetrics::new();
     let renderer = Renderer::new(common::default_style(), Some(metrics));
-    let body = renderer.body();
     let (w, r) = runs(100);
-    let st = measure(w, r, || renderer.publish(&large.snap));
-    let b = body.load();
-    report(
-        "publish large (render+self+gzip+swap)",
-        &st,
-        b.series,
-        b.text.len(),
-    );
+    let mut len = 0;
+    let st = measure(w, r, || {
+        len = renderer.render_body(&large.snap, true, len).text.len();
+    });
+    let b = renderer.render_body(&large.snap, true, len);
+    report("body large (render+self+gzip)", &st, b.series, b.text.len());
     println!(
         "{:<44} gzip bytes {} (ratio {:.1}×)",
         "",

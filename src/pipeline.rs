@@ -250,7 +250,7 @@ impl PipelineMetrics {
         PipelineMetrics {
             duration: registry.gauge(
                 "dcgm_otel_collect_duration_seconds",
-                "Wall time of the previous completed collection: source poll, enrichment, publication and rendering.",
+                "Wall time of the previous completed collection: source poll, enrichment and publication (the /metrics body is made at the first scrape after it).",
                 &[],
             ),
             last_success: registry.gauge(

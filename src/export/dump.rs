@@ -15,10 +15,10 @@ use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
-use arc_swap::ArcSwap;
 use clap::{ArgAction, Args};
 use serde_json::{json, Value};
 
+use super::metrics_body::MetricsBody;
 use super::prometheus::RenderedBody;
 use super::SnapshotConsumer;
 use crate::config::flags::parse_go_bool;
@@ -77,17 +77,18 @@ struct Job {
 
 /// The consumer: hands snapshots to the writer thread.
 pub struct DumpWriter {
-    body: Arc<ArcSwap<RenderedBody>>,
+    body: Arc<MetricsBody>,
+    compress: bool,
     jobs: SyncSender<Job>,
     skipped: Arc<Metric>,
 }
 
 impl DumpWriter {
-    /// Create the directory, sweep old files and start the writer thread. `body` is the /metrics body
-    /// the renderer publishes (it consumes each snapshot before this writer does).
+    /// Create the directory, sweep old files and start the writer thread. `body` makes the /metrics
+    /// body (it consumes each snapshot before this writer does).
     pub fn start(
         args: &DumpArgs,
-        body: Arc<ArcSwap<RenderedBody>>,
+        body: Arc<MetricsBody>,
         self_metrics: &SelfMetrics,
     ) -> Result<DumpWriter, DumpError> {
         let dir = args.dump_directory.clone();
@@ -134,6 +135,7 @@ impl DumpWriter {
         tracing::info!(directory = %args.dump_directory.display(), compression = args.dump_compression, retention_hours = args.dump_retention, "debug dump on: every collection's /metrics body and the inventory are written as files");
         Ok(DumpWriter {
             body,
+            compress: args.dump_compression,
             jobs,
             skipped,
         })
@@ -144,7 +146,8 @@ impl SnapshotConsumer for DumpWriter {
     fn on_snapshot(&self, snapshot: &Arc<Snapshot>) {
         let job = Job {
             snapshot: snapshot.clone(),
-            body: self.body.load_full(),
+            // Every collection is dumped: its body is made here, on the collector thread.
+            body: self.body.make(self.compress),
         };
         match self.jobs.try_send(job) {
             Ok(()) | Err(TrySendError::Disconnected(_)) => {}
@@ -182,7 +185,7 @@ impl Writer {
     fn write(&mut self, job: &Job) {
         let stamp = utc_stamp(job.snapshot.taken_at);
         let seq = job.snapshot.seq;
-        // The renderer keeps a gzip copy of the body already; empty only when compressing failed.
+        // The gzip copy was made with the body; empty only when compressing failed.
         let (metrics, gzipped) = if self.compress && !job.body.gzip.is_empty() {
             (job.body.gzip.to_vec(), true)
         } else {

@@ -7,14 +7,13 @@
 
 use std::sync::Arc;
 
-use arc_swap::ArcSwap;
-
 use crate::config::{CollectionArgs, LabelStyle};
 use crate::counters::CounterSet;
 use crate::export::dump::{DumpArgs, DumpWriter};
+use crate::export::metrics_body::MetricsBody;
 use crate::export::otel::otlp::{OtelExport, OtlpArgs, OtlpPlan};
 use crate::export::otel::OtelContext;
-use crate::export::prometheus::{RenderedBody, Renderer};
+use crate::export::prometheus::Renderer;
 use crate::export::SnapshotConsumer;
 use crate::snapshot::SnapshotStore;
 use crate::source::plan::SourceNeeds;
@@ -40,7 +39,7 @@ pub struct ExportPlan {
 /// OTLP push (stopped last, after the collector).
 pub struct StartedExports {
     pub consumers: Vec<Arc<dyn SnapshotConsumer>>,
-    pub body: Arc<ArcSwap<RenderedBody>>,
+    pub body: Arc<MetricsBody>,
     pub otel: Option<OtelExport>,
 }
 
@@ -84,10 +83,9 @@ impl ExportPlan {
         ctx: &StartContext<'_>,
     ) -> Result<StartedExports, StartError> {
         let shown = self.self_metrics_shown.then(|| ctx.self_metrics.clone());
-        let renderer = Arc::new(Renderer::new(self.labels, shown));
-        let body = renderer.body();
-        let mut consumers: Vec<Arc<dyn SnapshotConsumer>> = vec![renderer];
-        // After the renderer: the dump writes the body it has just rendered.
+        let body = Arc::new(MetricsBody::new(Renderer::new(self.labels, shown)));
+        let mut consumers: Vec<Arc<dyn SnapshotConsumer>> = vec![body.clone()];
+        // After the body: the dump has the snapshot's body made and writes it.
         if let Some(args) = &self.dump {
             let dump = DumpWriter::start(args, body.clone(), ctx.self_metrics)
                 .map_err(StartError::input)?;

@@ -9,17 +9,16 @@
 //! (`Snapshot::per_set`: each sharing pod's own `DCGM_FI_DEV_GPU_UTIL`/`DCGM_FI_DEV_FB_USED`) is written
 //! as the device's series without attribution, then each set's series with its own value.
 //!
-//! The renderer runs on the collector thread after each collection and publishes the finished body
-//! (plain and gzip) with one atomic swap; the HTTP server only copies those bytes.
+//! The renderer makes a body (plain, and gzip when asked) from a snapshot when
+//! [`super::metrics_body`] asks for one: at the first scrape after a collection, not at every
+//! collection.
 
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Instant;
 
-use arc_swap::ArcSwap;
 use bytes::Bytes;
 
 use super::entity_labels::identity_labels;
-use super::SnapshotConsumer;
 use crate::config::LabelStyle;
 use crate::counters::{CounterSet, MetricKind};
 use crate::lock::LockExt;
@@ -35,8 +34,11 @@ use crate::telemetry::self_metrics::{Metric, SelfMetrics};
 #[derive(Debug, Clone, Default)]
 pub struct RenderedBody {
     pub text: Bytes,
-    /// The same body, gzip-compressed (empty when compression failed; then plain is served).
+    /// The same body, gzip-compressed (empty when not made yet or when compression failed; then plain
+    /// is served).
     pub gzip: Bytes,
+    /// Whether compression was attempted for this body (`gzip` is then the result, empty on failure).
+    pub gzip_made: bool,
     /// Snapshot sequence number the body was rendered from (0 = nothing collected yet).
     pub seq: u64,
     /// Number of GPU-metric samples (without self-metrics).
@@ -88,15 +90,52 @@ fn families(counters: &CounterSet) -> Vec<FamilyLayout> {
 pub struct Renderer {
     style: LabelStyle,
     self_metrics: Option<Arc<SelfMetrics>>,
-    body: Arc<ArcSwap<RenderedBody>>,
-    render_seconds: Option<Arc<Metric>>,
-    body_bytes: Option<Arc<Metric>>,
-    series_gauge: Option<Arc<Metric>>,
+    metrics: Option<BodyMetrics>,
     cache: Mutex<RenderCache>,
     text_pool: Arc<BufferPool>,
     gzip_pool: Arc<BufferPool>,
     /// The deflate state (a few hundred KiB of tables), reset and reused for every body.
     deflate: Mutex<Option<flate2::Compress>>,
+}
+
+/// The self-metrics describing the bodies made.
+struct BodyMetrics {
+    render_seconds: Arc<Metric>,
+    body_bytes: Arc<Metric>,
+    series: Arc<Metric>,
+    made_identity: Arc<Metric>,
+    made_gzip: Arc<Metric>,
+}
+
+impl BodyMetrics {
+    fn new(m: &SelfMetrics) -> BodyMetrics {
+        let made = |encoding: &str| {
+            m.counter(
+                "dcgm_otel_bodies_made_total",
+                "/metrics bodies made: rendered (encoding identity) or compressed (gzip), at most one of each per collection, at the first scrape that asks for it (this body included).",
+                &[("encoding", encoding)],
+            )
+        };
+        BodyMetrics {
+            render_seconds: m.gauge(
+                "dcgm_otel_render_duration_seconds",
+                "Time spent rendering the last /metrics body.",
+                &[],
+            ),
+            body_bytes: m.gauge(
+                "dcgm_otel_exposition_bytes",
+                "Size of the previous /metrics body (uncompressed), in bytes.",
+                &[],
+            ),
+            series: m.gauge(
+                "dcgm_otel_series",
+                "GPU series in the previous /metrics body.",
+                &[],
+            ),
+            made_identity: made("identity"),
+            made_gzip: made("gzip"),
+        }
+    }
 }
 
 /// Family headers and per-entity label strings of the last render.
@@ -430,43 +469,15 @@ fn write_per_set(
 impl Renderer {
     /// `self_metrics`: appended to every body when given (`--no-self-metrics` passes `None`).
     pub fn new(style: LabelStyle, self_metrics: Option<Arc<SelfMetrics>>) -> Renderer {
-        let (render_seconds, body_bytes, series_gauge) = match &self_metrics {
-            Some(m) => (
-                Some(m.gauge(
-                    "dcgm_otel_render_duration_seconds",
-                    "Time spent rendering the last /metrics body.",
-                    &[],
-                )),
-                Some(m.gauge(
-                    "dcgm_otel_exposition_bytes",
-                    "Size of the previous /metrics body (uncompressed), in bytes.",
-                    &[],
-                )),
-                Some(m.gauge(
-                    "dcgm_otel_series",
-                    "GPU series in the previous /metrics body.",
-                    &[],
-                )),
-            ),
-            None => (None, None, None),
-        };
         Renderer {
             style,
+            metrics: self_metrics.as_deref().map(BodyMetrics::new),
             self_metrics,
-            body: Arc::new(ArcSwap::from_pointee(RenderedBody::default())),
-            render_seconds,
-            body_bytes,
-            series_gauge,
             cache: Mutex::new(RenderCache::default()),
             text_pool: Arc::new(BufferPool::default()),
             gzip_pool: Arc::new(BufferPool::default()),
             deflate: Mutex::new(None),
         }
-    }
-
-    /// The cell the HTTP server reads bodies from.
-    pub fn body(&self) -> Arc<ArcSwap<RenderedBody>> {
-        self.body.clone()
     }
 
     /// Render a snapshot's GPU metrics (without self-metrics) into `out`. Returns the sample count.
@@ -759,45 +770,79 @@ impl Renderer {
         (base, tails)
     }
 
-    /// Render a full body (metrics + self-metrics) and publish it.
-    pub fn publish(&self, snap: &Snapshot) {
+    /// Render a full body (metrics + self-metrics) of `snap`, compressed too when `gzip`.
+    /// `previous_len`: the size of the previous body, to size the buffer.
+    pub fn render_body(&self, snap: &Snapshot, gzip: bool, previous_len: usize) -> RenderedBody {
         let started = Instant::now();
-        let previous = self.body.load().text.len();
+        if let Some(m) = &self.metrics {
+            m.made_identity.inc();
+            if gzip {
+                m.made_gzip.inc();
+            }
+        }
         // A pooled buffer is empty, so this conversion checks nothing and keeps its capacity.
-        let mut text = String::from_utf8(self.text_pool.take(previous + 4096)).unwrap_or_default();
+        let mut text =
+            String::from_utf8(self.text_pool.take(previous_len + 4096)).unwrap_or_default();
+        let (series, gzip) = if gzip {
+            let mut deflate = self.deflate.lock_unpoisoned();
+            let deflate = deflate
+                .get_or_insert_with(|| flate2::Compress::new(flate2::Compression::fast(), false));
+            let mut stream = GzipStream::new(deflate, self.gzip_pool.take(previous_len / 16));
+            let series = self.render_into(snap, &mut text, Some(&mut stream));
+            self.finish_text(&mut text, series);
+            let gzip = stream.finish(text.as_bytes());
+            (series, Some(gzip))
+        } else {
+            let series = self.render_into(snap, &mut text, None);
+            self.finish_text(&mut text, series);
+            (series, None)
+        };
+        let gzip_made = gzip.is_some();
+        let body = RenderedBody {
+            text: pooled_bytes(text.into_bytes(), &self.text_pool),
+            gzip: gzip
+                .flatten()
+                .map_or_else(Bytes::new, |buf| pooled_bytes(buf, &self.gzip_pool)),
+            gzip_made,
+            seq: snap.seq,
+            series,
+        };
+        if let Some(m) = &self.metrics {
+            m.render_seconds.set(started.elapsed().as_secs_f64());
+        }
+        body
+    }
+
+    /// `body` with its gzip copy made now (from its text).
+    pub fn add_gzip(&self, body: &RenderedBody) -> RenderedBody {
+        if let Some(m) = &self.metrics {
+            m.made_gzip.inc();
+        }
         let mut deflate = self.deflate.lock_unpoisoned();
         let deflate = deflate
             .get_or_insert_with(|| flate2::Compress::new(flate2::Compression::fast(), false));
-        let mut gzip = GzipStream::new(deflate, self.gzip_pool.take(previous / 16));
-        let series = self.render_into(snap, &mut text, Some(&mut gzip));
-        if let Some(s) = &self.series_gauge {
-            s.set(series as f64);
-        }
-        if let Some(m) = &self.self_metrics {
-            m.render(&mut text);
-        }
-        let gzip = match gzip.finish(text.as_bytes()) {
-            Some(buf) => pooled_bytes(buf, &self.gzip_pool),
-            None => Bytes::new(),
-        };
-        if let Some(b) = &self.body_bytes {
-            b.set(text.len() as f64);
-        }
-        self.body.store(Arc::new(RenderedBody {
-            text: pooled_bytes(text.into_bytes(), &self.text_pool),
-            gzip,
-            seq: snap.seq,
-            series,
-        }));
-        if let Some(r) = &self.render_seconds {
-            r.set(started.elapsed().as_secs_f64());
+        let stream = GzipStream::new(deflate, self.gzip_pool.take(body.text.len() / 16));
+        let gzip = stream.finish(&body.text);
+        RenderedBody {
+            text: body.text.clone(),
+            gzip: gzip.map_or_else(Bytes::new, |buf| pooled_bytes(buf, &self.gzip_pool)),
+            gzip_made: true,
+            seq: body.seq,
+            series: body.series,
         }
     }
-}
 
-impl SnapshotConsumer for Renderer {
-    fn on_snapshot(&self, snapshot: &Arc<Snapshot>) {
-        self.publish(snapshot);
+    /// The self-metrics after the GPU metrics, and the gauges describing the body.
+    fn finish_text(&self, text: &mut String, series: usize) {
+        if let Some(m) = &self.metrics {
+            m.series.set(series as f64);
+        }
+        if let Some(m) = &self.self_metrics {
+            m.render(text);
+        }
+        if let Some(m) = &self.metrics {
+            m.body_bytes.set(text.len() as f64);
+        }
     }
 }
 

@@ -10,6 +10,7 @@ use std::time::{Duration, SystemTime};
 use dcgm_otel::config::LabelStyle;
 use dcgm_otel::counters;
 use dcgm_otel::enrich::Enricher;
+use dcgm_otel::export::metrics_body::MetricsBody;
 use dcgm_otel::export::otel::naming::{Naming, OtelAttributeStyle, OtelResourceMode};
 use dcgm_otel::export::otel::otlp::request::DirectBuilder;
 use dcgm_otel::export::prometheus::Renderer;
@@ -61,14 +62,14 @@ fn an_enricher_adds_an_attribute_every_exporter_writes() {
         interval,
     )
     .unwrap();
-    let renderer = Arc::new(Renderer::new(LabelStyle::default(), None));
+    let body = Arc::new(MetricsBody::new(Renderer::new(LabelStyle::default(), None)));
     let store = SnapshotStore::new();
     let pipeline = Pipeline {
         source: Box::new(source),
         enrichers: vec![Box::new(TeamEnricher {
             team: AttributeKey::new("team", "team", Placement::Attributes),
         })],
-        consumers: vec![renderer.clone() as Arc<dyn SnapshotConsumer>],
+        consumers: vec![body.clone() as Arc<dyn SnapshotConsumer>],
         counters: counters.clone(),
         host: Arc::new(HostInfo {
             hostname: Some("node-a".into()),
@@ -85,7 +86,7 @@ fn an_enricher_adds_an_attribute_every_exporter_writes() {
     let (stop, stop_rx) = std::sync::mpsc::channel::<Control>();
     let collector = std::thread::spawn(move || pipeline.run(stop_rx));
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while renderer.body().load().seq == 0 {
+    while body.make(false).seq == 0 {
         assert!(std::time::Instant::now() < deadline, "nothing published");
         std::thread::sleep(Duration::from_millis(10));
     }
@@ -93,7 +94,7 @@ fn an_enricher_adds_an_attribute_every_exporter_writes() {
     collector.join().unwrap();
 
     // :9400: the attribute sorted among the attribute-class labels, after the label fields.
-    let body = String::from_utf8(renderer.body().load().text.to_vec()).unwrap();
+    let body = String::from_utf8(body.make(false).text.to_vec()).unwrap();
     let line = body
         .lines()
         .find(|l| l.starts_with("DCGM_FI_DEV_MEM_CLOCK{gpu=\"0\""))

@@ -411,3 +411,77 @@ fn plain_simulate_shows_pods_and_cost_counters_split_by_process_use() {
         "seconds split by SM use 55:25, got {a} and {b}"
     );
 }
+
+/// `/metrics` bodies are made at the first scrape after a collection, once per collection however
+/// many scrapers ask at the same time, and gzip only when a scraper asks for it: the exporter's own
+/// `dcgm_otel_bodies_made_total` counts them (this body included) and the bytes served are the same.
+#[test]
+fn bodies_are_made_once_per_collection_and_only_when_asked() {
+    let counters = format!(
+        "{}/src/counters/default-counters.csv",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    // A long interval: only SIGHUP (which re-reads the counters file) brings a new collection.
+    let e = start(&["--simulate", "-c", "600000", "-f", &counters], &[]);
+    let made = |text: &str, encoding: &str| {
+        let prefix = format!("dcgm_otel_bodies_made_total{{encoding=\"{encoding}\"}} ");
+        text.lines()
+            .find_map(|l| l.strip_prefix(prefix.as_str()))
+            .unwrap_or_else(|| panic!("no {prefix}in\n{text}"))
+            .to_string()
+    };
+    let gunzip = |r: &common::Response| {
+        assert_eq!(r.header("content-encoding"), Some("gzip"));
+        let mut text = String::new();
+        flate2::read::GzDecoder::new(&r.body[..])
+            .read_to_string(&mut text)
+            .unwrap();
+        text
+    };
+    // 16 scrapes at once, every other one asking for gzip: one body, its text the same for all.
+    let port = e.port;
+    let replies: Vec<(bool, common::Response)> = std::thread::scope(|s| {
+        let scrapes: Vec<_> = (0..16)
+            .map(|i| {
+                s.spawn(move || {
+                    let gzip = i % 2 == 0;
+                    let headers: &[(&str, &str)] = if gzip {
+                        &[("Accept-Encoding", "gzip")]
+                    } else {
+                        &[]
+                    };
+                    (gzip, get_with(port, "/metrics", headers).unwrap())
+                })
+            })
+            .collect();
+        scrapes.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let texts: Vec<String> = replies
+        .iter()
+        .map(|(gzip, r)| if *gzip { gunzip(r) } else { r.text() })
+        .collect();
+    assert!(texts.iter().all(|t| t == &texts[0]), "different bodies");
+    assert_eq!(made(&texts[0], "identity"), "1");
+    // Rendered once; compressed by the first gzip scrape or with the render: "0" or "1" here.
+    assert!(["0", "1"].contains(&made(&texts[0], "gzip").as_str()));
+    // A new collection: the next plain scrape renders it; gzip was made once for the first one and
+    // not for this one, which nobody asked gzip for yet.
+    common::signal(&e, "-HUP");
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let second = loop {
+        let text = scrape(port);
+        if made(&text, "identity") == "2" {
+            break text;
+        }
+        assert!(std::time::Instant::now() < deadline, "no second collection");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(made(&second, "gzip"), "1");
+    assert_eq!(
+        scrape(port),
+        second,
+        "a second scrape is served from memory"
+    );
+    let zipped = get_with(port, "/metrics", &[("Accept-Encoding", "gzip")]).unwrap();
+    assert_eq!(gunzip(&zipped), second, "gzip is the same body, compressed");
+}
