@@ -10,12 +10,17 @@
 //! Run: `cargo bench --bench cycle` (100,000 cycles, several minutes), `-- --cycles 5000`,
 //! `-- --source fake` (the DCGM source over tests/fake-libdcgm instead of the simulated source;
 //! `cargo build --release -p fake-libdcgm` first),
-//! `-- --smoke` (20 cycles: proves it runs). See docs/performance.md.
+//! `-- --collect-only` (no body made: the collection alone, what a collection nobody scrapes costs),
+//! `-- --smoke` (20 cycles: proves it runs). A counting allocator reports the heap allocations per
+//! cycle after warm-up (every thread of the process: here, the collector's). See docs/performance.md.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests and benches fail loudly on purpose
 
 mod common;
 
+use std::alloc::System;
 use std::sync::mpsc::Sender;
+
+use stats_alloc::{StatsAlloc, INSTRUMENTED_SYSTEM};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -43,8 +48,15 @@ fn thread_cpu_ns() -> u64 {
 
 /// Times each cycle: the wrapped source marks its start (the collector thread has just woken up, so
 /// the kernel's CPU counter for it is exact), the probe consumer its end.
+/// The system allocator, counting allocations (stats_alloc: no unsafe code here).
+#[global_allocator]
+static GLOBAL: &StatsAlloc<System> = &INSTRUMENTED_SYSTEM;
+
 struct Probe {
-    body: Arc<MetricsBody>,
+    /// Made after each collection, as a gzip scrape would (`None` with `--collect-only`).
+    body: Option<Arc<MetricsBody>>,
+    /// Allocations and bytes when the first counted cycle began.
+    allocs_at_warmup: Mutex<Option<(u64, u64)>>,
     cycles: u64,
     warmup: u64,
     stop: Mutex<Option<Sender<Control>>>,
@@ -203,12 +215,19 @@ fn fake_source(counters: &mut CounterSet) -> Result<DcgmSource, String> {
 impl SnapshotConsumer for Probe {
     fn on_snapshot(&self, snapshot: &Arc<Snapshot>) {
         // What a gzip scrape after this collection has made.
-        self.body.make(true);
+        if let Some(body) = &self.body {
+            body.make(true);
+        }
         let now = Instant::now();
         let Ok(mut st) = self.state.lock() else {
             return;
         };
         st.seen += 1;
+        if st.seen == self.warmup {
+            if let Ok(mut at) = self.allocs_at_warmup.lock() {
+                *at = Some(allocation_counts());
+            }
+        }
         if st.seen > self.warmup {
             if let Some(w) = st.start_wall {
                 st.wall.add(now - w);
@@ -228,6 +247,15 @@ impl SnapshotConsumer for Probe {
             }
         }
     }
+}
+
+/// Allocations (reallocations included) and bytes asked for, so far, in the whole process.
+fn allocation_counts() -> (u64, u64) {
+    let s = GLOBAL.stats();
+    (
+        (s.allocations + s.reallocations) as u64,
+        (s.bytes_allocated as u64).saturating_add(s.bytes_reallocated.max(0) as u64),
+    )
 }
 
 fn main() {
@@ -277,8 +305,10 @@ fn main() {
         Some(self_metrics.clone()),
     )));
     let (stop_tx, stop_rx) = std::sync::mpsc::channel::<Control>();
+    let collect_only = args.iter().any(|a| a == "--collect-only");
     let probe = Arc::new(Probe {
-        body: body.clone(),
+        body: (!collect_only).then(|| body.clone()),
+        allocs_at_warmup: Mutex::new(None),
         cycles,
         warmup,
         stop: Mutex::new(Some(stop_tx)),
@@ -316,7 +346,9 @@ fn main() {
     let _ = collector.join();
     let elapsed = started.elapsed();
     let cpu_total = common::process_cpu().saturating_sub(cpu_before);
+    let allocs_end = allocation_counts();
 
+    let probe_warmup = warmup;
     let Ok(st) = probe.state.lock() else { return };
     let b = body.make(true);
     let cpu = st.cpu.stats();
@@ -345,6 +377,19 @@ fn main() {
         b.text.len(),
         b.gzip.len()
     );
+    let counted = cycles.saturating_sub(probe_warmup).max(1);
+    if let Some((n0, b0)) = probe.allocs_at_warmup.lock().ok().and_then(|a| *a) {
+        println!(
+            "heap allocations per cycle after warm-up: {:.1} ({:.0} bytes asked for){}",
+            (allocs_end.0 - n0) as f64 / counted as f64,
+            (allocs_end.1 - b0) as f64 / counted as f64,
+            if collect_only {
+                "; collection only, no body made"
+            } else {
+                "; body (text + gzip) made every cycle"
+            }
+        );
+    }
     if st.dcgm_polls > 0 {
         println!(
             "time inside libdcgm (the fake) per poll: mean {:.3} ms (wall; included in the cycle figures above)",

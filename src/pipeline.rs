@@ -242,6 +242,9 @@ struct PipelineMetrics {
     source_up: Arc<Metric>,
     /// Keyed by counter row index (no per-cycle key allocation).
     absent: HashMap<(usize, Absent), Arc<Metric>>,
+    /// Absent values per counter row and reason in the collection being counted (kept: no
+    /// allocation per collection).
+    absent_scratch: Vec<[u64; 6]>,
 }
 
 impl PipelineMetrics {
@@ -270,6 +273,7 @@ impl PipelineMetrics {
                 &labels,
             ),
             absent: HashMap::new(),
+            absent_scratch: Vec::new(),
             registry,
         }
     }
@@ -784,38 +788,38 @@ impl Pipeline {
     }
 
     fn count_absent(&self, reading: &crate::snapshot::Reading, metrics: &mut PipelineMetrics) {
-        for (i, row) in self.counters.rows.iter().enumerate() {
-            let mut counts: [u64; 6] = [0; 6];
-            for e in &reading.entities {
-                if let Some(FieldValue::Absent(reason)) = e.values.get(i) {
-                    let slot = match reason {
-                        Absent::Blank => 0,
-                        Absent::NotSupported => 1,
-                        Absent::NotFound => 2,
-                        Absent::NotPermissioned => 3,
-                        Absent::Error => 4,
-                        Absent::Unsupported => 5,
-                        Absent::NotApplicable => continue,
-                    };
-                    counts[slot] += 1;
-                }
-            }
-            for (slot, reason) in [
-                Absent::Blank,
-                Absent::NotSupported,
-                Absent::NotFound,
-                Absent::NotPermissioned,
-                Absent::Error,
-                Absent::Unsupported,
-            ]
-            .into_iter()
-            .enumerate()
-            {
-                if counts[slot] > 0 {
-                    metrics.count_absent(i, &row.name, reason, counts[slot]);
+        const REASONS: [Absent; 6] = [
+            Absent::Blank,
+            Absent::NotSupported,
+            Absent::NotFound,
+            Absent::NotPermissioned,
+            Absent::Error,
+            Absent::Unsupported,
+        ];
+        // Entity by entity, in the order the values lie in memory; counts per row and reason.
+        let rows = self.counters.rows.len();
+        let counts = &mut metrics.absent_scratch;
+        counts.clear();
+        counts.resize(rows, [0; 6]);
+        for e in &reading.entities {
+            for (v, row) in e.values.iter().zip(counts.iter_mut()) {
+                let FieldValue::Absent(reason) = v else {
+                    continue;
+                };
+                if let Some(slot) = REASONS.iter().position(|r| r == reason) {
+                    row[slot] += 1;
                 }
             }
         }
+        let counts = std::mem::take(&mut metrics.absent_scratch);
+        for (i, (row, per_reason)) in self.counters.rows.iter().zip(&counts).enumerate() {
+            for (slot, n) in per_reason.iter().enumerate() {
+                if *n > 0 {
+                    metrics.count_absent(i, &row.name, REASONS[slot], *n);
+                }
+            }
+        }
+        metrics.absent_scratch = counts;
     }
 }
 

@@ -127,7 +127,10 @@ impl FieldInfo {
 
 /// The whole catalog, indexed by name (canonical, deprecated alias and 1.x legacy names) and by id.
 pub struct Catalog {
-    by_id: HashMap<FieldId, FieldInfo>,
+    /// Indexed by field id (ids are small and dense: a lookup per value read must cost no hash).
+    by_id: Vec<Option<FieldInfo>>,
+    /// Number of `Some` entries in `by_id`.
+    ids: usize,
     by_name: HashMap<&'static str, FieldId>,
     legacy: HashMap<&'static str, FieldId>,
 }
@@ -148,7 +151,7 @@ fn note_value<'a>(notes: &'a str, key: &str) -> Option<&'a str> {
 
 impl Catalog {
     fn load() -> Self {
-        let mut by_id = HashMap::new();
+        let mut by_id: Vec<Option<FieldInfo>> = Vec::new();
         let mut by_name = HashMap::new();
         for line in FIELDS_TSV.lines().skip(1) {
             let mut cols = line.splitn(5, '\t');
@@ -168,7 +171,8 @@ impl Catalog {
             };
             by_name.insert(name, id);
             let alias = notes.starts_with("deprecated alias of ");
-            if alias && by_id.contains_key(&id) {
+            let slot = usize::from(id);
+            if alias && by_id.get(slot).is_some_and(Option::is_some) {
                 continue;
             }
             let canonical = if alias {
@@ -180,17 +184,20 @@ impl Catalog {
             } else {
                 name
             };
-            by_id.insert(
+            if by_id.len() <= slot {
+                by_id.resize_with(slot + 1, || None);
+            }
+            let info = FieldInfo {
+                name: canonical,
                 id,
-                FieldInfo {
-                    name: canonical,
-                    id,
-                    value_type,
-                    level,
-                    unit: note_value(notes, "unit=").filter(|u| *u != "#"),
-                    description: note_value(notes, "desc=").unwrap_or(""),
-                },
-            );
+                value_type,
+                level,
+                unit: note_value(notes, "unit=").filter(|u| *u != "#"),
+                description: note_value(notes, "desc=").unwrap_or(""),
+            };
+            if let Some(entry) = by_id.get_mut(slot) {
+                *entry = Some(info);
+            }
         }
         let mut legacy = HashMap::new();
         for line in LEGACY_TSV.lines() {
@@ -204,6 +211,7 @@ impl Catalog {
             }
         }
         Catalog {
+            ids: by_id.iter().filter(|i| i.is_some()).count(),
             by_id,
             by_name,
             legacy,
@@ -213,11 +221,11 @@ impl Catalog {
     /// Look a field up by any of its names: canonical, deprecated alias, or dcgm-exporter 1.x name.
     pub fn by_name(&self, name: &str) -> Option<&FieldInfo> {
         let id = self.by_name.get(name).or_else(|| self.legacy.get(name))?;
-        self.by_id.get(id)
+        self.by_id(*id)
     }
 
     pub fn by_id(&self, id: FieldId) -> Option<&FieldInfo> {
-        self.by_id.get(&id)
+        self.by_id.get(usize::from(id))?.as_ref()
     }
 
     /// Whether `name` is one of the 1.x lowercase names.
@@ -227,11 +235,11 @@ impl Catalog {
 
     /// Number of distinct field ids.
     pub fn len(&self) -> usize {
-        self.by_id.len()
+        self.ids
     }
 
     pub fn is_empty(&self) -> bool {
-        self.by_id.is_empty()
+        self.ids == 0
     }
 
     /// Every known name (canonical and aliases), for tests and diagnostics.

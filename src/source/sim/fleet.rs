@@ -7,7 +7,7 @@
 //! and number of polls produce the same numbers — what the golden-file tests rely on. The fake libdcgm
 //! serves this same model through the DCGM C ABI.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::f64::consts::TAU;
 use std::sync::Arc;
 
@@ -72,10 +72,29 @@ pub struct Fleet {
     step: u64,
     blank: HashSet<FieldId>,
     unsupported: HashSet<FieldId>,
-    by_instance: HashMap<u32, (usize, usize)>,
+    /// (GPU, instance) index of each MIG instance, indexed by its entity id (small and dense: GPU
+    /// index × a stride + n): read once per value, so no hash and no search.
+    by_instance: Vec<Option<(usize, usize)>>,
     events: SimEvents,
     /// Every XID so far, in time order.
     xid_log: Vec<SimXid>,
+}
+
+/// The GPU and instance index of every MIG instance, at its entity id.
+fn instance_index(gpus: &[SimGpu]) -> Vec<Option<(usize, usize)>> {
+    let mut index: Vec<Option<(usize, usize)>> = Vec::new();
+    for (g, gpu) in gpus.iter().enumerate() {
+        for (m, instance) in gpu.mig.iter().enumerate() {
+            let id = instance.identity.entity_id as usize;
+            if index.len() <= id {
+                index.resize(id + 1, None);
+            }
+            if let Some(slot) = index.get_mut(id) {
+                *slot = Some((g, m));
+            }
+        }
+    }
+    index
 }
 
 /// One XID occurrence of the simulated fleet.
@@ -252,12 +271,7 @@ impl Fleet {
                 gpus.push(SimGpu::new(model, group, gpus.len() as u32, seed));
             }
         }
-        let mut by_instance = HashMap::new();
-        for (g, gpu) in gpus.iter().enumerate() {
-            for (m, instance) in gpu.mig.iter().enumerate() {
-                by_instance.insert(instance.identity.entity_id, (g, m));
-            }
-        }
+        let by_instance = instance_index(&gpus);
         let ids = |names: &[String]| {
             names
                 .iter()
@@ -388,12 +402,7 @@ impl Fleet {
     /// Remove a GPU (a fault the fake libdcgm can inject).
     pub fn remove_gpu(&mut self, index: u32) {
         self.gpus.retain(|g| g.identity.index != index);
-        self.by_instance.clear();
-        for (gi, g) in self.gpus.iter().enumerate() {
-            for (mi, m) in g.mig.iter().enumerate() {
-                self.by_instance.insert(m.identity.entity_id, (gi, mi));
-            }
-        }
+        self.by_instance = instance_index(&self.gpus);
     }
 
     /// Move simulated time forward by `dt` seconds and update every GPU's state.
@@ -503,12 +512,12 @@ impl Fleet {
                 Some(g) => self.gpu_value(g, None, field, info.value_type),
                 None => FieldValue::Absent(Absent::NotFound),
             },
-            EntityKind::GpuInstance => match self.by_instance.get(&entity_id) {
-                Some(&(gi, mi)) => {
+            EntityKind::GpuInstance => match self.by_instance.get(entity_id as usize) {
+                Some(&Some((gi, mi))) => {
                     let g = &self.gpus[gi];
                     self.gpu_value(g, Some(&g.mig[mi]), field, info.value_type)
                 }
-                None => FieldValue::Absent(Absent::NotFound),
+                _ => FieldValue::Absent(Absent::NotFound),
             },
             EntityKind::NvLink => {
                 let gpu = entity_id / 32;
@@ -581,11 +590,15 @@ impl Fleet {
         };
         let u = util / 100.0;
         let busy = util > 1.0;
-        let fb_used = if busy {
-            (fb_total as f64 * (0.35 + 0.5 * unit(self.seed ^ u64::from(g.identity.index) ^ 77)))
-                as i64
-        } else {
-            (fb_total as f64 * 0.005) as i64
+        // Computed in the arms that need them: most fields of a large counter set need neither.
+        let fb_used = || {
+            if busy {
+                (fb_total as f64
+                    * (0.35 + 0.5 * unit(self.seed ^ u64::from(g.identity.index) ^ 77)))
+                    as i64
+            } else {
+                (fb_total as f64 * 0.005) as i64
+            }
         };
         let not_on_mig = |v: FieldValue| {
             if mig.is_some() {
@@ -594,16 +607,18 @@ impl Fleet {
                 v
             }
         };
-        let sm_clock = if busy {
-            m.sm_max_mhz - ((1.0 - u) * 150.0) as i64
-        } else {
-            m.sm_idle_mhz
+        let sm_clock = || {
+            if busy {
+                m.sm_max_mhz - ((1.0 - u) * 150.0) as i64
+            } else {
+                m.sm_idle_mhz
+            }
         };
         match field {
             51 => FieldValue::Text("Nvidia".into()),
             53 => FieldValue::Text(g.serial.clone().into()),
             85 => FieldValue::Text(m.vbios.into()),
-            100 => FieldValue::Int(sm_clock),
+            100 => FieldValue::Int(sm_clock()),
             101 => FieldValue::Int(m.mem_mhz),
             110 => FieldValue::Int(m.sm_max_mhz),
             140 => FieldValue::Int((g.temp_c + 4.0).round() as i64),
@@ -617,10 +632,10 @@ impl Fleet {
             112 => FieldValue::Int(self.clock_mask(g.identity.index) as i64),
             230 => FieldValue::Int(g.xid),
             250 => FieldValue::Int(fb_total),
-            251 => FieldValue::Int(fb_total - fb_used),
-            252 => FieldValue::Int(fb_used),
+            251 => FieldValue::Int(fb_total - fb_used()),
+            252 => FieldValue::Int(fb_used()),
             253 => FieldValue::Int(if mig.is_some() { 0 } else { m.fb_reserved_mib }),
-            254 => FieldValue::Double(((fb_used as f64 / fb_total as f64) * 1e4).round() / 1e4),
+            254 => FieldValue::Double(((fb_used() as f64 / fb_total as f64) * 1e4).round() / 1e4),
             393..=395 => not_on_mig(FieldValue::Int(0)),
             449 => not_on_mig(FieldValue::Int(g.nvlink_bytes as i64)),
             // vGPU licensing does not exist on a bare-metal GPU.
