@@ -78,6 +78,8 @@ struct Instrument {
     name: String,
     description: String,
     unit: String,
+    /// `name`, `description` and `unit` encoded ([`templates`]).
+    head: Vec<u8>,
 }
 
 /// The instruments of a counter set, but for rows of the fields in `replaced` (`semconv` names only).
@@ -97,14 +99,16 @@ fn instruments(counters: &CounterSet, replaced: &[FieldId]) -> Vec<Instrument> {
             MetricKind::Counter => Kind::DoubleCounter,
             MetricKind::Label => continue,
         };
+        let unit = unit_for(c).to_string();
         out.push(Instrument {
+            head: templates::metric_head(&c.name, &c.help, &unit),
             row,
             per_instance: c.field.level.measured_per_gpu_instance(),
             field_id: c.field.id,
             kind,
             name: c.name.clone(),
             description: c.help.clone(),
-            unit: unit_for(c).to_string(),
+            unit,
         });
     }
     out
@@ -201,6 +205,8 @@ struct Layout {
     keys: HashMap<Vec<(String, String)>, usize>,
     /// GPUs in MIG mode spoken for by one of their instances: the GPU entity → (entity, set 1).
     boards: HashMap<Arc<Entity>, (usize, usize)>,
+    /// The resources and attribute sets encoded.
+    templates: templates::Templates,
 }
 
 /// Counter state of one series: (last value, its time, the start time of its current stream).
@@ -230,6 +236,8 @@ pub struct DirectBuilder {
     previous: CounterState,
     /// Size of the last encoded request (the next one's buffer is sized from it).
     last_len: usize,
+    /// The template writer and its buffers.
+    writer: templates::Writer,
     /// Which metric names the requests carry.
     names: MetricNames,
     /// The semantic-convention table resolved against `counters` (empty in `dcgm` mode).
@@ -310,6 +318,7 @@ impl DirectBuilder {
             layout: Layout::default(),
             previous: HashMap::new(),
             last_len: 0,
+            writer: templates::Writer::default(),
             names: MetricNames::Dcgm,
             semconv: semconv::Plan::default(),
         }
@@ -453,6 +462,7 @@ impl DirectBuilder {
             }
         }
         self.layout = Layout {
+            templates: templates::Templates::new(&resources, &entities),
             entities,
             resources,
             members,
@@ -494,12 +504,16 @@ impl DirectBuilder {
         }
     }
 
-    /// Every resource's `ResourceMetrics` in turn (those without points are skipped), handed to `sink`
-    /// one at a time so that only one resource's proto values exist at once. Returns the data points.
+    /// Every resource's metrics in turn, handed to `sink` one resource at a time so that only one
+    /// resource's proto values exist at once: a layout resource as its index and the metrics that
+    /// follow its field metrics (derived families, semantic-convention metrics, in host mode the
+    /// holders', then `extra`'s), the sink writing the field metrics; any other resource (departed
+    /// devices, holders) as a `ResourceMetrics`. Returns the data points.
     fn for_each_resource(
         &mut self,
         snap: &Snapshot,
-        mut sink: impl FnMut(ResourceMetrics),
+        extra: &mut dyn ExtraMetrics,
+        sink: &mut impl ResourceSink,
     ) -> usize {
         self.prepare(snap);
         let ctx = PointContext {
@@ -525,17 +539,9 @@ impl DirectBuilder {
         );
         let semconv_derived = semconv_metrics::derived_inputs(&self.semconv, snap);
         let host_mode = matches!(self.split, ResourceSplit::Host);
-        for (r, (resource, members)) in self
-            .layout
-            .resources
-            .iter()
-            .zip(&self.layout.members)
-            .enumerate()
-        {
+        for (r, members) in self.layout.members.iter().enumerate() {
             let mut metrics: Vec<Metric> = Vec::new();
-            data_points +=
-                self.field_metrics(snap, members, &ctx, &mut next_previous, &mut metrics);
-            if let Some(own) = placed.get_mut(r) {
+            if let Some(own) = placed.get_mut(r).filter(|own| !own.is_empty()) {
                 data_points += derived_metrics(
                     snap,
                     std::mem::take(own),
@@ -565,13 +571,17 @@ impl DirectBuilder {
                     metrics.extend(own);
                 }
             }
-            if metrics.is_empty() {
-                continue;
+            for &(e, s) in members {
+                if let (0, Some(reading)) = (s, snap.entities.get(e)) {
+                    data_points += extra.metrics_of(&reading.entity, &mut metrics);
+                }
             }
-            sink(self.resource_metrics(resource.clone(), metrics));
+            data_points += sink.layout_resource(self, snap, r, &ctx, &mut next_previous, metrics);
         }
         data_points +=
-            self.departed_and_holders(snap, extras, holders, &ctx, &mut next_previous, &mut sink);
+            self.departed_and_holders(snap, extras, holders, &ctx, &mut next_previous, &mut |rm| {
+                sink.resource(rm)
+            });
         self.previous = next_previous;
         data_points
     }
@@ -839,30 +849,35 @@ impl DirectBuilder {
         }
     }
 
-    /// The request for `snap`: one ResourceMetrics per identity that has at least one point.
+    /// The request for `snap` as proto values: one ResourceMetrics per identity that has at least
+    /// one point. The reference of [`DirectBuilder::build_encoded`]'s bytes.
     pub fn build(&mut self, snap: &Snapshot) -> Built {
-        let mut resource_metrics = Vec::new();
-        let data_points = self.for_each_resource(snap, |rm| resource_metrics.push(rm));
+        let mut sink = Collect {
+            resource_metrics: Vec::new(),
+        };
+        let data_points = self.for_each_resource(snap, &mut NoExtraMetrics, &mut sink);
         Built {
-            request: ExportMetricsServiceRequest { resource_metrics },
+            request: ExportMetricsServiceRequest {
+                resource_metrics: sink.resource_metrics,
+            },
             data_points,
         }
     }
 
-    /// [`DirectBuilder::build`] and protobuf encoding in one pass, one resource at a time (the same
-    /// bytes as encoding the built request; the whole request never exists as proto values).
+    /// The encoded request for `snap`, written from the cached templates (what an export runs):
+    /// the same bytes as prost's encoding of [`DirectBuilder::build`]'s request.
     pub fn build_encoded(&mut self, snap: &Snapshot) -> Encoded {
-        let mut body = Vec::with_capacity(self.last_len + self.last_len / 8);
-        let mut resources = 0usize;
-        let mut encode_time = Duration::ZERO;
+        self.build_encoded_with(snap, &mut NoExtraMetrics)
+    }
+
+    /// [`DirectBuilder::build_encoded`] with `extra`'s metrics appended to each entity's Resource.
+    pub fn build_encoded_with(&mut self, snap: &Snapshot, extra: &mut dyn ExtraMetrics) -> Encoded {
         let started = Instant::now();
-        let data_points = self.for_each_resource(snap, |rm| {
-            let t = Instant::now();
-            // Field 1 of ExportMetricsServiceRequest, repeated: the request is its elements in a row.
-            prost::encoding::message::encode(1, &rm, &mut body);
-            resources += 1;
-            encode_time += t.elapsed();
-        });
+        let mut writer = std::mem::take(&mut self.writer);
+        writer.start(self, Vec::with_capacity(self.last_len + self.last_len / 8));
+        let data_points = self.for_each_resource(snap, extra, &mut writer);
+        let (body, resources, encode_time) = writer.finish();
+        self.writer = writer;
         self.last_len = body.len();
         Encoded {
             body,
@@ -871,6 +886,143 @@ impl DirectBuilder {
             build_time: started.elapsed().saturating_sub(encode_time),
             encode_time,
         }
+    }
+
+    /// The previous export path, kept as the reference of [`DirectBuilder::build_encoded`] (tests
+    /// and the bench compare them): proto values built one resource at a time and encoded by prost.
+    #[doc(hidden)]
+    pub fn build_encoded_reference(&mut self, snap: &Snapshot) -> Encoded {
+        let mut sink = ProstEncode {
+            body: Vec::with_capacity(self.last_len + self.last_len / 8),
+            resources: 0,
+            encode_time: Duration::ZERO,
+        };
+        let started = Instant::now();
+        let data_points = self.for_each_resource(snap, &mut NoExtraMetrics, &mut sink);
+        self.last_len = sink.body.len();
+        Encoded {
+            body: sink.body,
+            data_points,
+            resources: sink.resources,
+            build_time: started.elapsed().saturating_sub(sink.encode_time),
+            encode_time: sink.encode_time,
+        }
+    }
+}
+
+/// Metrics another part of the exporter adds to an entity's Resource, after the metrics of its
+/// fields (the seam for issue 27's distributions): asked once per entity per export, prost-encoded
+/// inside the Resource's `ScopeMetrics`.
+pub trait ExtraMetrics {
+    /// Append `entity`'s extra metrics to `out`; returns the data points they carry.
+    fn metrics_of(&mut self, entity: &Entity, out: &mut Vec<Metric>) -> usize;
+}
+
+/// No extra metrics.
+pub struct NoExtraMetrics;
+
+impl ExtraMetrics for NoExtraMetrics {
+    fn metrics_of(&mut self, _: &Entity, _: &mut Vec<Metric>) -> usize {
+        0
+    }
+}
+
+/// Where [`DirectBuilder::for_each_resource`] hands each resource.
+trait ResourceSink {
+    /// Layout resource `r`: its field metrics (written by the sink) and then `metrics`. Returns the
+    /// field points written; a resource without any metric is not written.
+    fn layout_resource(
+        &mut self,
+        b: &DirectBuilder,
+        snap: &Snapshot,
+        r: usize,
+        ctx: &PointContext<'_>,
+        next: &mut CounterState,
+        metrics: Vec<Metric>,
+    ) -> usize;
+
+    /// Any other resource, whole.
+    fn resource(&mut self, rm: ResourceMetrics);
+}
+
+/// The proto request of the layout resources' field metrics as proto values, built by prost.
+fn prost_layout_resource(
+    b: &DirectBuilder,
+    snap: &Snapshot,
+    r: usize,
+    ctx: &PointContext<'_>,
+    next: &mut CounterState,
+    metrics: Vec<Metric>,
+) -> (Option<ResourceMetrics>, usize) {
+    let (Some(resource), Some(members)) = (b.layout.resources.get(r), b.layout.members.get(r))
+    else {
+        return (None, 0);
+    };
+    let mut all = Vec::new();
+    let points = b.field_metrics(snap, members, ctx, next, &mut all);
+    all.extend(metrics);
+    if all.is_empty() {
+        return (None, points);
+    }
+    (Some(b.resource_metrics(resource.clone(), all)), points)
+}
+
+/// The request as proto values ([`DirectBuilder::build`]).
+struct Collect {
+    resource_metrics: Vec<ResourceMetrics>,
+}
+
+impl ResourceSink for Collect {
+    fn layout_resource(
+        &mut self,
+        b: &DirectBuilder,
+        snap: &Snapshot,
+        r: usize,
+        ctx: &PointContext<'_>,
+        next: &mut CounterState,
+        metrics: Vec<Metric>,
+    ) -> usize {
+        let (rm, points) = prost_layout_resource(b, snap, r, ctx, next, metrics);
+        self.resource_metrics.extend(rm);
+        points
+    }
+
+    fn resource(&mut self, rm: ResourceMetrics) {
+        self.resource_metrics.push(rm);
+    }
+}
+
+/// The request encoded by prost one resource at a time
+/// ([`DirectBuilder::build_encoded_reference`]).
+struct ProstEncode {
+    body: Vec<u8>,
+    resources: usize,
+    encode_time: Duration,
+}
+
+impl ResourceSink for ProstEncode {
+    fn layout_resource(
+        &mut self,
+        b: &DirectBuilder,
+        snap: &Snapshot,
+        r: usize,
+        ctx: &PointContext<'_>,
+        next: &mut CounterState,
+        metrics: Vec<Metric>,
+    ) -> usize {
+        let (rm, points) = prost_layout_resource(b, snap, r, ctx, next, metrics);
+        if let Some(rm) = rm {
+            self.resource(rm);
+        }
+        points
+    }
+
+    fn resource(&mut self, rm: ResourceMetrics) {
+        let t = Instant::now();
+        // Field 1 of ExportMetricsServiceRequest, repeated: the request is its elements in a row.
+        prost::encoding::message::encode(1, &rm, &mut self.body);
+        self.resources += 1;
+        self.encode_time += t.elapsed();
     }
 }
 
@@ -914,10 +1066,31 @@ impl PointContext<'_> {
         v: number_data_point::Value,
         next: &mut CounterState,
     ) -> NumberDataPoint {
-        let (value, start_time) = if kind == Kind::Gauge {
+        let (value, start_time) = self.value(k, kind, &set.series, v, next);
+        NumberDataPoint {
+            attributes: set.point_attributes.clone(),
+            start_time_unix_nano: start_time,
+            time_unix_nano: self.time,
+            exemplars: Vec::new(),
+            flags: 0,
+            value: Some(value),
+        }
+    }
+
+    /// The value and start time of the point of instrument `k` for `series` (see
+    /// [`PointContext::point`]); a counter's state goes into `next`.
+    fn value(
+        &self,
+        k: usize,
+        kind: Kind,
+        series: &Arc<str>,
+        v: number_data_point::Value,
+        next: &mut CounterState,
+    ) -> (number_data_point::Value, u64) {
+        if kind == Kind::Gauge {
             (v, self.start)
         } else {
-            let key = (k, set.series.clone());
+            let key = (k, series.clone());
             let (value, start_time, stream_start) = match self.previous.get(&key) {
                 Some(&(prev, prev_time, prev_start)) => {
                     let reset = below(v, prev);
@@ -932,14 +1105,6 @@ impl PointContext<'_> {
             };
             next.insert(key, (v, self.time, stream_start));
             (value, start_time)
-        };
-        NumberDataPoint {
-            attributes: set.point_attributes.clone(),
-            start_time_unix_nano: start_time,
-            time_unix_nano: self.time,
-            exemplars: Vec::new(),
-            flags: 0,
-            value: Some(value),
         }
     }
 }
@@ -1197,11 +1362,14 @@ impl DirectExport {
 pub(super) mod holders;
 mod processes;
 mod semconv_metrics;
+mod templates;
 
 #[cfg(test)]
 mod golden_tests;
 #[cfg(test)]
 mod semconv_tests;
+#[cfg(test)]
+mod templates_tests;
 
 #[cfg(test)]
 mod tests {
