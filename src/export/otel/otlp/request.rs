@@ -207,6 +207,8 @@ struct Layout {
     boards: HashMap<Arc<Entity>, (usize, usize)>,
     /// The resources and attribute sets encoded.
     templates: templates::Templates,
+    /// Which rebuild this is (what the template writer keeps per layout is dropped on a new one).
+    generation: u64,
 }
 
 /// Counter state of one series: (last value, its time, the start time of its current stream).
@@ -238,6 +240,8 @@ pub struct DirectBuilder {
     last_len: usize,
     /// The template writer and its buffers.
     writer: templates::Writer,
+    /// Layouts built so far.
+    layouts_built: u64,
     /// Which metric names the requests carry.
     names: MetricNames,
     /// The semantic-convention table resolved against `counters` (empty in `dcgm` mode).
@@ -319,6 +323,7 @@ impl DirectBuilder {
             previous: HashMap::new(),
             last_len: 0,
             writer: templates::Writer::default(),
+            layouts_built: 0,
             names: MetricNames::Dcgm,
             semconv: semconv::Plan::default(),
         }
@@ -461,7 +466,9 @@ impl DirectBuilder {
                 }
             }
         }
+        self.layouts_built += 1;
         self.layout = Layout {
+            generation: self.layouts_built,
             templates: templates::Templates::new(&resources, &entities),
             entities,
             resources,

@@ -12,6 +12,7 @@
 //! ([`super::DirectBuilder::build`]): fields in tag order, defaults (a zero time, an empty schema
 //! URL) left out, a value always written (a oneof); the tests compare both byte for byte.
 
+use std::collections::HashMap;
 use std::ops::Range;
 use std::time::{Duration, Instant};
 
@@ -25,7 +26,8 @@ use super::{
     ResourceSink,
 };
 use crate::export::otel::otlp::proto::pkv;
-use crate::snapshot::Snapshot;
+use crate::fields::xid;
+use crate::snapshot::{FieldValue, Snapshot};
 
 /// Wire types.
 const LEN: u64 = 2;
@@ -142,6 +144,11 @@ pub(super) struct Writer {
     metrics: Vec<(usize, Range<usize>)>,
     /// Attributes of points that have their own.
     owned: Vec<u8>,
+    /// Per (entity, set, instrument) whose value brings attributes: the last value and the point's
+    /// attributes encoded; emptied when the layout is rebuilt.
+    by_value: HashMap<(usize, usize, usize), (FieldValue, Vec<u8>)>,
+    /// The layout `by_value` belongs to.
+    generation: u64,
     /// The resource's other metrics, encoded (`ScopeMetrics.metrics` entries).
     others: Vec<u8>,
     /// `ScopeMetrics.scope` and the schema URL field (empty without one), of this export.
@@ -208,16 +215,10 @@ impl Writer {
                     continue;
                 };
                 let (value, start) = ctx.value(k, inst.kind, &set.series, v, next);
-                let own = b.naming.value_attributes(inst.field_id, raw);
-                let attributes = if own.is_empty() {
+                let attributes = if inst.field_id != xid::XID_FIELD_ID {
                     Attributes::Set(e, s)
                 } else {
-                    let mut all = set.point_attributes.clone();
-                    all.extend(own.iter().map(pkv));
-                    all.sort_by(|a, b| a.key.cmp(&b.key));
-                    let from = self.owned.len();
-                    self.owned.extend(attributes(&all));
-                    Attributes::Own(from..self.owned.len())
+                    self.value_attributes(b, (e, s, k), raw, &set.point_attributes)
                 };
                 self.points.push(Point {
                     start,
@@ -230,6 +231,39 @@ impl Writer {
             }
         }
         self.points.len()
+    }
+
+    /// The attributes of a point whose value brings some of its own (XID: the code and its
+    /// meaning), kept per series while its value stays the same.
+    fn value_attributes(
+        &mut self,
+        b: &DirectBuilder,
+        series: (usize, usize, usize),
+        raw: &FieldValue,
+        set: &[PKeyValue],
+    ) -> Attributes {
+        if let Some((value, bytes)) = self.by_value.get(&series) {
+            if value == raw {
+                let from = self.owned.len();
+                self.owned.extend_from_slice(bytes);
+                return Attributes::Own(from..self.owned.len());
+            }
+        }
+        let own = b
+            .naming
+            .value_attributes(b.instruments.get(series.2).map_or(0, |i| i.field_id), raw);
+        let bytes = if own.is_empty() {
+            attributes(set)
+        } else {
+            let mut all = set.to_vec();
+            all.extend(own.iter().map(pkv));
+            all.sort_by(|a, b| a.key.cmp(&b.key));
+            attributes(&all)
+        };
+        let from = self.owned.len();
+        self.owned.extend_from_slice(&bytes);
+        self.by_value.insert(series, (raw.clone(), bytes));
+        Attributes::Own(from..self.owned.len())
     }
 
     /// A point's attribute bytes.
@@ -369,6 +403,10 @@ impl ResourceSink for Writer {
         let Some(members) = b.layout.members.get(r) else {
             return 0;
         };
+        if self.generation != b.layout.generation {
+            self.by_value.clear();
+            self.generation = b.layout.generation;
+        }
         self.time = ctx.time;
         let points = self.collect(b, snap, members, ctx, next);
         let t = Instant::now();

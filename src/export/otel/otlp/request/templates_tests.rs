@@ -83,7 +83,13 @@ fn fleet(counters: &Arc<CounterSet>, seq: u64) -> Snapshot {
     snap.taken_at = UNIX_EPOCH + Duration::from_secs(1_700_000_010 + seq);
     let na = || A(crate::snapshot::Absent::NotApplicable);
     let extra = [
-        vec![I(0), na(), I(70_000), D(0.5)],
+        // XID: a code that changes between exports (the cached attributes follow).
+        vec![
+            I([0, 43, 43, 0, 13][(seq as usize - 1) % 5]),
+            na(),
+            I(70_000),
+            D(0.5),
+        ],
         vec![na(), na(), na(), na()],
         vec![na(), na(), na(), na()],
         vec![I(-1), D(f64::INFINITY), na(), na()],
