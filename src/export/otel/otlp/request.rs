@@ -209,6 +209,10 @@ struct Layout {
     templates: templates::Templates,
     /// Which rebuild this is (what the template writer keeps per layout is dropped on a new one).
     generation: u64,
+    /// What the entities' label-row attributes were last made from: each entity's `label`-row
+    /// values in turn, and the driver version.
+    label_inputs: Vec<Option<FieldValue>>,
+    driver_version: Option<String>,
 }
 
 /// Counter state of one series: (last value, its time, the start time of its current stream).
@@ -372,20 +376,67 @@ impl DirectBuilder {
         self.naming.snapshot_labels(snap)
     }
 
-    fn layout_matches(&self, snap: &Snapshot, labels: &[Vec<KeyValue>]) -> bool {
+    /// Whether the layout's entities and attributions are the snapshot's.
+    fn entities_match(&self, snap: &Snapshot) -> bool {
         self.layout.entities.len() == snap.entities.len()
             && self
                 .layout
                 .entities
                 .iter()
                 .zip(&snap.entities)
-                .zip(labels)
-                .all(|((c, e), l)| {
+                .all(|(c, e)| {
                     (Arc::ptr_eq(&c.entity, &e.entity) || c.entity == e.entity)
                         && (Arc::ptr_eq(&c.attribution, &e.attribution)
                             || c.attribution == e.attribution)
-                        && c.labels == *l
                 })
+    }
+
+    fn labels_match(&self, labels: &[Vec<KeyValue>]) -> bool {
+        self.layout.entities.len() == labels.len()
+            && self
+                .layout
+                .entities
+                .iter()
+                .zip(labels)
+                .all(|(c, l)| c.labels == *l)
+    }
+
+    /// The `label` rows of the counter set: the label-row attributes are made from their values
+    /// (and the driver version) alone.
+    fn label_rows(&self) -> impl Iterator<Item = usize> + '_ {
+        self.counters
+            .rows
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| c.kind == MetricKind::Label)
+            .map(|(i, _)| i)
+    }
+
+    /// Whether the inputs of the label-row attributes are those the layout's labels were made from
+    /// (then the labels are too, and are not made again).
+    fn label_inputs_match(&self, snap: &Snapshot) -> bool {
+        let kept = &self.layout.label_inputs;
+        let mut i = 0;
+        for e in &snap.entities {
+            for row in self.label_rows() {
+                if kept.get(i).map(Option::as_ref) != Some(e.values.get(row)) {
+                    return false;
+                }
+                i += 1;
+            }
+        }
+        i == kept.len() && self.layout.driver_version == snap.driver_version
+    }
+
+    /// Keep the inputs of the layout's label-row attributes.
+    fn keep_label_inputs(&mut self, snap: &Snapshot) {
+        let rows: Vec<usize> = self.label_rows().collect();
+        self.layout.label_inputs = snap
+            .entities
+            .iter()
+            .flat_map(|e| rows.iter().map(|&row| e.values.get(row).cloned()))
+            .collect();
+        self.layout.driver_version = snap.driver_version.clone();
     }
 
     /// The role of every entity: MIG instances keep the per-instance fields; the board-level ones
@@ -475,6 +526,8 @@ impl DirectBuilder {
             members,
             keys: index,
             boards,
+            label_inputs: Vec::new(),
+            driver_version: None,
         };
     }
 
@@ -492,10 +545,14 @@ impl DirectBuilder {
             // Equal or not, keep the snapshot's Arc: the next export compares pointers only.
             self.counters = snap.counters.clone();
         }
+        if self.entities_match(snap) && self.label_inputs_match(snap) {
+            return;
+        }
         let labels = self.labels(snap);
-        if !self.layout_matches(snap, &labels) {
+        if !(self.entities_match(snap) && self.labels_match(&labels)) {
             self.rebuild_layout(snap, labels);
         }
+        self.keep_label_inputs(snap);
     }
 
     /// A `ResourceMetrics` of one scope.
