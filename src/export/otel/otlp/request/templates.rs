@@ -22,8 +22,8 @@ use prost::encoding::{encode_varint, encoded_len_varint};
 use prost::Message;
 
 use super::{
-    observe, temporality, CounterState, DirectBuilder, EntityLayout, Kind, PointContext,
-    ResourceSink,
+    observe, temporality, CounterState, DirectBuilder, EntityLayout, Instrument, Kind,
+    PointContext, ResourceSink,
 };
 use crate::export::otel::otlp::proto::pkv;
 use crate::fields::xid;
@@ -131,6 +131,19 @@ struct Point {
     start: u64,
     value: number_data_point::Value,
     attributes: Attributes,
+    /// Its `NumberDataPoint`'s length.
+    len: usize,
+}
+
+/// One field metric of the resource being written.
+struct Field {
+    /// The instrument.
+    k: usize,
+    /// Its points in [`Writer::points`].
+    points: Range<usize>,
+    /// Its `Gauge` / `Sum` message's length, and its `Metric`'s.
+    data_len: usize,
+    len: usize,
 }
 
 /// Writes the request; its buffers are kept between exports.
@@ -139,9 +152,9 @@ pub(super) struct Writer {
     body: Vec<u8>,
     resources: usize,
     encode_time: Duration,
-    /// The resource's field points, and per metric (instrument, its points' range).
+    /// The resource's field points, and its field metrics.
     points: Vec<Point>,
-    metrics: Vec<(usize, Range<usize>)>,
+    metrics: Vec<Field>,
     /// Attributes of points that have their own.
     owned: Vec<u8>,
     /// Per (entity, set, instrument) whose value brings attributes: the last value and the point's
@@ -220,17 +233,39 @@ impl Writer {
                 } else {
                     self.value_attributes(b, (e, s, k), raw, &set.point_attributes)
                 };
-                self.points.push(Point {
+                let mut point = Point {
                     start,
                     value,
                     attributes,
-                });
+                    len: 0,
+                };
+                point.len = self.point_len(b, &point);
+                self.points.push(point);
             }
             if self.points.len() > first {
-                self.metrics.push((k, first..self.points.len()));
+                self.metrics
+                    .push(self.field(inst, k, first..self.points.len()));
             }
         }
         self.points.len()
+    }
+
+    /// A field metric's lengths, its points collected.
+    fn field(&self, inst: &Instrument, k: usize, points: Range<usize>) -> Field {
+        let mut data_len = 0;
+        for p in self.points.get(points.clone()).unwrap_or(&[]) {
+            data_len += 1 + encoded_len_varint(p.len as u64) + p.len;
+        }
+        if inst.kind != Kind::Gauge {
+            // Temporality (1 or 2: one byte) and `is_monotonic: true`.
+            data_len += 2 + 2;
+        }
+        Field {
+            k,
+            points,
+            data_len,
+            len: inst.head.len() + 1 + encoded_len_varint(data_len as u64) + data_len,
+        }
     }
 
     /// The attributes of a point whose value brings some of its own (XID: the code and its
@@ -285,28 +320,6 @@ impl Writer {
         times + 9 + self.point_attributes(b, p).len()
     }
 
-    /// `Gauge` / `Sum` message length of metric `m`.
-    fn data_len(&self, b: &DirectBuilder, kind: Kind, points: &Range<usize>) -> usize {
-        let mut len = 0;
-        for p in self.points.get(points.clone()).unwrap_or(&[]) {
-            let n = self.point_len(b, p);
-            len += 1 + encoded_len_varint(n as u64) + n;
-        }
-        if kind != Kind::Gauge {
-            // Temporality (1 or 2: one byte) and `is_monotonic: true`.
-            len += 2 + 2;
-        }
-        len
-    }
-
-    fn metric_len(&self, b: &DirectBuilder, k: usize, points: &Range<usize>) -> usize {
-        let Some(inst) = b.instruments.get(k) else {
-            return 0;
-        };
-        let data = self.data_len(b, inst.kind, points);
-        inst.head.len() + 1 + encoded_len_varint(data as u64) + data
-    }
-
     /// Write layout resource `r`: its cached Resource and scope, the field metrics collected, then
     /// the encoded others.
     fn write(&mut self, b: &DirectBuilder, r: usize) {
@@ -317,9 +330,8 @@ impl Writer {
             .get(r)
             .map_or(&[][..], Vec::as_slice);
         let mut scope_len = self.scope.len() + self.others.len() + self.schema.len();
-        for (k, points) in &self.metrics {
-            let n = self.metric_len(b, *k, points);
-            scope_len += 1 + encoded_len_varint(n as u64) + n;
+        for m in &self.metrics {
+            scope_len += 1 + encoded_len_varint(m.len as u64) + m.len;
         }
         let rm_len = resource.len()
             + 1
@@ -334,8 +346,8 @@ impl Writer {
         out.push(TAG_2_LEN);
         encode_varint(scope_len as u64, &mut out);
         out.extend_from_slice(&self.scope);
-        for (k, points) in &self.metrics {
-            self.write_metric(b, *k, points, &mut out);
+        for m in &self.metrics {
+            self.write_metric(b, m, &mut out);
         }
         out.extend_from_slice(&self.others);
         out.extend_from_slice(&self.schema);
@@ -344,23 +356,22 @@ impl Writer {
         self.resources += 1;
     }
 
-    fn write_metric(&self, b: &DirectBuilder, k: usize, points: &Range<usize>, out: &mut Vec<u8>) {
-        let Some(inst) = b.instruments.get(k) else {
+    fn write_metric(&self, b: &DirectBuilder, m: &Field, out: &mut Vec<u8>) {
+        let Some(inst) = b.instruments.get(m.k) else {
             return;
         };
-        let n = self.metric_len(b, k, points);
         out.push(TAG_2_LEN);
-        encode_varint(n as u64, out);
+        encode_varint(m.len as u64, out);
         out.extend_from_slice(&inst.head);
         out.push(if inst.kind == Kind::Gauge {
             TAG_GAUGE
         } else {
             TAG_SUM
         });
-        encode_varint(self.data_len(b, inst.kind, points) as u64, out);
-        for p in self.points.get(points.clone()).unwrap_or(&[]) {
+        encode_varint(m.data_len as u64, out);
+        for p in self.points.get(m.points.clone()).unwrap_or(&[]) {
             out.push(TAG_1_LEN);
-            encode_varint(self.point_len(b, p) as u64, out);
+            encode_varint(p.len as u64, out);
             if p.start != 0 {
                 out.push(TAG_START);
                 out.extend_from_slice(&p.start.to_le_bytes());
