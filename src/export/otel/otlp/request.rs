@@ -90,6 +90,8 @@ struct Instrument {
     /// The DCGM field: some give their points attributes of their own ([`Naming::value_attributes`]).
     field_id: u16,
     kind: Kind,
+    /// Its index among the counter instruments (its slot in [`field_state`]); `None` for a gauge.
+    counter: Option<usize>,
     name: String,
     description: String,
     unit: String,
@@ -101,6 +103,7 @@ struct Instrument {
 fn instruments(counters: &CounterSet, replaced: &[FieldId]) -> Vec<Instrument> {
     let mut seen: HashSet<&str> = HashSet::new();
     let mut out = Vec::new();
+    let mut counters_seen = 0;
     for (row, c) in counters.rows.iter().enumerate() {
         if c.kind == MetricKind::Label
             || replaced.contains(&c.field.id)
@@ -115,7 +118,10 @@ fn instruments(counters: &CounterSet, replaced: &[FieldId]) -> Vec<Instrument> {
             MetricKind::Label => continue,
         };
         let unit = unit_for(c).to_string();
+        let counter = (kind != Kind::Gauge).then_some(counters_seen);
+        counters_seen += usize::from(counter.is_some());
         out.push(Instrument {
+            counter,
             head: templates::metric_head(&c.name, &c.help, &unit),
             row,
             per_instance: c.field.level.measured_per_gpu_instance(),
@@ -224,6 +230,8 @@ struct Layout {
     templates: templates::Templates,
     /// Which rebuild this is (what the template writer keeps per layout is dropped on a new one).
     generation: u64,
+    /// The counter state of the field series.
+    fields: field_state::FieldState,
     /// What the entities' label-row attributes were last made from: each entity's `label`-row
     /// values in turn, and the driver version.
     label_inputs: Vec<Option<FieldValue>>,
@@ -261,6 +269,8 @@ pub struct DirectBuilder {
     writer: templates::Writer,
     /// Layouts built so far.
     layouts_built: u64,
+    /// Exports (requests built) so far.
+    exports: u64,
     /// Which metric names the requests carry.
     names: MetricNames,
     /// The semantic-convention table resolved against `counters` (empty in `dcgm` mode).
@@ -343,6 +353,7 @@ impl DirectBuilder {
             last_len: 0,
             writer: templates::Writer::default(),
             layouts_built: 0,
+            exports: 0,
             names: MetricNames::Dcgm,
             semconv: semconv::Plan::default(),
         }
@@ -533,7 +544,20 @@ impl DirectBuilder {
             }
         }
         self.layouts_built += 1;
+        let counters = self
+            .instruments
+            .iter()
+            .filter(|i| i.counter.is_some())
+            .count();
+        let fields = field_state::FieldState::new(
+            &entities,
+            counters,
+            &self.layout.fields,
+            &self.layout.entities,
+            self.exports,
+        );
         self.layout = Layout {
+            fields,
             generation: self.layouts_built,
             templates: templates::Templates::new(&resources, &entities),
             entities,
@@ -595,11 +619,13 @@ impl DirectBuilder {
         sink: &mut impl ResourceSink,
     ) -> usize {
         self.prepare(snap);
+        self.exports += 1;
         let ctx = PointContext {
             time: nanos(snap.taken_at),
             start: self.start_nanos,
             delta: self.delta,
             previous: &self.previous,
+            export: self.exports,
         };
         let mut next_previous: CounterState = HashMap::with_capacity(self.previous.len());
         let mut data_points = 0usize;
@@ -733,7 +759,16 @@ impl DirectBuilder {
             let Some(set) = layout.sets.get(s) else {
                 continue;
             };
-            let mut point = ctx.point(k, inst.kind, set, v, next);
+            let slot = inst.counter.and_then(|c| self.layout.fields.slot(e, s, c));
+            let (value, start) = ctx.field_value(slot, k, inst.kind, &set.series, v, next);
+            let mut point = NumberDataPoint {
+                attributes: set.point_attributes.clone(),
+                start_time_unix_nano: start,
+                time_unix_nano: ctx.time,
+                exemplars: Vec::new(),
+                flags: 0,
+                value: Some(value),
+            };
             let own = self.naming.value_attributes(inst.field_id, raw);
             if !own.is_empty() {
                 point.attributes.extend(own.iter().map(pkv));
@@ -1129,6 +1164,8 @@ struct PointContext<'a> {
     start: u64,
     delta: bool,
     previous: &'a CounterState,
+    /// This export's number ([`field_state`] slots written by the previous one hold its state).
+    export: u64,
 }
 
 impl PointContext<'_> {
@@ -1170,20 +1207,55 @@ impl PointContext<'_> {
             (v, self.start)
         } else {
             let key = (k, series.clone());
-            let (value, start_time, stream_start) = match self.previous.get(&key) {
-                Some(&(prev, prev_time, prev_start)) => {
-                    let reset = below(v, prev);
-                    let stream_start = if reset { prev_time } else { prev_start };
-                    if self.delta {
-                        (difference(v, prev), prev_time, stream_start)
-                    } else {
-                        (v, stream_start, stream_start)
-                    }
-                }
-                None => (v, self.start, self.start),
-            };
+            let (value, start_time, stream_start) = self.step(self.previous.get(&key).copied(), v);
             next.insert(key, (v, self.time, stream_start));
             (value, start_time)
+        }
+    }
+
+    /// [`PointContext::value`] of a field series, its counter state in its `slot` of the layout
+    /// (gauges have none).
+    #[allow(clippy::too_many_arguments)]
+    fn field_value(
+        &self,
+        slot: Option<&std::cell::Cell<field_state::Slot>>,
+        k: usize,
+        kind: Kind,
+        series: &Arc<str>,
+        v: number_data_point::Value,
+        next: &mut CounterState,
+    ) -> (number_data_point::Value, u64) {
+        let Some(slot) = slot.filter(|_| kind != Kind::Gauge) else {
+            return self.value(k, kind, series, v, next);
+        };
+        let was = slot.get();
+        let previous = was.state.filter(|_| was.export + 1 == self.export);
+        let (value, start_time, stream_start) = self.step(previous, v);
+        slot.set(field_state::Slot {
+            state: Some((v, self.time, stream_start)),
+            export: self.export,
+        });
+        (value, start_time)
+    }
+
+    /// A counter's point after `previous` (its series' last value, time and stream start): the
+    /// value sent, its start time, and the stream start kept.
+    fn step(
+        &self,
+        previous: Option<SeriesState>,
+        v: number_data_point::Value,
+    ) -> (number_data_point::Value, u64, u64) {
+        match previous {
+            Some((prev, prev_time, prev_start)) => {
+                let reset = below(v, prev);
+                let stream_start = if reset { prev_time } else { prev_start };
+                if self.delta {
+                    (difference(v, prev), prev_time, stream_start)
+                } else {
+                    (v, stream_start, stream_start)
+                }
+            }
+            None => (v, self.start, self.start),
         }
     }
 }
@@ -1438,6 +1510,7 @@ impl DirectExport {
     }
 }
 
+mod field_state;
 pub(super) mod holders;
 mod processes;
 mod semconv_metrics;
@@ -1531,6 +1604,59 @@ mod tests {
             sum(&second.request),
             vec![(1010, 1020, 100), (1010, 1020, 200)],
             "lower than before: a reset, the delta is the new value"
+        );
+    }
+
+    /// Counter state outlives a layout rebuild (a GPU leaves) for the series still there, and a
+    /// series that sent no point in an export (its value absent) starts over.
+    #[test]
+    fn a_delta_survives_a_new_layout_and_a_gap_restarts_it() {
+        let counters = test_counters();
+        let mut b = host_builder(&counters, Temporality::Delta);
+        let mut got = Vec::new();
+        for (seq, energy) in [(1u64, 5000i64), (2, 7000), (3, 7500), (4, 0), (5, 9000)] {
+            let mut snap = snapshot(counters.clone(), seq, energy);
+            snap.taken_at = UNIX_EPOCH + Duration::from_secs(1000 + 10 * seq);
+            if seq >= 2 {
+                // GPU-bbb leaves: the layout is made again.
+                snap.entities.remove(3);
+            }
+            if seq == 4 {
+                snap.entities[0].values[1] = FieldValue::Absent(Absent::Blank);
+            }
+            let req = b.build(&snap).request;
+            for dp in req.resource_metrics[0].scope_metrics[0]
+                .metrics
+                .iter()
+                .filter(|m| m.name == "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION")
+                .flat_map(|m| match &m.data {
+                    Some(Data::Sum(s)) => s.data_points.clone(),
+                    _ => Vec::new(),
+                })
+            {
+                // GPU-aaa's series only.
+                let Some(number_data_point::Value::AsInt(v)) = dp.value else {
+                    panic!()
+                };
+                if !format!("{:?}", dp.attributes).contains("GPU-aaa") {
+                    continue;
+                }
+                got.push((
+                    seq,
+                    dp.start_time_unix_nano / 1_000_000_000,
+                    dp.time_unix_nano / 1_000_000_000,
+                    v,
+                ));
+            }
+        }
+        assert_eq!(
+            got,
+            vec![
+                (1, 1000, 1010, 5000),
+                (2, 1010, 1020, 2000),
+                (3, 1020, 1030, 500),
+                (5, 1000, 1050, 9000),
+            ]
         );
     }
 

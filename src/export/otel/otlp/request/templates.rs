@@ -227,7 +227,8 @@ impl Writer {
                 let Some(set) = layout.sets.get(s) else {
                     continue;
                 };
-                let (value, start) = ctx.value(k, inst.kind, &set.series, v, next);
+                let slot = inst.counter.and_then(|c| b.layout.fields.slot(e, s, c));
+                let (value, start) = ctx.field_value(slot, k, inst.kind, &set.series, v, next);
                 let attributes = if inst.field_id != xid::XID_FIELD_ID {
                     Attributes::Set(e, s)
                 } else {
