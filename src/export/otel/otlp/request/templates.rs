@@ -25,8 +25,8 @@ use super::{
     observe, temporality, CounterState, DirectBuilder, EntityLayout, Instrument, Kind,
     PointContext, ResourceSink,
 };
+use crate::export::otel::naming::Naming;
 use crate::export::otel::otlp::proto::pkv;
-use crate::fields::xid;
 use crate::snapshot::{FieldValue, Snapshot};
 
 /// Wire types.
@@ -229,7 +229,7 @@ impl Writer {
                 };
                 let slot = inst.counter.and_then(|c| b.layout.fields.slot(e, s, c));
                 let (value, start) = ctx.field_value(slot, k, inst.kind, &set.series, v, next);
-                let attributes = if inst.field_id != xid::XID_FIELD_ID {
+                let attributes = if !Naming::has_value_attributes(inst.field_id) {
                     Attributes::Set(e, s)
                 } else {
                     self.value_attributes(b, (e, s, k), raw, &set.point_attributes)
