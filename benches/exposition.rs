@@ -587,8 +587,9 @@ fn bench_otlp_logs(large: &Case) {
 
 /// The product's direct pipeline (`src/export/otel/otlp/request.rs`) on the same
 /// snapshot: `DirectBuilder::build` with its per-entity layout cached (as between two exports), then
-/// `build_encoded` (what an export runs: build and encode one resource at a time) and gzip, in both
-/// resource modes. The first build (layout made) is timed once.
+/// `build_encoded` (what an export runs: the request written from cached templates), the previous
+/// prost path it is checked against (`build_encoded_reference`) and gzip, in both resource modes.
+/// The first build (layout made) is timed once.
 fn bench_otlp_pipeline(large: &Case) {
     use dcgm_otel::export::otel::naming::{Naming, OtelAttributeStyle, OtelResourceMode};
     use dcgm_otel::export::otel::otlp::request::DirectBuilder;
@@ -666,6 +667,18 @@ fn bench_otlp_pipeline(large: &Case) {
             &st,
             points,
             bytes,
+        );
+        // The previous path (proto values encoded by prost), the reference of the same bytes.
+        let mut reference = b.build_encoded_reference(&large.snap).body;
+        assert_eq!(reference, b.build_encoded(&large.snap).body, "{mode}");
+        let st = measure(w, r, || {
+            reference = std::hint::black_box(b.build_encoded_reference(&large.snap).body);
+        });
+        report(
+            &format!("otlp pipeline direct ({mode}): prost reference"),
+            &st,
+            points,
+            reference.len(),
         );
         let mut gz = 0;
         let st = measure(w, r, || {

@@ -121,7 +121,7 @@ log "Debian package: cargo deb of the debug build above, dpkg-deb checks, the un
 ./tests/packaging/check-deb.sh --profile dev
 
 log "benches: smoke runs (compile and run, a few iterations, no timing asserted; figures in docs/performance.md)"
-cargo test --bench exposition --bench cycle --bench nvml --bench kubernetes_mapping --bench dcgm_cycle --bench kubernetes_peers -- --smoke
+cargo test --bench exposition --bench cycle --bench nvml --bench kubernetes_mapping --bench dcgm_cycle --bench kubernetes_peers --bench otlp_alloc -- --smoke
 DCGM_OTEL_BIN=target/debug/dcgm-otel ./benches/load.sh --short
 
 # Every fuzz target briefly, from its committed seeds, so they keep compiling and finding nothing; the

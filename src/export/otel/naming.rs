@@ -348,6 +348,11 @@ impl Naming {
         out
     }
 
+    /// Whether [`Naming::value_attributes`] can give the points of a field attributes.
+    pub fn has_value_attributes(field_id: u16) -> bool {
+        field_id == crate::fields::xid::XID_FIELD_ID
+    }
+
     /// Attributes a data point takes from its own value: the XID code and its meaning on
     /// `DCGM_FI_DEV_XID_ERRORS` (`err_code`/`err_msg` as dcgm-exporter labels them, or
     /// `nvidia.xid.code`/`nvidia.xid.message`). Empty for every other field.
@@ -358,7 +363,7 @@ impl Naming {
     ) -> Vec<KeyValue> {
         use crate::fields::xid;
         use crate::snapshot::FieldValue;
-        if field_id != xid::XID_FIELD_ID {
+        if !Self::has_value_attributes(field_id) {
             return Vec::new();
         }
         let code = match v {

@@ -18,10 +18,25 @@
 //!
 //! The per-entity work — attribute sets, their split into resource identity and data-point attributes,
 //! the proto `Resource`s — is cached between exports and redone only when the entity list, an entity,
-//! its attribution or a `label`-row value changes (`Arc` identity first, then equality), as the
-//! Prometheus renderer caches its label strings. An export then clones cached proto values and writes
-//! numbers. The request is encoded one resource at a time ([`DirectBuilder::build_encoded`]), so only
-//! one resource's proto values exist at once: an export's memory is about its encoded body.
+//! its attribution or a `label`-row value (or the driver version) changes (`Arc` identity first, then
+//! equality; the label-row attributes are not even made again while their inputs are unchanged), or
+//! the counter set; as the Prometheus renderer caches its label strings. With the layout its
+//! templates are made (`request/templates.rs`): the protobuf bytes of every Resource and of every
+//! set's data-point attributes, and with the instruments each metric's name, description and unit. An
+//! export ([`DirectBuilder::build_encoded`]) writes the field readings from them — lengths first,
+//! then tags, lengths, timestamps and values around copied bytes, one resource at a time: no proto
+//! value per point and, in steady state, a handful of allocations per export (none per point;
+//! `cargo bench --bench otlp_alloc`). Derived families, semantic-convention metrics and holders'
+//! points are still built as proto values and encoded by prost into the same request. The bytes are
+//! prost's encoding of the request [`DirectBuilder::build`] builds (the previous export path,
+//! `DirectBuilder::build_encoded_reference`, kept as the reference: `request/templates_tests.rs`
+//! compares both byte for byte, and the golden requests are unchanged).
+//!
+//! Extra metrics of an entity (the seam for sub-interval distributions, issue 27): an
+//! [`ExtraMetrics`] given to [`DirectBuilder::build_encoded_with`] is asked, once per entity per
+//! export, for proto `Metric`s of that entity; they are prost-encoded inside the entity's
+//! Resource's `ScopeMetrics`, after its field metrics, derived and semantic-convention metrics, and
+//! their data points are counted with the others. In host resource mode they join the one Resource.
 //!
 //! [`spawn`] runs the exports on their own thread at the export interval; encoded requests go to the
 //! bounded queue and sender ([`queue`](super::queue)). Never on the collector thread or the
@@ -75,15 +90,20 @@ struct Instrument {
     /// The DCGM field: some give their points attributes of their own ([`Naming::value_attributes`]).
     field_id: u16,
     kind: Kind,
+    /// Its index among the counter instruments (its slot in [`field_state`]); `None` for a gauge.
+    counter: Option<usize>,
     name: String,
     description: String,
     unit: String,
+    /// `name`, `description` and `unit` encoded ([`templates`]).
+    head: Vec<u8>,
 }
 
 /// The instruments of a counter set, but for rows of the fields in `replaced` (`semconv` names only).
 fn instruments(counters: &CounterSet, replaced: &[FieldId]) -> Vec<Instrument> {
     let mut seen: HashSet<&str> = HashSet::new();
     let mut out = Vec::new();
+    let mut counters_seen = 0;
     for (row, c) in counters.rows.iter().enumerate() {
         if c.kind == MetricKind::Label
             || replaced.contains(&c.field.id)
@@ -97,14 +117,19 @@ fn instruments(counters: &CounterSet, replaced: &[FieldId]) -> Vec<Instrument> {
             MetricKind::Counter => Kind::DoubleCounter,
             MetricKind::Label => continue,
         };
+        let unit = unit_for(c).to_string();
+        let counter = (kind != Kind::Gauge).then_some(counters_seen);
+        counters_seen += usize::from(counter.is_some());
         out.push(Instrument {
+            counter,
+            head: templates::metric_head(&c.name, &c.help, &unit),
             row,
             per_instance: c.field.level.measured_per_gpu_instance(),
             field_id: c.field.id,
             kind,
             name: c.name.clone(),
             description: c.help.clone(),
-            unit: unit_for(c).to_string(),
+            unit,
         });
     }
     out
@@ -201,6 +226,16 @@ struct Layout {
     keys: HashMap<Vec<(String, String)>, usize>,
     /// GPUs in MIG mode spoken for by one of their instances: the GPU entity → (entity, set 1).
     boards: HashMap<Arc<Entity>, (usize, usize)>,
+    /// The resources and attribute sets encoded.
+    templates: templates::Templates,
+    /// Which rebuild this is (what the template writer keeps per layout is dropped on a new one).
+    generation: u64,
+    /// The counter state of the field series.
+    fields: field_state::FieldState,
+    /// What the entities' label-row attributes were last made from: each entity's `label`-row
+    /// values in turn, and the driver version.
+    label_inputs: Vec<Option<FieldValue>>,
+    driver_version: Option<String>,
 }
 
 /// Counter state of one series: (last value, its time, the start time of its current stream).
@@ -230,6 +265,12 @@ pub struct DirectBuilder {
     previous: CounterState,
     /// Size of the last encoded request (the next one's buffer is sized from it).
     last_len: usize,
+    /// The template writer and its buffers.
+    writer: templates::Writer,
+    /// Layouts built so far.
+    layouts_built: u64,
+    /// Exports (requests built) so far.
+    exports: u64,
     /// Which metric names the requests carry.
     names: MetricNames,
     /// The semantic-convention table resolved against `counters` (empty in `dcgm` mode).
@@ -310,6 +351,9 @@ impl DirectBuilder {
             layout: Layout::default(),
             previous: HashMap::new(),
             last_len: 0,
+            writer: templates::Writer::default(),
+            layouts_built: 0,
+            exports: 0,
             names: MetricNames::Dcgm,
             semconv: semconv::Plan::default(),
         }
@@ -358,20 +402,67 @@ impl DirectBuilder {
         self.naming.snapshot_labels(snap)
     }
 
-    fn layout_matches(&self, snap: &Snapshot, labels: &[Vec<KeyValue>]) -> bool {
+    /// Whether the layout's entities and attributions are the snapshot's.
+    fn entities_match(&self, snap: &Snapshot) -> bool {
         self.layout.entities.len() == snap.entities.len()
             && self
                 .layout
                 .entities
                 .iter()
                 .zip(&snap.entities)
-                .zip(labels)
-                .all(|((c, e), l)| {
+                .all(|(c, e)| {
                     (Arc::ptr_eq(&c.entity, &e.entity) || c.entity == e.entity)
                         && (Arc::ptr_eq(&c.attribution, &e.attribution)
                             || c.attribution == e.attribution)
-                        && c.labels == *l
                 })
+    }
+
+    fn labels_match(&self, labels: &[Vec<KeyValue>]) -> bool {
+        self.layout.entities.len() == labels.len()
+            && self
+                .layout
+                .entities
+                .iter()
+                .zip(labels)
+                .all(|(c, l)| c.labels == *l)
+    }
+
+    /// The `label` rows of the counter set: the label-row attributes are made from their values
+    /// (and the driver version) alone.
+    fn label_rows(&self) -> impl Iterator<Item = usize> + '_ {
+        self.counters
+            .rows
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| c.kind == MetricKind::Label)
+            .map(|(i, _)| i)
+    }
+
+    /// Whether the inputs of the label-row attributes are those the layout's labels were made from
+    /// (then the labels are too, and are not made again).
+    fn label_inputs_match(&self, snap: &Snapshot) -> bool {
+        let kept = &self.layout.label_inputs;
+        let mut i = 0;
+        for e in &snap.entities {
+            for row in self.label_rows() {
+                if kept.get(i).map(Option::as_ref) != Some(e.values.get(row)) {
+                    return false;
+                }
+                i += 1;
+            }
+        }
+        i == kept.len() && self.layout.driver_version == snap.driver_version
+    }
+
+    /// Keep the inputs of the layout's label-row attributes.
+    fn keep_label_inputs(&mut self, snap: &Snapshot) {
+        let rows: Vec<usize> = self.label_rows().collect();
+        self.layout.label_inputs = snap
+            .entities
+            .iter()
+            .flat_map(|e| rows.iter().map(|&row| e.values.get(row).cloned()))
+            .collect();
+        self.layout.driver_version = snap.driver_version.clone();
     }
 
     /// The role of every entity: MIG instances keep the per-instance fields; the board-level ones
@@ -452,12 +543,30 @@ impl DirectBuilder {
                 }
             }
         }
+        self.layouts_built += 1;
+        let counters = self
+            .instruments
+            .iter()
+            .filter(|i| i.counter.is_some())
+            .count();
+        let fields = field_state::FieldState::new(
+            &entities,
+            counters,
+            &self.layout.fields,
+            &self.layout.entities,
+            self.exports,
+        );
         self.layout = Layout {
+            fields,
+            generation: self.layouts_built,
+            templates: templates::Templates::new(&resources, &entities),
             entities,
             resources,
             members,
             keys: index,
             boards,
+            label_inputs: Vec::new(),
+            driver_version: None,
         };
     }
 
@@ -475,10 +584,14 @@ impl DirectBuilder {
             // Equal or not, keep the snapshot's Arc: the next export compares pointers only.
             self.counters = snap.counters.clone();
         }
+        if self.entities_match(snap) && self.label_inputs_match(snap) {
+            return;
+        }
         let labels = self.labels(snap);
-        if !self.layout_matches(snap, &labels) {
+        if !(self.entities_match(snap) && self.labels_match(&labels)) {
             self.rebuild_layout(snap, labels);
         }
+        self.keep_label_inputs(snap);
     }
 
     /// A `ResourceMetrics` of one scope.
@@ -494,19 +607,25 @@ impl DirectBuilder {
         }
     }
 
-    /// Every resource's `ResourceMetrics` in turn (those without points are skipped), handed to `sink`
-    /// one at a time so that only one resource's proto values exist at once. Returns the data points.
+    /// Every resource's metrics in turn, handed to `sink` one resource at a time so that only one
+    /// resource's proto values exist at once: a layout resource as its index and the metrics that
+    /// follow its field metrics (derived families, semantic-convention metrics, in host mode the
+    /// holders', then `extra`'s), the sink writing the field metrics; any other resource (departed
+    /// devices, holders) as a `ResourceMetrics`. Returns the data points.
     fn for_each_resource(
         &mut self,
         snap: &Snapshot,
-        mut sink: impl FnMut(ResourceMetrics),
+        extra: &mut dyn ExtraMetrics,
+        sink: &mut impl ResourceSink,
     ) -> usize {
         self.prepare(snap);
+        self.exports += 1;
         let ctx = PointContext {
             time: nanos(snap.taken_at),
             start: self.start_nanos,
             delta: self.delta,
             previous: &self.previous,
+            export: self.exports,
         };
         let mut next_previous: CounterState = HashMap::with_capacity(self.previous.len());
         let mut data_points = 0usize;
@@ -525,17 +644,9 @@ impl DirectBuilder {
         );
         let semconv_derived = semconv_metrics::derived_inputs(&self.semconv, snap);
         let host_mode = matches!(self.split, ResourceSplit::Host);
-        for (r, (resource, members)) in self
-            .layout
-            .resources
-            .iter()
-            .zip(&self.layout.members)
-            .enumerate()
-        {
+        for (r, members) in self.layout.members.iter().enumerate() {
             let mut metrics: Vec<Metric> = Vec::new();
-            data_points +=
-                self.field_metrics(snap, members, &ctx, &mut next_previous, &mut metrics);
-            if let Some(own) = placed.get_mut(r) {
+            if let Some(own) = placed.get_mut(r).filter(|own| !own.is_empty()) {
                 data_points += derived_metrics(
                     snap,
                     std::mem::take(own),
@@ -565,13 +676,17 @@ impl DirectBuilder {
                     metrics.extend(own);
                 }
             }
-            if metrics.is_empty() {
-                continue;
+            for &(e, s) in members {
+                if let (0, Some(reading)) = (s, snap.entities.get(e)) {
+                    data_points += extra.metrics_of(&reading.entity, &mut metrics);
+                }
             }
-            sink(self.resource_metrics(resource.clone(), metrics));
+            data_points += sink.layout_resource(self, snap, r, &ctx, &mut next_previous, metrics);
         }
         data_points +=
-            self.departed_and_holders(snap, extras, holders, &ctx, &mut next_previous, &mut sink);
+            self.departed_and_holders(snap, extras, holders, &ctx, &mut next_previous, &mut |rm| {
+                sink.resource(rm)
+            });
         self.previous = next_previous;
         data_points
     }
@@ -644,7 +759,16 @@ impl DirectBuilder {
             let Some(set) = layout.sets.get(s) else {
                 continue;
             };
-            let mut point = ctx.point(k, inst.kind, set, v, next);
+            let slot = inst.counter.and_then(|c| self.layout.fields.slot(e, s, c));
+            let (value, start) = ctx.field_value(slot, k, inst.kind, &set.series, v, next);
+            let mut point = NumberDataPoint {
+                attributes: set.point_attributes.clone(),
+                start_time_unix_nano: start,
+                time_unix_nano: ctx.time,
+                exemplars: Vec::new(),
+                flags: 0,
+                value: Some(value),
+            };
             let own = self.naming.value_attributes(inst.field_id, raw);
             if !own.is_empty() {
                 point.attributes.extend(own.iter().map(pkv));
@@ -839,30 +963,35 @@ impl DirectBuilder {
         }
     }
 
-    /// The request for `snap`: one ResourceMetrics per identity that has at least one point.
+    /// The request for `snap` as proto values: one ResourceMetrics per identity that has at least
+    /// one point. The reference of [`DirectBuilder::build_encoded`]'s bytes.
     pub fn build(&mut self, snap: &Snapshot) -> Built {
-        let mut resource_metrics = Vec::new();
-        let data_points = self.for_each_resource(snap, |rm| resource_metrics.push(rm));
+        let mut sink = Collect {
+            resource_metrics: Vec::new(),
+        };
+        let data_points = self.for_each_resource(snap, &mut NoExtraMetrics, &mut sink);
         Built {
-            request: ExportMetricsServiceRequest { resource_metrics },
+            request: ExportMetricsServiceRequest {
+                resource_metrics: sink.resource_metrics,
+            },
             data_points,
         }
     }
 
-    /// [`DirectBuilder::build`] and protobuf encoding in one pass, one resource at a time (the same
-    /// bytes as encoding the built request; the whole request never exists as proto values).
+    /// The encoded request for `snap`, written from the cached templates (what an export runs):
+    /// the same bytes as prost's encoding of [`DirectBuilder::build`]'s request.
     pub fn build_encoded(&mut self, snap: &Snapshot) -> Encoded {
-        let mut body = Vec::with_capacity(self.last_len + self.last_len / 8);
-        let mut resources = 0usize;
-        let mut encode_time = Duration::ZERO;
+        self.build_encoded_with(snap, &mut NoExtraMetrics)
+    }
+
+    /// [`DirectBuilder::build_encoded`] with `extra`'s metrics appended to each entity's Resource.
+    pub fn build_encoded_with(&mut self, snap: &Snapshot, extra: &mut dyn ExtraMetrics) -> Encoded {
         let started = Instant::now();
-        let data_points = self.for_each_resource(snap, |rm| {
-            let t = Instant::now();
-            // Field 1 of ExportMetricsServiceRequest, repeated: the request is its elements in a row.
-            prost::encoding::message::encode(1, &rm, &mut body);
-            resources += 1;
-            encode_time += t.elapsed();
-        });
+        let mut writer = std::mem::take(&mut self.writer);
+        writer.start(self, Vec::with_capacity(self.last_len + self.last_len / 8));
+        let data_points = self.for_each_resource(snap, extra, &mut writer);
+        let (body, resources, encode_time) = writer.finish();
+        self.writer = writer;
         self.last_len = body.len();
         Encoded {
             body,
@@ -871,6 +1000,143 @@ impl DirectBuilder {
             build_time: started.elapsed().saturating_sub(encode_time),
             encode_time,
         }
+    }
+
+    /// The previous export path, kept as the reference of [`DirectBuilder::build_encoded`] (tests
+    /// and the bench compare them): proto values built one resource at a time and encoded by prost.
+    #[doc(hidden)]
+    pub fn build_encoded_reference(&mut self, snap: &Snapshot) -> Encoded {
+        let mut sink = ProstEncode {
+            body: Vec::with_capacity(self.last_len + self.last_len / 8),
+            resources: 0,
+            encode_time: Duration::ZERO,
+        };
+        let started = Instant::now();
+        let data_points = self.for_each_resource(snap, &mut NoExtraMetrics, &mut sink);
+        self.last_len = sink.body.len();
+        Encoded {
+            body: sink.body,
+            data_points,
+            resources: sink.resources,
+            build_time: started.elapsed().saturating_sub(sink.encode_time),
+            encode_time: sink.encode_time,
+        }
+    }
+}
+
+/// Metrics another part of the exporter adds to an entity's Resource, after the metrics of its
+/// fields (the seam for issue 27's distributions): asked once per entity per export, prost-encoded
+/// inside the Resource's `ScopeMetrics`.
+pub trait ExtraMetrics {
+    /// Append `entity`'s extra metrics to `out`; returns the data points they carry.
+    fn metrics_of(&mut self, entity: &Entity, out: &mut Vec<Metric>) -> usize;
+}
+
+/// No extra metrics.
+pub struct NoExtraMetrics;
+
+impl ExtraMetrics for NoExtraMetrics {
+    fn metrics_of(&mut self, _: &Entity, _: &mut Vec<Metric>) -> usize {
+        0
+    }
+}
+
+/// Where [`DirectBuilder::for_each_resource`] hands each resource.
+trait ResourceSink {
+    /// Layout resource `r`: its field metrics (written by the sink) and then `metrics`. Returns the
+    /// field points written; a resource without any metric is not written.
+    fn layout_resource(
+        &mut self,
+        b: &DirectBuilder,
+        snap: &Snapshot,
+        r: usize,
+        ctx: &PointContext<'_>,
+        next: &mut CounterState,
+        metrics: Vec<Metric>,
+    ) -> usize;
+
+    /// Any other resource, whole.
+    fn resource(&mut self, rm: ResourceMetrics);
+}
+
+/// The proto request of the layout resources' field metrics as proto values, built by prost.
+fn prost_layout_resource(
+    b: &DirectBuilder,
+    snap: &Snapshot,
+    r: usize,
+    ctx: &PointContext<'_>,
+    next: &mut CounterState,
+    metrics: Vec<Metric>,
+) -> (Option<ResourceMetrics>, usize) {
+    let (Some(resource), Some(members)) = (b.layout.resources.get(r), b.layout.members.get(r))
+    else {
+        return (None, 0);
+    };
+    let mut all = Vec::new();
+    let points = b.field_metrics(snap, members, ctx, next, &mut all);
+    all.extend(metrics);
+    if all.is_empty() {
+        return (None, points);
+    }
+    (Some(b.resource_metrics(resource.clone(), all)), points)
+}
+
+/// The request as proto values ([`DirectBuilder::build`]).
+struct Collect {
+    resource_metrics: Vec<ResourceMetrics>,
+}
+
+impl ResourceSink for Collect {
+    fn layout_resource(
+        &mut self,
+        b: &DirectBuilder,
+        snap: &Snapshot,
+        r: usize,
+        ctx: &PointContext<'_>,
+        next: &mut CounterState,
+        metrics: Vec<Metric>,
+    ) -> usize {
+        let (rm, points) = prost_layout_resource(b, snap, r, ctx, next, metrics);
+        self.resource_metrics.extend(rm);
+        points
+    }
+
+    fn resource(&mut self, rm: ResourceMetrics) {
+        self.resource_metrics.push(rm);
+    }
+}
+
+/// The request encoded by prost one resource at a time
+/// ([`DirectBuilder::build_encoded_reference`]).
+struct ProstEncode {
+    body: Vec<u8>,
+    resources: usize,
+    encode_time: Duration,
+}
+
+impl ResourceSink for ProstEncode {
+    fn layout_resource(
+        &mut self,
+        b: &DirectBuilder,
+        snap: &Snapshot,
+        r: usize,
+        ctx: &PointContext<'_>,
+        next: &mut CounterState,
+        metrics: Vec<Metric>,
+    ) -> usize {
+        let (rm, points) = prost_layout_resource(b, snap, r, ctx, next, metrics);
+        if let Some(rm) = rm {
+            self.resource(rm);
+        }
+        points
+    }
+
+    fn resource(&mut self, rm: ResourceMetrics) {
+        let t = Instant::now();
+        // Field 1 of ExportMetricsServiceRequest, repeated: the request is its elements in a row.
+        prost::encoding::message::encode(1, &rm, &mut self.body);
+        self.resources += 1;
+        self.encode_time += t.elapsed();
     }
 }
 
@@ -898,6 +1164,8 @@ struct PointContext<'a> {
     start: u64,
     delta: bool,
     previous: &'a CounterState,
+    /// This export's number ([`field_state`] slots written by the previous one hold its state).
+    export: u64,
 }
 
 impl PointContext<'_> {
@@ -914,25 +1182,7 @@ impl PointContext<'_> {
         v: number_data_point::Value,
         next: &mut CounterState,
     ) -> NumberDataPoint {
-        let (value, start_time) = if kind == Kind::Gauge {
-            (v, self.start)
-        } else {
-            let key = (k, set.series.clone());
-            let (value, start_time, stream_start) = match self.previous.get(&key) {
-                Some(&(prev, prev_time, prev_start)) => {
-                    let reset = below(v, prev);
-                    let stream_start = if reset { prev_time } else { prev_start };
-                    if self.delta {
-                        (difference(v, prev), prev_time, stream_start)
-                    } else {
-                        (v, stream_start, stream_start)
-                    }
-                }
-                None => (v, self.start, self.start),
-            };
-            next.insert(key, (v, self.time, stream_start));
-            (value, start_time)
-        };
+        let (value, start_time) = self.value(k, kind, &set.series, v, next);
         NumberDataPoint {
             attributes: set.point_attributes.clone(),
             start_time_unix_nano: start_time,
@@ -940,6 +1190,72 @@ impl PointContext<'_> {
             exemplars: Vec::new(),
             flags: 0,
             value: Some(value),
+        }
+    }
+
+    /// The value and start time of the point of instrument `k` for `series` (see
+    /// [`PointContext::point`]); a counter's state goes into `next`.
+    fn value(
+        &self,
+        k: usize,
+        kind: Kind,
+        series: &Arc<str>,
+        v: number_data_point::Value,
+        next: &mut CounterState,
+    ) -> (number_data_point::Value, u64) {
+        if kind == Kind::Gauge {
+            (v, self.start)
+        } else {
+            let key = (k, series.clone());
+            let (value, start_time, stream_start) = self.step(self.previous.get(&key).copied(), v);
+            next.insert(key, (v, self.time, stream_start));
+            (value, start_time)
+        }
+    }
+
+    /// [`PointContext::value`] of a field series, its counter state in its `slot` of the layout
+    /// (gauges have none).
+    #[allow(clippy::too_many_arguments)]
+    fn field_value(
+        &self,
+        slot: Option<&std::cell::Cell<field_state::Slot>>,
+        k: usize,
+        kind: Kind,
+        series: &Arc<str>,
+        v: number_data_point::Value,
+        next: &mut CounterState,
+    ) -> (number_data_point::Value, u64) {
+        let Some(slot) = slot.filter(|_| kind != Kind::Gauge) else {
+            return self.value(k, kind, series, v, next);
+        };
+        let was = slot.get();
+        let previous = was.state.filter(|_| was.export + 1 == self.export);
+        let (value, start_time, stream_start) = self.step(previous, v);
+        slot.set(field_state::Slot {
+            state: Some((v, self.time, stream_start)),
+            export: self.export,
+        });
+        (value, start_time)
+    }
+
+    /// A counter's point after `previous` (its series' last value, time and stream start): the
+    /// value sent, its start time, and the stream start kept.
+    fn step(
+        &self,
+        previous: Option<SeriesState>,
+        v: number_data_point::Value,
+    ) -> (number_data_point::Value, u64, u64) {
+        match previous {
+            Some((prev, prev_time, prev_start)) => {
+                let reset = below(v, prev);
+                let stream_start = if reset { prev_time } else { prev_start };
+                if self.delta {
+                    (difference(v, prev), prev_time, stream_start)
+                } else {
+                    (v, stream_start, stream_start)
+                }
+            }
+            None => (v, self.start, self.start),
         }
     }
 }
@@ -1062,9 +1378,9 @@ pub struct Encoded {
     pub body: Vec<u8>,
     pub data_points: usize,
     pub resources: usize,
-    /// Reading the snapshot into proto values.
+    /// Reading the snapshot: values, counter state, proto values of what is not a field reading.
     pub build_time: Duration,
-    /// Protobuf encoding.
+    /// Writing the protobuf bytes (templates copied, numbers written, prost's encoding of the rest).
     pub encode_time: Duration,
 }
 
@@ -1194,14 +1510,18 @@ impl DirectExport {
     }
 }
 
+mod field_state;
 pub(super) mod holders;
 mod processes;
 mod semconv_metrics;
+mod templates;
 
 #[cfg(test)]
 mod golden_tests;
 #[cfg(test)]
 mod semconv_tests;
+#[cfg(test)]
+mod templates_tests;
 
 #[cfg(test)]
 mod tests {
@@ -1284,6 +1604,59 @@ mod tests {
             sum(&second.request),
             vec![(1010, 1020, 100), (1010, 1020, 200)],
             "lower than before: a reset, the delta is the new value"
+        );
+    }
+
+    /// Counter state outlives a layout rebuild (a GPU leaves) for the series still there, and a
+    /// series that sent no point in an export (its value absent) starts over.
+    #[test]
+    fn a_delta_survives_a_new_layout_and_a_gap_restarts_it() {
+        let counters = test_counters();
+        let mut b = host_builder(&counters, Temporality::Delta);
+        let mut got = Vec::new();
+        for (seq, energy) in [(1u64, 5000i64), (2, 7000), (3, 7500), (4, 0), (5, 9000)] {
+            let mut snap = snapshot(counters.clone(), seq, energy);
+            snap.taken_at = UNIX_EPOCH + Duration::from_secs(1000 + 10 * seq);
+            if seq >= 2 {
+                // GPU-bbb leaves: the layout is made again.
+                snap.entities.remove(3);
+            }
+            if seq == 4 {
+                snap.entities[0].values[1] = FieldValue::Absent(Absent::Blank);
+            }
+            let req = b.build(&snap).request;
+            for dp in req.resource_metrics[0].scope_metrics[0]
+                .metrics
+                .iter()
+                .filter(|m| m.name == "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION")
+                .flat_map(|m| match &m.data {
+                    Some(Data::Sum(s)) => s.data_points.clone(),
+                    _ => Vec::new(),
+                })
+            {
+                // GPU-aaa's series only.
+                let Some(number_data_point::Value::AsInt(v)) = dp.value else {
+                    panic!()
+                };
+                if !format!("{:?}", dp.attributes).contains("GPU-aaa") {
+                    continue;
+                }
+                got.push((
+                    seq,
+                    dp.start_time_unix_nano / 1_000_000_000,
+                    dp.time_unix_nano / 1_000_000_000,
+                    v,
+                ));
+            }
+        }
+        assert_eq!(
+            got,
+            vec![
+                (1, 1000, 1010, 5000),
+                (2, 1010, 1020, 2000),
+                (3, 1020, 1030, 500),
+                (5, 1000, 1050, 9000),
+            ]
         );
     }
 

@@ -1,0 +1,354 @@
+//! The request written from templates against prost's encoding of the request built as proto
+//! values, byte for byte, over a sequence of exports: both resource modes, both attribute styles, the
+//! three metric-name modes, delta and cumulative temporality (a counter reset, a series that departs
+//! and comes back), derived families (a device family with series labels, on a shared GPU, a MIG
+//! board and a departed GPU; a holder family: pod GPU-seconds), per-process points, MIG instances
+//! (with and without their GPU monitored), NvLinks, XID values that bring attributes, absent and
+//! non-finite values.
+
+use std::borrow::Cow;
+use std::time::{Duration, UNIX_EPOCH};
+
+use prost::Message;
+
+use super::*;
+use crate::config::LabelStyle;
+use crate::enrich::kubernetes::cost::GPU_SECONDS;
+use crate::export::otel::naming::{OtelAttributeStyle, OtelResourceMode};
+use crate::export::otel::test_fleet::{self, pods};
+use crate::snapshot::attribution::{self as attr, Attribute};
+use crate::snapshot::{
+    DerivedFamily, DerivedInfo, DerivedSample, DerivedSubject, EntityReading, GpuIdentity,
+    MigIdentity, ProcessReading, SeriesLabel,
+};
+
+const CSV: &str = "DCGM_FI_DEV_SM_CLOCK, gauge, SM clock in MHz.\n\
+                   DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION, counter, Energy in mJ.\n\
+                   DCGM_FI_DEV_NVLINK_PPRM_OPER_RECOVERY, gauge, Link recovery status.\n\
+                   DCGM_FI_DEV_POWER_USAGE, gauge, Power draw in W.\n\
+                   DCGM_FI_DRIVER_VERSION, label, Driver version.\n\
+                   DCGM_FI_DEV_XID_ERRORS, gauge, Last XID.\n\
+                   DCGM_FI_PROF_GR_ENGINE_ACTIVE, gauge, Graphics engine active.\n\
+                   DCGM_FI_DEV_FB_USED, gauge, Used framebuffer in MiB.\n\
+                   DCGM_FI_DEV_GPU_UTIL, gauge, GPU utilization.\n";
+
+static XID_TOTALS: DerivedInfo = DerivedInfo {
+    name: "DCGM_EXP_XID_ERRORS_TOTAL",
+    help: Cow::Borrowed("XID errors."),
+    unit: "{error}",
+    kind: DerivedKind::Counter,
+    otel_name: "DCGM_EXP_XID_ERRORS_TOTAL",
+    subject: DerivedSubject::Device,
+};
+
+static HEALTH: DerivedInfo = DerivedInfo {
+    name: "DCGM_EXP_GPU_HEALTH_STATUS",
+    help: Cow::Borrowed("Health result per watch."),
+    unit: "",
+    kind: DerivedKind::Gauge,
+    otel_name: "DCGM_EXP_GPU_HEALTH_STATUS",
+    subject: DerivedSubject::Device,
+};
+
+fn gpu(index: u32, uuid: &str) -> Arc<GpuIdentity> {
+    Arc::new(GpuIdentity {
+        index,
+        uuid: uuid.into(),
+        pci_bus_id: format!("00000000:{:02X}:00.0", 0x40 + index),
+        model: "NVIDIA H100 80GB HBM3".into(),
+        serial: String::new(),
+        vbios: String::new(),
+    })
+}
+
+fn mig(gpu: &Arc<GpuIdentity>, gi: u32, uuid: &str) -> Arc<Entity> {
+    Arc::new(Entity::instance(
+        gpu.clone(),
+        Arc::new(MigIdentity {
+            entity_id: gi,
+            gi_id: gi,
+            profile: "1g.10gb".into(),
+            uuid: uuid.into(),
+        }),
+    ))
+}
+
+/// Export `seq` (1..=5) of the fleet: the test fleet plus MIG instances (of the monitored GPU 0 and
+/// of a GPU in MIG mode that is not monitored itself), derived families and processes. Energy goes
+/// back at export 3 (a reset); the plain GPU departs at export 4 and returns at 5.
+fn fleet(counters: &Arc<CounterSet>, seq: u64) -> Snapshot {
+    use FieldValue::{Absent as A, Double as D, Int as I};
+    let energy = [5000, 7000, 100, 300, 400][(seq as usize - 1) % 5];
+    let mut snap = test_fleet::snapshot(counters.clone(), seq, energy);
+    snap.taken_at = UNIX_EPOCH + Duration::from_secs(1_700_000_010 + seq);
+    let na = || A(crate::snapshot::Absent::NotApplicable);
+    let extra = [
+        // XID: a code that changes between exports (the cached attributes follow).
+        vec![
+            I([0, 43, 43, 0, 13][(seq as usize - 1) % 5]),
+            na(),
+            I(70_000),
+            D(0.5),
+        ],
+        vec![na(), na(), na(), na()],
+        vec![na(), na(), na(), na()],
+        vec![I(-1), D(f64::INFINITY), na(), na()],
+        vec![I(31), na(), I(1000), D(99.0)],
+    ];
+    for (e, values) in snap.entities.iter_mut().zip(extra) {
+        e.values.extend(values);
+    }
+    let board = gpu(3, "GPU-ddd");
+    let gpu0 = snap.entities[0].entity.gpu.clone().unwrap();
+    let instance = |entity: Arc<Entity>, xid: i64, active: f64| EntityReading {
+        entity,
+        values: vec![
+            I(1200),
+            I(energy * 3),
+            na(),
+            D(150.0),
+            FieldValue::Text("550.1".into()),
+            I(xid),
+            D(active),
+            I(512 * seq as i64),
+            na(),
+        ],
+        attribution: Arc::new(pods(&["m"])),
+    };
+    snap.entities
+        .push(instance(mig(&board, 1, "MIG-d1"), 0, 0.25));
+    snap.entities
+        .push(instance(mig(&board, 2, "MIG-d2"), 79, 0.75));
+    snap.entities
+        .push(instance(mig(&gpu0, 5, "MIG-a5"), 0, f64::NAN));
+    let shared = snap.entities[0].entity.clone();
+    let plain = snap.entities[4].entity.clone();
+    if seq == 4 {
+        snap.entities.remove(4);
+    }
+    snap.derived = derived(&shared, &plain, &board, seq);
+    snap.processes = processes(&shared);
+    snap
+}
+
+fn derived(
+    shared: &Arc<Entity>,
+    plain: &Arc<Entity>,
+    board: &Arc<GpuIdentity>,
+    seq: u64,
+) -> Vec<DerivedFamily> {
+    let xids = (seq % 3) as f64 * 2.0;
+    let code = |c: &str| {
+        vec![SeriesLabel {
+            prometheus: Cow::Borrowed("xid"),
+            otel: Some("nvidia.xid.code"),
+            otel_int: true,
+            value: c.into(),
+        }]
+    };
+    let sample = |entity: &Arc<Entity>, labels, value| DerivedSample {
+        entity: entity.clone(),
+        attributes: Arc::from(Vec::new()),
+        labels,
+        value,
+    };
+    let departed = Arc::new(Entity::gpu(gpu(7, "GPU-eee")));
+    let pod = |name: &str| -> Arc<[Attribute]> {
+        Arc::from(vec![
+            Attribute::new(&attr::NAMESPACE, "ml"),
+            Attribute::new(&attr::POD, name),
+        ])
+    };
+    vec![
+        DerivedFamily {
+            info: Cow::Borrowed(&XID_TOTALS),
+            samples: vec![
+                sample(shared, code("31"), xids),
+                sample(shared, code("31"), xids),
+                sample(shared, code("79"), 1.0),
+                sample(&Arc::new(Entity::gpu(board.clone())), code("48"), xids),
+                sample(&departed, code("13"), 3.0 + xids),
+                sample(plain, Vec::new(), f64::NAN),
+            ],
+        },
+        DerivedFamily {
+            info: Cow::Borrowed(&HEALTH),
+            samples: vec![sample(shared, Vec::new(), 20.0)],
+        },
+        DerivedFamily {
+            info: Cow::Borrowed(&GPU_SECONDS),
+            samples: ["a", "b"]
+                .iter()
+                .map(|p| DerivedSample {
+                    entity: shared.clone(),
+                    attributes: pod(p),
+                    labels: Vec::new(),
+                    value: 15.0 * seq as f64,
+                })
+                .collect(),
+        },
+    ]
+}
+
+fn processes(gpu0: &Arc<Entity>) -> Vec<ProcessReading> {
+    let mut a = ProcessReading::new(gpu0.clone(), 4242, "python3");
+    a.memory_bytes = Some(1 << 30);
+    a.sm_util = Some(55.0);
+    a.attribution = Arc::new(pods(&["a"]));
+    let mut host = ProcessReading::new(gpu0.clone(), 5120, "nvidia-smi");
+    host.memory_bytes = Some(64 << 20);
+    host.sm_util = Some(f64::NAN);
+    vec![a, host]
+}
+
+fn builder(
+    counters: &Arc<CounterSet>,
+    style: OtelAttributeStyle,
+    mode: OtelResourceMode,
+    names: MetricNames,
+    temporality: Temporality,
+    start: u64,
+) -> DirectBuilder {
+    let naming =
+        Naming::new(style, LabelStyle::default(), counters).with_hw_attributes(names.semconv());
+    let split = naming.resource_split(mode);
+    DirectBuilder::new(
+        naming,
+        split,
+        &[
+            KeyValue::new("service.name", "t"),
+            KeyValue::new("host.name", "node-a"),
+        ],
+        counters.clone(),
+        temporality,
+        UNIX_EPOCH + Duration::from_secs(start),
+    )
+    .with_metric_names(names)
+}
+
+#[test]
+fn templates_write_prosts_bytes_of_every_export() {
+    let counters = Arc::new(crate::counters::parse(CSV, "test").unwrap());
+    let mut compared = 0;
+    for style in [OtelAttributeStyle::Otel, OtelAttributeStyle::Dcgm] {
+        for mode in [OtelResourceMode::PerEntity, OtelResourceMode::Host] {
+            for names in [MetricNames::Dcgm, MetricNames::Semconv, MetricNames::Both] {
+                for temporality in [Temporality::Cumulative, Temporality::Delta] {
+                    // A zero start time is not written at all (prost leaves defaults out).
+                    for start in [1_700_000_000, 0] {
+                        let make = || builder(&counters, style, mode, names, temporality, start);
+                        let (mut hand, mut reference) = (make(), make());
+                        for seq in 1..=5 {
+                            let snap = fleet(&counters, seq);
+                            let got = hand.build_encoded(&snap);
+                            let want = reference.build_encoded_reference(&snap);
+                            let case = format!(
+                                "{style:?} {mode:?} {names:?} {temporality:?} {start} export {seq}"
+                            );
+                            assert_eq!(got.data_points, want.data_points, "{case}");
+                            assert_eq!(got.resources, want.resources, "{case}");
+                            assert!(want.data_points > 20, "{case}: {}", want.data_points);
+                            if got.body != want.body {
+                                let decode = |b: &[u8]| ExportMetricsServiceRequest::decode(b);
+                                assert_eq!(
+                                    decode(&got.body).ok(),
+                                    decode(&want.body).ok(),
+                                    "{case}"
+                                );
+                                panic!("{case}: the bytes differ, the requests do not");
+                            }
+                            compared += 1;
+                        }
+                    }
+                }
+            }
+        }
+    }
+    assert_eq!(compared, 2 * 2 * 3 * 2 * 2 * 5);
+}
+
+/// What the fleet's requests carry, so that the comparison above covers them: MIG instances, a
+/// board written by an instance, NvLinks, XID attributes, a derived family's series labels, a
+/// departed GPU's Resource, pods' GPU-seconds and processes.
+#[test]
+fn the_fleet_exercises_every_kind_of_point() {
+    let counters = Arc::new(crate::counters::parse(CSV, "test").unwrap());
+    let mut b = builder(
+        &counters,
+        OtelAttributeStyle::Otel,
+        OtelResourceMode::PerEntity,
+        MetricNames::Both,
+        Temporality::Delta,
+        1_700_000_000,
+    );
+    let req = b.build(&fleet(&counters, 1)).request;
+    let text = format!("{req:?}");
+    for want in [
+        "MIG-d1",
+        "MIG-a5",
+        "GPU-ddd",
+        "GPU-eee",
+        "nvidia.nvlink.index",
+        "nvidia.xid.code",
+        "nvidia.pod.gpu.time",
+        "nvidia.process.gpu.memory.usage",
+        "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
+        "hw.status",
+    ] {
+        assert!(text.contains(want), "{want} missing");
+    }
+}
+
+/// Extra metrics (the seam for distributions) go inside the entity's Resource, after its own.
+#[test]
+fn extra_metrics_join_their_entitys_resource() {
+    struct One;
+    impl ExtraMetrics for One {
+        fn metrics_of(&mut self, entity: &Entity, out: &mut Vec<Metric>) -> usize {
+            if entity.kind != EntityKind::Gpu {
+                return 0;
+            }
+            out.push(Metric {
+                name: "extra".into(),
+                description: String::new(),
+                unit: String::new(),
+                metadata: Vec::new(),
+                data: Some(Data::Gauge(Gauge {
+                    data_points: vec![NumberDataPoint::default()],
+                })),
+            });
+            1
+        }
+    }
+    let counters = Arc::new(crate::counters::parse(CSV, "test").unwrap());
+    let mut b = builder(
+        &counters,
+        OtelAttributeStyle::Otel,
+        OtelResourceMode::PerEntity,
+        MetricNames::Dcgm,
+        Temporality::Cumulative,
+        1_700_000_000,
+    );
+    let snap = fleet(&counters, 1);
+    let plain = b.build_encoded(&snap);
+    let with = b.build_encoded_with(&snap, &mut One);
+    let req = ExportMetricsServiceRequest::decode(&with.body[..]).unwrap();
+    let gpus: Vec<Vec<String>> = req
+        .resource_metrics
+        .iter()
+        .map(|rm| {
+            rm.scope_metrics[0]
+                .metrics
+                .iter()
+                .map(|m| m.name.clone())
+                .collect()
+        })
+        .filter(|names: &Vec<String>| names.contains(&"extra".to_string()))
+        .collect();
+    // GPU 0, the test fleet's unusable and plain GPUs.
+    assert_eq!(gpus.len(), 3, "{gpus:?}");
+    assert!(gpus
+        .iter()
+        .all(|n| n.last().map(String::as_str) == Some("extra")));
+    assert_eq!(with.data_points, plain.data_points + 3);
+}
