@@ -9,14 +9,10 @@
 //! there). Run: `cargo bench --bench otlp_alloc`, `-- --smoke` (a few exports: proves it runs).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 // tests and benches fail loudly on purpose
-// `GlobalAlloc` is an unsafe trait: the counting allocator below (bench only, never in the product)
-// forwards every call to the system allocator.
-#![allow(unsafe_code)]
 
 mod common;
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::alloc::System;
 use std::sync::Arc;
 
 use dcgm_otel::export::otel::naming::{Naming, OtelAttributeStyle, OtelResourceMode};
@@ -24,44 +20,20 @@ use dcgm_otel::export::otel::otlp::request::{DirectBuilder, Encoded};
 use dcgm_otel::export::otel::semconv::MetricNames;
 use dcgm_otel::snapshot::Snapshot;
 use opentelemetry_sdk::metrics::Temporality;
+use stats_alloc::{StatsAlloc, INSTRUMENTED_SYSTEM};
 
-/// The system allocator, counting allocations (and reallocations) and the bytes they asked for.
-struct Counting;
-
-static ALLOCS: AtomicU64 = AtomicU64::new(0);
-static BYTES: AtomicU64 = AtomicU64::new(0);
-
-// SAFETY: every call is forwarded unchanged to the system allocator; the counters are plain atomics.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        ALLOCS.fetch_add(1, Ordering::Relaxed);
-        BYTES.fetch_add(layout.size() as u64, Ordering::Relaxed);
-        // SAFETY: the caller's contract is the system allocator's.
-        unsafe { System.alloc(layout) }
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: the caller's contract is the system allocator's.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        ALLOCS.fetch_add(1, Ordering::Relaxed);
-        BYTES.fetch_add(layout.size() as u64, Ordering::Relaxed);
-        // SAFETY: the caller's contract is the system allocator's.
-        unsafe { System.alloc_zeroed(layout) }
-    }
-
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        ALLOCS.fetch_add(1, Ordering::Relaxed);
-        BYTES.fetch_add(new_size as u64, Ordering::Relaxed);
-        // SAFETY: the caller's contract is the system allocator's.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
-
+/// The system allocator, counting allocations (stats_alloc: no unsafe code here).
 #[global_allocator]
-static GLOBAL: Counting = Counting;
+static GLOBAL: &StatsAlloc<System> = &INSTRUMENTED_SYSTEM;
+
+/// Allocations (reallocations included) and bytes asked for so far.
+fn counts() -> (u64, u64) {
+    let s = GLOBAL.stats();
+    (
+        (s.allocations + s.reallocations) as u64,
+        (s.bytes_allocated as u64).saturating_add(s.bytes_reallocated.max(0) as u64),
+    )
+}
 
 fn builder(snap: &Snapshot, per_entity: bool) -> DirectBuilder {
     let counters = snap.counters.clone();
@@ -95,10 +67,7 @@ fn per_export(
     for s in snaps.iter().chain(snaps) {
         std::hint::black_box(export(s));
     }
-    let (a0, b0) = (
-        ALLOCS.load(Ordering::Relaxed),
-        BYTES.load(Ordering::Relaxed),
-    );
+    let (a0, b0) = counts();
     let mut points = 0;
     let mut bytes = 0;
     for i in 0..exports {
@@ -108,12 +77,8 @@ fn per_export(
         std::hint::black_box(e);
     }
     let n = exports as f64;
-    (
-        (ALLOCS.load(Ordering::Relaxed) - a0) as f64 / n,
-        (BYTES.load(Ordering::Relaxed) - b0) as f64 / n,
-        points,
-        bytes,
-    )
+    let (a1, b1) = counts();
+    ((a1 - a0) as f64 / n, (b1 - b0) as f64 / n, points, bytes)
 }
 
 fn main() {
