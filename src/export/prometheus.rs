@@ -1,4 +1,4 @@
-//! Prometheus text exposition in dcgm-exporter's exact shape, rendered once per snapshot.
+//! Prometheus text exposition in dcgm-exporter's exact shape, rendered at most once per snapshot.
 //!
 //! Each series starts with its entity's identity labels and host label, from dcgm-exporter's template
 //! for the entity's kind ([`super::entity_labels`]: GPU, MIG, NvLink, NvSwitch, switch link, CPU, CPU
