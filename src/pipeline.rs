@@ -407,6 +407,7 @@ impl Publisher {
             derived: Vec::new(),
             per_set: Vec::new(),
             incidents: Vec::new(),
+            distributions: Default::default(),
         }
     }
 
@@ -616,6 +617,7 @@ impl Pipeline {
             derived,
             per_set,
             incidents,
+            distributions: reading.distributions,
         }
     }
 

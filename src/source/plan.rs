@@ -9,6 +9,7 @@ use std::sync::Arc;
 
 use crate::config::CollectionArgs;
 use crate::counters::CounterSet;
+use crate::snapshot::distribution::DistributionSpec;
 use crate::snapshot::HostInfo;
 use crate::source::args::{SourceArgs, SourceKind};
 use crate::source::dcgm::args::DcgmArgs;
@@ -44,6 +45,8 @@ pub struct SourcePlan {
     dcgm_log: Option<dcgm::log::DcgmLogLevel>,
     /// `--enable-gpu-bind-unbind-watch` was given (said to have no effect on a simulated fleet).
     bind_watch: bool,
+    /// The fields sampled between collections (`--distribution`).
+    distributions: Arc<[DistributionSpec]>,
 }
 
 enum Kind {
@@ -104,6 +107,7 @@ impl SourcePlan {
             kind,
             dcgm_log: dcgm.enable_dcgm_log.then_some(dcgm.dcgm_log_level),
             bind_watch: dcgm.enable_gpu_bind_unbind_watch,
+            distributions: ctx.distributions.clone(),
         })
     }
 
@@ -143,8 +147,15 @@ impl SourcePlan {
         ctx: &StartContext<'_>,
     ) -> Result<StartedSource, StartError> {
         let mut nvml = None;
+        if !self.distributions.is_empty() && self.simulated().is_none() {
+            tracing::warn!(
+                "--distribution is read from the simulated fleet only so far; DCGM and NVML sources export no distribution yet"
+            );
+        }
         let source: Box<dyn Source> = match self.kind {
-            Kind::Simulated(sim) => {
+            Kind::Simulated(mut sim) => {
+                sim.source
+                    .sample_distributions(self.distributions.clone(), Some(ctx.self_metrics));
                 if self.bind_watch {
                     tracing::info!("--enable-gpu-bind-unbind-watch has no effect on the simulated fleet (its GPUs are never rebound)");
                 }

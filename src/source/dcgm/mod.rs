@@ -589,6 +589,7 @@ impl Source for DcgmSource {
                     incidents,
                     clock_samples,
                     p2p,
+                    distributions: Default::default(),
                 })
             }
             Err(e) if e.connection_lost() => Err(self.lose(&e)),
