@@ -188,10 +188,13 @@ impl Line {
             f64::NEG_INFINITY
         };
         let v = v.clamp(floor, ceiling);
+        // As the fleet writes its values: whole numbers, watts to the milliwatt, ratios to 1e-6.
         if self.integer {
             v.round()
+        } else if top > 1.0 {
+            (v * 1e3).round() / 1e3
         } else {
-            v
+            (v * 1e6).round() / 1e6
         }
     }
 }
