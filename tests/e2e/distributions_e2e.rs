@@ -2,13 +2,19 @@
 //! scenario whose GPU 0 power is a known square wave (250 W / 650 W, 400 ms period) sampled every
 //! 100 ms with a 1 s collect interval gives an interval max of 650, a min of 250 and ten samples,
 //! labelled exactly like the field's own series (one per pod sharing the GPU), while the last-value
-//! series shows one of the two levels. Without `--distribution` nothing new appears (the golden files
+//! series shows one of the two levels. Over OTLP the same wave is an ExponentialHistogram point on the
+//! GPU's Resource (delta: the interval's; cumulative: every sample since the start). Without `--distribution` nothing new appears (the golden files
 //! of `simulated_e2e` stay as they are).
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests and benches fail loudly on purpose
 
-use crate::support::common;
+use crate::support::{common, otlp};
 
 use common::{fixtures_path, scrape, start};
+use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
+use opentelemetry_proto::tonic::metrics::v1::{
+    metric::Data, number_data_point, AggregationTemporality, ExponentialHistogramDataPoint,
+};
+use otlp::Receiver;
 
 /// `labels` → value of every sample of `name` in `body`.
 fn samples(body: &str, name: &str) -> Vec<(String, f64)> {
@@ -80,4 +86,105 @@ fn nothing_new_without_a_distribution() {
     let body = scrape(e.port);
     assert!(body.contains("DCGM_FI_DEV_POWER_USAGE{"), "{body}");
     assert!(!body.contains("interval_"), "{body}");
+}
+
+/// (resource attributes, the power gauge's value, the power histogram's point) of every Resource
+/// carrying either.
+type PowerView = Vec<(
+    std::collections::BTreeMap<String, String>,
+    Vec<f64>,
+    Vec<ExponentialHistogramDataPoint>,
+    i32,
+)>;
+
+fn power_view(req: &ExportMetricsServiceRequest) -> PowerView {
+    let mut out = Vec::new();
+    for rm in &req.resource_metrics {
+        let (mut gauge, mut hist, mut temporality) = (Vec::new(), Vec::new(), 0);
+        for m in rm.scope_metrics.iter().flat_map(|s| &s.metrics) {
+            match (&m.data, m.name.as_str()) {
+                (Some(Data::Gauge(g)), "DCGM_FI_DEV_POWER_USAGE") => {
+                    gauge.extend(g.data_points.iter().map(|p| match p.value {
+                        Some(number_data_point::Value::AsDouble(v)) => v,
+                        Some(number_data_point::Value::AsInt(v)) => v as f64,
+                        None => f64::NAN,
+                    }));
+                }
+                (Some(Data::ExponentialHistogram(h)), "DCGM_FI_DEV_POWER_USAGE.distribution") => {
+                    assert_eq!(m.unit, "W");
+                    hist.extend(h.data_points.iter().cloned());
+                    temporality = h.aggregation_temporality;
+                }
+                _ => {}
+            }
+        }
+        if !gauge.is_empty() || !hist.is_empty() {
+            let attrs = otlp::attrs(&rm.resource.as_ref().unwrap().attributes);
+            out.push((attrs, gauge, hist, temporality));
+        }
+    }
+    out
+}
+
+fn start_with_receiver(receiver: &Receiver, temporality: &str) -> common::Exporter {
+    start_square_wave(&[
+        "--distribution",
+        "DCGM_FI_DEV_POWER_USAGE@100ms",
+        "--otlp-endpoint",
+        &receiver.url(),
+        "--otlp-temporality",
+        temporality,
+    ])
+}
+
+#[test]
+fn otlp_delta_histograms_hold_each_interval() {
+    let receiver = Receiver::grpc(0, None);
+    let _e = start_with_receiver(&receiver, "delta");
+    let view = power_view(&receiver.nth_or_later(2));
+    // GPU 0 and GPU 1's board (read once, by one of its two MIG instances): one point each.
+    let points: Vec<_> = view.iter().flat_map(|(_, _, h, _)| h).collect();
+    assert_eq!(points.len(), 2, "{view:#?}");
+    let mut square = 0;
+    for (attrs, gauge, hist, temporality) in &view {
+        assert_eq!(*temporality, AggregationTemporality::Delta as i32);
+        assert_eq!((gauge.len(), hist.len()), (1, 1), "{attrs:?}");
+        let (last, p) = (gauge[0], &hist[0]);
+        assert_eq!(p.count, 10, "{attrs:?}");
+        let (min, max) = (p.min.unwrap(), p.max.unwrap());
+        assert!(min <= last && last <= max, "{attrs:?}: {min} {last} {max}");
+        let buckets = p.positive.as_ref().unwrap();
+        assert_eq!(buckets.bucket_counts.iter().sum::<u64>() + p.zero_count, 10);
+        assert!(p.start_time_unix_nano < p.time_unix_nano);
+        if min == 250.0 {
+            square += 1;
+            assert_eq!((max, p.sum), (650.0, Some(4500.0)), "{attrs:?}");
+            assert!(last == 250.0 || last == 650.0, "{last}");
+            // 250 W and 650 W at scale 4: buckets 127 and 149.
+            assert_eq!((p.scale, buckets.offset), (4, 127));
+            assert_eq!(buckets.bucket_counts.len(), 23);
+        }
+    }
+    assert_eq!(square, 1, "{view:#?}");
+}
+
+#[test]
+fn otlp_cumulative_histograms_add_up_since_the_start() {
+    let receiver = Receiver::grpc(0, None);
+    let _e = start_with_receiver(&receiver, "cumulative");
+    let first = power_view(&receiver.first());
+    let later = power_view(&receiver.nth_or_later(3));
+    let count = |v: &PowerView| -> Vec<u64> {
+        v.iter()
+            .flat_map(|(_, _, h, _)| h)
+            .map(|p| p.count)
+            .collect()
+    };
+    let (a, b) = (count(&first), count(&later));
+    assert_eq!(a.len(), 2, "{first:#?}");
+    assert!(a.iter().all(|c| c % 10 == 0), "{a:?}");
+    assert!(b.iter().zip(&a).all(|(b, a)| b > a), "{a:?} then {b:?}");
+    assert!(later
+        .iter()
+        .all(|(_, _, _, t)| *t == AggregationTemporality::Cumulative as i32));
 }

@@ -535,6 +535,20 @@ impl DirectBuilder {
             let mut metrics: Vec<Metric> = Vec::new();
             data_points +=
                 self.field_metrics(snap, members, &ctx, &mut next_previous, &mut metrics);
+            data_points += super::distributions::write(
+                snap,
+                members,
+                |e, s, per_instance| {
+                    self.layout
+                        .entities
+                        .get(e)
+                        .filter(|l| l.role.writes(s, per_instance))
+                        .and_then(|l| l.sets.get(s))
+                        .map(|set| &set.point_attributes[..])
+                },
+                self.delta,
+                &mut metrics,
+            );
             if let Some(own) = placed.get_mut(r) {
                 data_points += derived_metrics(
                     snap,
