@@ -73,6 +73,14 @@ fn a_square_wave_gives_its_levels_on_the_fields_own_labels() {
             assert_eq!((min[i].1, max[i].1, p99[i].1), (250.0, 650.0, 650.0), "{l}");
         }
     }
+    // Power is the board's: GPU 1's two MIG instances show the same samples.
+    let board: Vec<f64> = max
+        .iter()
+        .filter(|(l, _)| l.starts_with("gpu=\"1\""))
+        .map(|(_, v)| *v)
+        .collect();
+    assert_eq!(board.len(), 2, "{body}");
+    assert_eq!(board[0], board[1], "{body}");
     assert!(body.contains("# HELP dcgm_otel_power_usage_interval_max Highest of the DCGM_FI_DEV_POWER_USAGE samples (W) since the previous collection, sampled every 100ms.\n# TYPE dcgm_otel_power_usage_interval_max gauge\n"), "{body}");
     // Utilization at 250 ms: four samples a collection.
     let util = samples(&body, "dcgm_otel_gpu_util_interval_samples");

@@ -81,6 +81,17 @@ impl Sampler {
         self.previous = vec![f64::NAN; entities * self.every_us.len()];
     }
 
+    /// The noise and bursts of one entity's field: a board-level field (power) is the GPU's, the same
+    /// on each of its MIG instances, as DCGM reads it once per board.
+    fn salt(&self, entity: &Entity, spec: usize) -> u64 {
+        let board = !self.levels[spec].measured_per_gpu_instance();
+        let who = match (board, entity.gpu_index()) {
+            (true, Some(gpu)) => u64::from(gpu),
+            _ => (u64::from(entity.kind as u8) << 32) | u64::from(entity.entity_id),
+        };
+        mix(self.seed ^ mix(who ^ ((spec as u64) << 40)))
+    }
+
     /// Push every sample in `(now_us - step_us, now_us]` (simulated µs) of every entity and spec, and
     /// fold them.
     pub fn collect(
@@ -117,7 +128,7 @@ impl Sampler {
                     start_us: now_us - step_us,
                     step_us,
                     integer: self.integer[s],
-                    salt: mix(self.seed ^ ((slot as u64) << 24)),
+                    salt: self.salt(entity, s),
                 };
                 let every = self.every_us[s];
                 let first = (now_us - step_us).div_euclid(every) + 1;
