@@ -158,11 +158,28 @@ impl Accumulator {
         &self.specs
     }
 
-    /// Forget every slot (the entities changed): `entities` fresh slots per spec, cursors at 0.
+    /// Forget every slot: `entities` fresh slots per spec, cursors at 0.
     pub fn reset(&mut self, entities: usize) {
         self.slots.clear();
         self.slots
             .resize_with(entities * self.specs.len(), Slot::default);
+    }
+
+    /// The entities changed (rediscovery, a counters reload): `previous[i]` is the old index of new
+    /// entity `i`, when it was there before. A kept entity keeps its cursors, samples and cumulative
+    /// view, so a re-read after the change counts nothing twice; a new one starts at cursor 0.
+    pub fn remap(&mut self, previous: &[Option<usize>]) {
+        let per = self.specs.len();
+        let mut old = std::mem::take(&mut self.slots);
+        self.slots.resize_with(previous.len() * per, Slot::default);
+        for (new, was) in previous.iter().enumerate() {
+            let Some(was) = *was else { continue };
+            for s in 0..per {
+                if let Some(slot) = old.get_mut(was * per + s) {
+                    self.slots[new * per + s] = std::mem::take(slot);
+                }
+            }
+        }
     }
 
     fn slot_index(&self, entity: usize, spec: usize) -> Option<usize> {
@@ -171,7 +188,9 @@ impl Accumulator {
             .filter(|&i| i < self.slots.len())
     }
 
-    /// The newest timestamp counted for an entity and spec (0 before any): read values after it.
+    /// The newest timestamp counted for an entity and spec (0 before any): read values after it. A
+    /// source reading DCGM's history should not go further back than one collect interval for a slot
+    /// at 0 (a new entity), or its first distribution holds everything DCGM kept.
     pub fn cursor(&self, entity: usize, spec: usize) -> i64 {
         self.slot_index(entity, spec)
             .map_or(0, |i| self.slots[i].cursor_us)
@@ -481,6 +500,21 @@ mod tests {
         assert_eq!(h.positive.iter().sum::<u64>(), 3);
         assert_eq!(h.negative.iter().sum::<u64>(), 1);
         assert_eq!(d.entries[0].interval.min, -5.0);
+    }
+
+    #[test]
+    fn a_kept_entity_keeps_its_cursor_across_a_change() {
+        let mut acc = Accumulator::new(specs(), 2, Duration::from_secs(1));
+        acc.push(0, 0, 10, 1.0);
+        acc.push(1, 0, 20, 2.0);
+        acc.finish(20);
+        // Entity 1 is now first; entity 0 left; a new one joined.
+        acc.remap(&[Some(1), None]);
+        assert_eq!((acc.cursor(0, 0), acc.cursor(1, 0)), (20, 0));
+        assert_eq!(acc.push(0, 0, 20, 9.0), Pushed::Old);
+        acc.push(0, 0, 30, 3.0);
+        let d = acc.finish(30);
+        assert_eq!(d.entries[0].total.count, 2);
     }
 
     #[test]

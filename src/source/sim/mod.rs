@@ -227,10 +227,15 @@ impl Source for SimSource {
         if !missing.is_empty() {
             tracing::warn!(missing = %missing.join(", "), "selected devices are not present");
         }
-        self.entities = inventory.entities(&selection);
+        let entities = inventory.entities(&selection);
         if let Some(s) = &mut self.sampler {
-            s.reset(self.entities.len());
+            let previous: Vec<Option<usize>> = entities
+                .iter()
+                .map(|e| self.entities.iter().position(|old| old == e))
+                .collect();
+            s.remap(&previous);
         }
+        self.entities = entities;
         self.counters = counters.clone();
         self.plan_rows();
         Ok(counters)

@@ -75,10 +75,20 @@ impl Sampler {
         self.dropped = Some(dropped_metric(self_metrics));
     }
 
-    /// The entities changed: every slot starts again.
-    pub fn reset(&mut self, entities: usize) {
-        self.acc.reset(entities);
-        self.previous = vec![f64::NAN; entities * self.every_us.len()];
+    /// The entities changed: `previous[i]` is the old index of new entity `i` when it was there
+    /// before (it keeps its cursors and cumulative view); a new one starts afresh.
+    pub fn remap(&mut self, previous: &[Option<usize>]) {
+        self.acc.remap(previous);
+        let per = self.every_us.len();
+        let old = std::mem::take(&mut self.previous);
+        self.previous = vec![f64::NAN; previous.len() * per];
+        for (new, was) in previous.iter().enumerate() {
+            for s in 0..per {
+                if let Some(v) = was.and_then(|w| old.get(w * per + s)) {
+                    self.previous[new * per + s] = *v;
+                }
+            }
+        }
     }
 
     /// The noise and bursts of one entity's field: a board-level field (power) is the GPU's, the same

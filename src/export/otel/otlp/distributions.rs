@@ -115,7 +115,8 @@ fn point(
     };
     ExponentialHistogramDataPoint {
         attributes: attributes.to_vec(),
-        start_time_unix_nano: (start_us.max(0) as u64).saturating_mul(1000),
+        // A source's sample clock may run ahead of the collection's time: never start after it.
+        start_time_unix_nano: (start_us.max(0) as u64).saturating_mul(1000).min(time),
         time_unix_nano: time,
         count: s.count,
         sum: Some(s.sum),
