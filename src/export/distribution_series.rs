@@ -8,7 +8,7 @@
 //! | `dcgm_otel_power_usage_interval_max` | the highest sample |
 //! | `dcgm_otel_power_usage_interval_min` | the lowest sample |
 //! | `dcgm_otel_power_usage_interval_mean` | their mean |
-//! | `dcgm_otel_power_usage_interval_p50`, `_p90`, `_p99` | the 50th, 90th, 99th percentile (nearest rank) |
+//! | `dcgm_otel_power_usage_interval_p50`, `_p90`, `_p99` | the 50th, 90th, 99th percentile, from the histogram's buckets (within 2.2 %) |
 //! | `dcgm_otel_power_usage_interval_samples` | how many samples were folded |
 //!
 //! All gauges, in the field's own unit: each collection replaces the values, as a gauge's last value
