@@ -8,8 +8,8 @@ use std::time::Duration;
 use clap::{ArgAction, Args, ValueEnum};
 
 use super::devices::{self, DeviceSelection, Selectors};
+use super::distributions::DistributionItem;
 use crate::counters::DEFAULT_COLLECTORS;
-use crate::snapshot::distribution::DistributionSpec;
 
 /// Spelling of the host label: dcgm-exporter up to 4.8.2 wrote `Hostname`, 4.8.3 writes `hostname`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -107,8 +107,8 @@ pub struct CollectionArgs {
     /// max, min and quantiles on :9400, an exponential histogram over OTLP), e.g.
     /// DCGM_FI_DEV_POWER_USAGE@100ms. Repeatable; the variable takes a comma-separated list.
     #[arg(long = "distribution", env = "DCGM_OTEL_DISTRIBUTIONS", value_name = "FIELD@INTERVAL",
-          value_delimiter = ',', action = ArgAction::Append, value_parser = super::distributions::parse_spec)]
-    pub distributions: Vec<DistributionSpec>,
+          value_delimiter = ',', action = ArgAction::Append, value_parser = super::distributions::parse_item)]
+    pub distributions: Vec<DistributionItem>,
 
     /// Leave out the exporter's own dcgm_otel_* metrics.
     #[arg(long = "no-self-metrics", env = "DCGM_OTEL_NO_SELF_METRICS", action = ArgAction::SetTrue)]

@@ -16,6 +16,19 @@ use crate::snapshot::distribution::DistributionSpec;
 /// large node would dominate a collection.
 pub const MIN_SAMPLE_INTERVAL: Duration = Duration::from_millis(10);
 
+/// One item of `--distribution` / `DCGM_OTEL_DISTRIBUTIONS`: a spec, or nothing for an empty item (an
+/// empty variable, as templates often set, means no distribution).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DistributionItem(pub Option<DistributionSpec>);
+
+/// [`parse_spec`], an empty item being none.
+pub fn parse_item(text: &str) -> Result<DistributionItem, String> {
+    if text.trim().is_empty() {
+        return Ok(DistributionItem(None));
+    }
+    parse_spec(text).map(|s| DistributionItem(Some(s)))
+}
+
 /// One `FIELD@INTERVAL`, e.g. `DCGM_FI_DEV_POWER_USAGE@100ms`.
 pub fn parse_spec(text: &str) -> Result<DistributionSpec, String> {
     let text = text.trim();
@@ -55,11 +68,12 @@ pub struct GivenSpec {
 /// The specs from the flag (or its variable, `from_env`) when any, else the file's; each shorter than
 /// the collect interval, no field twice. Errors name the input and its position.
 pub fn resolve(
-    flag: &[DistributionSpec],
+    flag: &[DistributionItem],
     from_env: bool,
     file: &[GivenSpec],
     collect: Duration,
 ) -> Result<Arc<[DistributionSpec]>, String> {
+    let flag: Vec<&DistributionSpec> = flag.iter().filter_map(|i| i.0.as_ref()).collect();
     let given: Vec<GivenSpec> = if flag.is_empty() {
         file.to_vec()
     } else {
@@ -72,7 +86,7 @@ pub fn resolve(
             .enumerate()
             .map(|(i, spec)| GivenSpec {
                 origin: format!("{input} {}@{:?} (value {})", spec.name, spec.every, i + 1),
-                spec: spec.clone(),
+                spec: (*spec).clone(),
             })
             .collect()
     };
@@ -122,7 +136,7 @@ mod tests {
 
     #[test]
     fn the_list_is_checked_against_the_interval_and_itself() {
-        let p = |t| parse_spec(t).unwrap();
+        let p = |t| parse_item(t).unwrap();
         let collect = Duration::from_secs(1);
         let flag = [
             p("DCGM_FI_DEV_POWER_USAGE@100ms"),
@@ -142,12 +156,15 @@ mod tests {
         );
         // The flag wins over the file.
         let file = [GivenSpec {
-            spec: p("DCGM_FI_DEV_GPU_UTIL@250ms"),
+            spec: parse_spec("DCGM_FI_DEV_GPU_UTIL@250ms").unwrap(),
             origin: "c.yaml:4:7".into(),
         }];
         let got = resolve(&flag[..1], false, &file, collect).unwrap();
         assert_eq!(got[0].field, 155);
         let got = resolve(&[], false, &file, collect).unwrap();
+        assert_eq!(got[0].field, 203);
+        // An empty variable is no item: the file's list stands.
+        let got = resolve(&[p("")], true, &file, collect).unwrap();
         assert_eq!(got[0].field, 203);
     }
 }
