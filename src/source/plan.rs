@@ -147,9 +147,9 @@ impl SourcePlan {
         ctx: &StartContext<'_>,
     ) -> Result<StartedSource, StartError> {
         let mut nvml = None;
-        if !self.distributions.is_empty() && self.simulated().is_none() {
+        if !self.distributions.is_empty() && matches!(self.kind, Kind::Nvml(_)) {
             tracing::warn!(
-                "--distribution is read from the simulated fleet only so far; DCGM and NVML sources export no distribution yet"
+                "--distribution is read through DCGM (or the simulated fleet) only; the NVML source exports no distribution"
             );
         }
         let source: Box<dyn Source> = match self.kind {
@@ -233,12 +233,13 @@ fn real(
             ));
         }
     }
-    let dcgm_options = Box::new(DcgmOptions::new(
+    let mut dcgm_options = Box::new(DcgmOptions::new(
         flags.dcgm,
         ctx.interval,
         flags.collection.selectors(),
         needs.incident_events,
     ));
+    dcgm_options.distributions = ctx.distributions.clone();
     let nvml_options = NvmlOptions {
         library: flags.source.nvml_library.clone(),
         devices: flags.collection.devices.clone(),
@@ -259,6 +260,7 @@ fn connect_dcgm(
     let mut s = DcgmSource::connect(opts, counters)
         .map_err(|e| StartError::classify(e.is_bad_input(), e))?;
     s.count_incident_errors(ctx.self_metrics);
+    s.count_distribution_drops(ctx.self_metrics);
     Ok(s)
 }
 
@@ -279,6 +281,7 @@ fn start_auto(
     let dcgm_error = match DcgmSource::connect(dcgm_opts, counters) {
         Ok(mut s) => {
             s.count_incident_errors(ctx.self_metrics);
+            s.count_distribution_drops(ctx.self_metrics);
             tracing::info!("--source auto: DCGM answers; reading GPUs through DCGM");
             return Ok(Opened {
                 source: Box::new(s),
