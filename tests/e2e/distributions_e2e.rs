@@ -7,7 +7,10 @@
 //! of `simulated_e2e` stay as they are).
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests and benches fail loudly on purpose
 
+use crate::support::fake_lib::Fake;
 use crate::support::{common, otlp};
+
+use std::time::{Duration, Instant};
 
 use common::{fixtures_path, scrape, start};
 use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
@@ -200,4 +203,196 @@ fn otlp_cumulative_histograms_add_up_since_the_start() {
     assert!(later
         .iter()
         .all(|(_, _, _, t)| *t == AggregationTemporality::Cumulative as i32));
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Through the fake libdcgm: the DCGM source watches the sampled field at 100 ms and reads every
+// sample with dcgmGetValuesSince_v2; the fake serves the scenario's square wave at the watch's
+// frequency (README of tests/fake-libdcgm).
+
+fn start_fake(fake: &Fake, scenario: &str, extra: &[&str], faults: &str) -> common::Exporter {
+    let scenario = fixtures_path(scenario);
+    let csv = fixtures_path("counters/power-util.csv");
+    let mut args = vec![
+        "-f",
+        &csv,
+        "-c",
+        "1000",
+        "--no-self-metrics",
+        "--distribution",
+        "DCGM_FI_DEV_POWER_USAGE@100ms",
+    ];
+    args.extend_from_slice(extra);
+    fake.start(
+        &args,
+        &[
+            ("FAKE_DCGM_SCENARIO", scenario.as_str()),
+            ("FAKE_DCGM_FAULTS", faults),
+        ],
+    )
+}
+
+/// Scrape until the body holds `needle` (a collection with samples has run).
+fn scrape_until(port: u16, needle: &str) -> String {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let body = scrape(port);
+        if body.contains(needle) {
+            return body;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no {needle} within 30 s:\n{body}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// The `samples=` of every `dcgmGetValuesSince_v2` call on a sampled-fields field group (not the
+/// incident history's) in the fake's log lines `calls`.
+fn served_in(calls: &[String]) -> Vec<u64> {
+    let field = |l: &str, key: &str| -> String {
+        let v = l.split(&format!(" {key}=")).nth(1).unwrap();
+        v.split(' ').next().unwrap().to_string()
+    };
+    let sampled: Vec<String> = calls
+        .iter()
+        .filter(|l| l.starts_with("dcgmFieldGroupCreate ") && l.contains("-sampled-fields-"))
+        .map(|l| field(l, "fieldGroup"))
+        .collect();
+    calls
+        .iter()
+        .filter(|l| l.starts_with("dcgmGetValuesSince_v2 "))
+        .filter(|l| sampled.contains(&field(l, "fieldGroup")))
+        .map(|l| field(l, "samples").parse().unwrap())
+        .collect()
+}
+
+fn served(fake: &Fake) -> Vec<u64> {
+    served_in(&fake.calls())
+}
+
+#[test]
+fn through_libdcgm_a_square_wave_gives_its_levels_and_counts() {
+    let fake = Fake::new();
+    let e = start_fake(&fake, "scenarios/power-square-wave.yaml", &[], "");
+    let body = scrape_until(e.port, "dcgm_otel_power_usage_interval_samples{");
+    let last = samples(&body, "DCGM_FI_DEV_POWER_USAGE");
+    let max = samples(&body, "dcgm_otel_power_usage_interval_max");
+    let min = samples(&body, "dcgm_otel_power_usage_interval_min");
+    let count = samples(&body, "dcgm_otel_power_usage_interval_samples");
+    // GPU 0, and GPU 1 through its two MIG instances.
+    assert_eq!(last.len(), 3, "{body}");
+    let labels = |s: &[(String, f64)]| s.iter().map(|(l, _)| l.clone()).collect::<Vec<_>>();
+    for family in [&max, &min, &count] {
+        assert_eq!(labels(family), labels(&last), "{body}");
+    }
+    for (i, (l, v)) in last.iter().enumerate() {
+        assert_eq!(count[i].1, 10.0, "{l}");
+        if l.starts_with("gpu=\"0\"") {
+            assert!(*v == 250.0 || *v == 650.0, "{l}: {v}");
+            assert_eq!((min[i].1, max[i].1), (250.0, 650.0), "{l}");
+        } else {
+            // No waveform: every sample is the fleet's value of the collection.
+            assert_eq!((min[i].1, max[i].1), (*v, *v), "{l}");
+        }
+    }
+    // Its own group and field group, watched at 100 ms; one values-since call per collection.
+    let calls = fake.calls();
+    let watch = calls
+        .iter()
+        .find(|l| l.starts_with("dcgmWatchFields ") && l.contains(" freq=100000 "))
+        .unwrap_or_else(|| panic!("no 100 ms watch in {calls:#?}"));
+    assert!(
+        watch.contains(" maxKeepAge=3 maxKeepSamples=31 "),
+        "{watch}"
+    );
+    assert!(calls
+        .iter()
+        .any(|l| l.starts_with("dcgmFieldGroupCreate ")
+            && l.contains("-sampled-fields-0 fields=155 ")));
+    assert!(served(&fake).contains(&30), "{calls:#?}");
+}
+
+#[test]
+fn through_libdcgm_otlp_histograms_hold_the_wave() {
+    let fake = Fake::new();
+    let receiver = Receiver::grpc(0, None);
+    let url = receiver.url();
+    let _e = start_fake(
+        &fake,
+        "scenarios/power-square-wave.yaml",
+        &["--otlp-endpoint", &url, "--otlp-temporality", "delta"],
+        "",
+    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let view = loop {
+        let view = power_view(&receiver.nth_or_later(1));
+        if view.iter().any(|(_, _, h, _)| !h.is_empty()) {
+            break view;
+        }
+        assert!(Instant::now() < deadline, "no histogram within 30 s");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let mut square = 0;
+    for (attrs, gauge, hist, _) in &view {
+        for p in hist {
+            assert_eq!(p.count, 10, "{attrs:?}");
+            let (min, max) = (p.min.unwrap(), p.max.unwrap());
+            assert!(min <= gauge[0] && gauge[0] <= max, "{attrs:?}");
+            if min == 250.0 {
+                square += 1;
+                assert_eq!((max, p.sum), (650.0, Some(4500.0)), "{attrs:?}");
+            }
+        }
+    }
+    assert_eq!(square, 1, "{view:#?}");
+}
+
+#[test]
+fn through_libdcgm_a_reconnect_loses_and_repeats_no_sample() {
+    let fake = Fake::new();
+    let receiver = Receiver::grpc(0, None);
+    let url = receiver.url();
+    // The host engine goes away after the 4th poll; it stayed up (the link dropped), so it still
+    // holds the history a careless reader would fetch again.
+    let e = start_fake(
+        &fake,
+        "scenarios/power-square-wave-1gpu.yaml",
+        &["--otlp-endpoint", &url, "--otlp-temporality", "cumulative"],
+        "disconnect_after_polls=4,down_ms=500,history_survives=1",
+    );
+    let deadline = Instant::now() + Duration::from_secs(60);
+    // Wait for three collections with samples after the reconnect.
+    loop {
+        let calls = fake.calls();
+        let lost = calls.iter().position(|l| l.contains("rc=-21"));
+        if lost.is_some_and(|at| served_in(&calls[at..]).iter().filter(|n| **n == 10).count() >= 3)
+        {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{calls:#?}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let stderr = common::terminate(e);
+    assert!(stderr.contains("lost the DCGM host engine"), "{stderr}");
+    let served = served(&fake);
+    // Every call served the samples since the previous one only: ten per collection (none at the
+    // first read, none right after the reconnect, when no time has passed for the engine).
+    assert!(served.iter().all(|n| *n == 0 || *n == 10), "{served:?}");
+    let total: u64 = served.iter().sum();
+    let counts: Vec<u64> = receiver
+        .requests()
+        .iter()
+        .flat_map(power_view)
+        .flat_map(|(_, _, h, _)| h)
+        .map(|p| p.count)
+        .collect();
+    let last = *counts.last().unwrap();
+    assert!(counts.windows(2).all(|w| w[0] <= w[1]), "{counts:?}");
+    // The cumulative count is everything served (the last collection may not have been pushed).
+    assert!(
+        last == total || last + 10 == total,
+        "{last} of {total}: {served:?} {counts:?}"
+    );
 }
