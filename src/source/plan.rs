@@ -278,6 +278,7 @@ fn start_auto(
     counters: &mut CounterSet,
     ctx: &StartContext<'_>,
 ) -> Result<Opened, StartError> {
+    let sampled = !dcgm_opts.distributions.is_empty();
     let dcgm_error = match DcgmSource::connect(dcgm_opts, counters) {
         Ok(mut s) => {
             s.count_incident_errors(ctx.self_metrics);
@@ -294,6 +295,9 @@ fn start_auto(
     match NvmlSource::open(nvml_opts, counters) {
         Ok(s) => {
             tracing::warn!(dcgm = %auto_reason(&dcgm_error), "--source auto: DCGM is not usable here; reading GPUs through NVML (fields only DCGM has stay absent)");
+            if sampled {
+                tracing::warn!("--distribution is read through DCGM only; the NVML source exports no distribution");
+            }
             Ok(Opened {
                 nvml: Some(s.library()),
                 source: Box::new(s),

@@ -290,3 +290,74 @@ fn fold(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use crate::source::dcgm::ffi::Pod;
+
+    fn sample(ts: i64, status: i32, ft: u8, v: f64) -> ffi::dcgmFieldValue_v1 {
+        let mut s = ffi::dcgmFieldValue_v1::zeroed();
+        s.fieldId = 155;
+        s.fieldType = u16::from(ft);
+        s.status = status;
+        s.ts = ts;
+        if ft == ffi::DCGM_FT_DOUBLE {
+            s.value.set_f64(v);
+        } else {
+            s.value.set_i64(v as i64);
+        }
+        s
+    }
+
+    fn acc() -> Accumulator {
+        let spec =
+            crate::config::distributions::parse_spec("DCGM_FI_DEV_POWER_USAGE@100ms").unwrap();
+        Accumulator::new(vec![spec].into(), 1, Duration::from_secs(1))
+    }
+
+    #[test]
+    fn blanks_and_errors_are_never_folded() {
+        let mut acc = acc();
+        let d = ffi::DCGM_FT_DOUBLE;
+        let batch = [
+            sample(1_000_100, ffi::DCGM_ST_OK, d, 300.0),
+            sample(1_000_200, ffi::DCGM_ST_OK, d, ffi::DCGM_FP64_BLANK),
+            sample(1_000_300, ffi::DCGM_ST_NO_DATA, d, 999.0),
+            sample(
+                1_000_400,
+                ffi::DCGM_ST_OK,
+                ffi::DCGM_FT_INT64,
+                ffi::DCGM_INT32_BLANK as f64,
+            ),
+            sample(1_000_500, ffi::DCGM_ST_OK, d, 500.0),
+        ];
+        fold(&mut acc, 0, &[(155, 0)], &batch, 1_000_000);
+        let out = acc.finish(2_000_000);
+        let s = &out.entries[0].interval;
+        assert_eq!((s.count, s.min, s.max), (2, 300.0, 500.0));
+        // Read again (a reconnect re-reading what DCGM kept): nothing counted twice.
+        fold(&mut acc, 0, &[(155, 0)], &batch, 1_000_000);
+        assert!(acc.finish(3_000_000).entries.is_empty());
+    }
+
+    #[test]
+    fn a_new_entity_takes_one_interval_of_what_dcgm_kept() {
+        let mut acc = acc();
+        // Three seconds of history at 100 ms; the collect interval is 1 s.
+        let batch: Vec<_> = (1..=30)
+            .map(|k| sample(k * 100_000, ffi::DCGM_ST_OK, ffi::DCGM_FT_DOUBLE, k as f64))
+            .collect();
+        fold(&mut acc, 0, &[(155, 0)], &batch, 1_000_000);
+        let out = acc.finish(4_000_000);
+        let s = &out.entries[0].interval;
+        assert_eq!((s.count, s.min, s.max), (10, 21.0, 30.0));
+    }
+
+    #[test]
+    fn history_is_kept_for_three_collect_intervals() {
+        let (age, samples) = keep(Duration::from_secs(30), Duration::from_millis(100));
+        assert_eq!((age, samples), (Duration::from_secs(90), 901));
+    }
+}
