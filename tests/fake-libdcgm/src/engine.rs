@@ -1496,10 +1496,10 @@ mod tests {
         );
         e.update_all();
         let key = (ffi::DCGM_FE_GPU, 0);
-        e.begin_read(&[key]);
+        e.begin_read(&[key], &[156]);
         let first = e.read(key, 156, false);
         e.end_read();
-        e.begin_read(&[key]);
+        e.begin_read(&[key], &[156]);
         let second = e.read(key, 156, false);
         e.end_read();
         match (first.value, second.value) {
@@ -1509,12 +1509,56 @@ mod tests {
         assert!(second.ts_us > first.ts_us);
     }
 
+    /// Power watched at 1 s and at 100 ms: the samples of all history (since 0) after two polls (one
+    /// second), and after a third poll, a lost engine, a reconnect and a new watch.
+    fn samples_after_reconnect(faults: &str) -> (usize, usize) {
+        let mut e = engine_with(faults, true);
+        let key = (ffi::DCGM_FE_GPU, 0);
+        let watch_all = |e: &mut Engine| {
+            let g = e.group_create(ffi::DCGM_GROUP_EMPTY, "g").unwrap();
+            e.group_add_entity(g, key).unwrap();
+            let n = e.next_field_group;
+            let regular = e.field_group_create(&[155], &format!("r{n}")).unwrap();
+            let sampled = e.field_group_create(&[155], &format!("s{n}")).unwrap();
+            e.watch_keeping(g, regular, 1_000_000, 600.0, 0).unwrap();
+            e.watch_keeping(g, sampled, 100_000, 3.0, 31).unwrap();
+            (g, sampled)
+        };
+        e.connect("x").unwrap();
+        let (g, fg) = watch_all(&mut e);
+        for _ in 0..2 {
+            e.begin_read(&[key], &[155]);
+            e.end_read();
+        }
+        let before = e.values_since(g, fg, 0).unwrap().0.len();
+        // The third poll moves the engine's time on by a second; then the engine is lost.
+        e.begin_read(&[key], &[155]);
+        e.end_read();
+        assert_eq!(
+            e.values_since(g, fg, 0).err(),
+            Some(ffi::DCGM_ST_NOT_CONFIGURED)
+        );
+        e.connect("x").unwrap();
+        let (g, fg) = watch_all(&mut e);
+        (before, e.values_since(g, fg, 0).unwrap().0.len())
+    }
+
+    #[test]
+    fn a_restart_loses_the_sampled_history_unless_it_survives() {
+        // One poll interval (1 s, the regular watch) of 100 ms samples.
+        assert_eq!(samples_after_reconnect("disconnect_after_polls=3"), (10, 0));
+        assert_eq!(
+            samples_after_reconnect("disconnect_after_polls=3,history_survives=1"),
+            (10, 20)
+        );
+    }
+
     #[test]
     fn disconnect_fault_kills_handles_and_objects() {
         let mut e = engine_with("disconnect_after_polls=1,down_ms=60000", true);
         let h = e.connect("x").unwrap();
         let g = e.group_create(ffi::DCGM_GROUP_DEFAULT, "g").unwrap();
-        e.begin_read(&[]);
+        e.begin_read(&[], &[]);
         e.end_read();
         assert_eq!(e.check(h), Err(ffi::DCGM_ST_CONNECTION_NOT_VALID));
         assert_eq!(e.connect("x"), Err(ffi::DCGM_ST_CONNECTION_NOT_VALID));
@@ -1528,7 +1572,7 @@ mod tests {
         let h = e.connect("x").unwrap();
         let mut lost = false;
         for _ in 0..1000 {
-            e.begin_read(&[]);
+            e.begin_read(&[], &[]);
             e.end_read();
             if e.check(h).is_err() {
                 lost = true;
@@ -1572,7 +1616,7 @@ mod tests {
         let mut e = engine_with("vanish_gpu=0@1,blank_field=150", true);
         let s = e.read((ffi::DCGM_FE_GPU, 1), 150, true);
         assert_eq!(s.value, Payload::Int(ffi::DCGM_INT64_BLANK));
-        e.begin_read(&[]);
+        e.begin_read(&[], &[]);
         e.end_read();
         assert_eq!(e.gpus().len(), 1);
         let s = e.read((ffi::DCGM_FE_GPU, 0), 155, true);
