@@ -2,7 +2,8 @@
 //! took of a sampled field between two collections, per GPU and MIG instance.
 //!
 //! Watching: a private group of the monitored GPUs and MIG instances (split at the group size limit)
-//! and one field group per sample interval, watched at that interval, keeping three collect intervals
+//! and one field group per sample interval (the profiling fields apart, so that a missing profiling
+//! module leaves only them out), watched at that interval, keeping three collect intervals
 //! of history ([`keep`]); the regular watches keep their own frequency. A board-level field (power)
 //! is read on a MIG instance as the regular reads do.
 //!
@@ -24,6 +25,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use super::client::{Connection, DcgmError, EntityPair, FieldGroup, Group};
 use super::ffi;
+use super::session::needs_profiling;
 use super::values::sample_number;
 use crate::fields::{catalog, EntityLevel};
 use crate::snapshot::distribution::{Accumulator, DistributionSpec, Distributions};
@@ -103,6 +105,10 @@ fn now_us() -> i64 {
         .map_or(0, |d| i64::try_from(d.as_micros()).unwrap_or(i64::MAX))
 }
 
+/// What sets a field group apart: the sample interval, and whether its fields need the profiling
+/// module.
+type SetKey = (Duration, bool);
+
 /// One watched field group: its specs (indexes into the state's specs) and their field ids.
 struct Set {
     fields: FieldGroup,
@@ -123,6 +129,8 @@ pub struct DistributionWatch {
     /// DCGM calls of the last read and the time spent in them.
     pub last_calls: usize,
     pub last_time: Duration,
+    /// Sampled profiling fields that could not be watched (left out), for the source to log.
+    pub setup_errors: Vec<DcgmError>,
     conn: Connection,
 }
 
@@ -186,6 +194,7 @@ impl DistributionWatch {
             members: Vec::new(),
             last_calls: 0,
             last_time: Duration::ZERO,
+            setup_errors: Vec::new(),
             conn: conn.clone(),
         };
         for (i, chunk) in pairs.chunks(group_max_entities.max(1)).enumerate() {
@@ -194,15 +203,17 @@ impl DistributionWatch {
             watch.groups.push(conn.create_group(&name, &members)?);
             watch.members.push(chunk.iter().map(|(_, i)| *i).collect());
         }
-        // One field group per sample interval.
-        let mut by_every: Vec<(Duration, Vec<(u16, usize)>)> = Vec::new();
+        // One field group per sample interval, the profiling (DCP) fields apart: the host engine
+        // unwatches a whole field group when one of its fields fails.
+        let mut sets: Vec<(SetKey, Vec<(u16, usize)>)> = Vec::new();
         for (s, spec) in specs.iter().enumerate() {
-            match by_every.iter_mut().find(|(d, _)| *d == spec.every) {
+            let key = (spec.every, needs_profiling(spec.field));
+            match sets.iter_mut().find(|(k, _)| *k == key) {
                 Some((_, list)) => list.push((spec.field, s)),
-                None => by_every.push((spec.every, vec![(spec.field, s)])),
+                None => sets.push((key, vec![(spec.field, s)])),
             }
         }
-        for (n, (every, list)) in by_every.into_iter().enumerate() {
+        for (n, ((every, is_prof), list)) in sets.into_iter().enumerate() {
             let ids: Vec<u16> = list.iter().map(|(f, _)| *f).collect();
             let name = format!("{name_prefix}-sampled-fields-{n}");
             let fields = conn.create_field_group(&name, &ids)?;
@@ -213,8 +224,15 @@ impl DistributionWatch {
             let (age, samples) = keep(state.collect, every);
             let s = watch.sets.len() - 1;
             for g in 0..watch.groups.len() {
-                conn.watch(&watch.groups[g], &watch.sets[s].fields, every, age, samples)?;
-                watch.watches.push((g, s));
+                match conn.watch(&watch.groups[g], &watch.sets[s].fields, every, age, samples) {
+                    Ok(()) => watch.watches.push((g, s)),
+                    // No profiling module here: the other sampled fields go on.
+                    Err(e) if is_prof && !e.connection_lost() => {
+                        watch.setup_errors.push(e);
+                        break;
+                    }
+                    Err(e) => return Err(e),
+                }
             }
         }
         Ok(Some(watch))

@@ -450,7 +450,16 @@ impl DcgmSource {
             &cfg.name_prefix,
             cfg.group_max_entities,
         ) {
-            Ok(watch) => session.distributions = watch,
+            Ok(mut watch) => {
+                for e in watch
+                    .as_mut()
+                    .map(|w| std::mem::take(&mut w.setup_errors))
+                    .unwrap_or_default()
+                {
+                    self.distribution_failure(&e);
+                }
+                session.distributions = watch;
+            }
             Err(e) if e.connection_lost() => return Err(e),
             Err(e) => self.distribution_failure(&e),
         }
