@@ -25,7 +25,6 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use super::client::{Connection, DcgmError, EntityPair, FieldGroup, Group};
 use super::ffi;
-use super::session::needs_profiling;
 use super::values::sample_number;
 use crate::fields::{catalog, EntityLevel};
 use crate::snapshot::distribution::{Accumulator, DistributionSpec, Distributions};
@@ -207,7 +206,10 @@ impl DistributionWatch {
         // unwatches a whole field group when one of its fields fails.
         let mut sets: Vec<(SetKey, Vec<(u16, usize)>)> = Vec::new();
         for (s, spec) in specs.iter().enumerate() {
-            let key = (spec.every, needs_profiling(spec.field));
+            let is_prof = catalog()
+                .by_id(spec.field)
+                .is_some_and(|f| f.is_profiling());
+            let key = (spec.every, is_prof);
             match sets.iter_mut().find(|(k, _)| *k == key) {
                 Some((_, list)) => list.push((spec.field, s)),
                 None => sets.push((key, vec![(spec.field, s)])),
