@@ -1,7 +1,9 @@
 //! A measurement, not a check: one DCGM collect cycle of the `large` fleet (8 H100s, each split into
 //! seven MIG instances, 18 NvLinks each) read through the fake libdcgm, in process — with the large
 //! and the default counters, and with the default counters plus the six `DCGM_EXP_*` rows (what the
-//! incident reads add per collection). Prints the DCGM functions called, the calls per cycle and the
+//! incident reads add per collection), and with two fields sampled at 100 ms (`--distribution`: what
+//! reading every sample through `dcgmGetValuesSince_v2` adds; each sample is pushed from inside the
+//! call's callback, so that part counts as time inside libdcgm, the fold at the end as outside). Prints the DCGM functions called, the calls per cycle and the
 //! wall time per cycle; asserts only that every poll succeeds and covers every entity (no timing
 //! assertions). A bench binary of its own: it sets the fake's environment in this process.
 //!
@@ -34,12 +36,28 @@ fn calls(log: &std::path::Path) -> Vec<String> {
         .collect()
 }
 
-fn measure(label: &str, mut set: CounterSet, log: &std::path::Path, cycles: usize) {
+fn measure(label: &str, set: CounterSet, log: &std::path::Path, cycles: usize) {
+    measure_sampling(label, set, &[], log, cycles);
+}
+
+/// [`measure`] with `sampled` fields (`FIELD@INTERVAL`) read between collections.
+fn measure_sampling(
+    label: &str,
+    mut set: CounterSet,
+    sampled: &[&str],
+    log: &std::path::Path,
+    cycles: usize,
+) {
     let before = calls(log).len();
+    let specs: Vec<_> = sampled
+        .iter()
+        .map(|s| dcgm_otel::config::distributions::parse_spec(s).unwrap())
+        .collect();
     let opts = DcgmOptions {
         library: Some(fake_library()),
         remote: None,
         interval: Duration::from_secs(1),
+        distributions: specs.into(),
         ..DcgmOptions::default()
     };
     let rows = set.len();
@@ -61,12 +79,23 @@ fn measure(label: &str, mut set: CounterSet, log: &std::path::Path, cycles: usiz
     let mark = calls(log).len();
     let mut times = Vec::with_capacity(cycles);
     let mut in_dcgm = Duration::ZERO;
+    let mut samples = 0u64;
     for _ in 0..cycles {
         let t = Instant::now();
         let r = src.poll().expect("poll");
         times.push(t.elapsed());
         in_dcgm += src.dcgm_time_last_poll();
         assert_eq!(r.entities.len(), entities);
+        samples += r
+            .distributions
+            .entries
+            .iter()
+            .map(|e| e.interval.count)
+            .sum::<u64>();
+    }
+    if !sampled.is_empty() {
+        // The fake's engine time moves one collect interval a cycle: ten samples per entity and field.
+        assert!(samples > 0, "no sample read");
     }
     let per_cycle = src.calls_last_poll();
     let steady_calls = calls(log);
@@ -84,7 +113,9 @@ fn measure(label: &str, mut set: CounterSet, log: &std::path::Path, cycles: usiz
     eprintln!(
         "[{label}] {rows} rows, {entities} entities, {values} present values per cycle; setup {setup} DCGM calls; \
          {per_cycle} DCGM calls per cycle ({steady} over {cycles} cycles: {per_function:?}); \
+         {} samples folded per cycle; \
          cycle wall time mean {mean:?} (of which outside libdcgm {own:?}), median {:?}, p95 {:?}, max {:?}",
+        samples / cycles as u64,
         times[times.len() / 2],
         times[times.len() * 95 / 100],
         times[times.len() - 1],
@@ -115,6 +146,17 @@ fn main() {
     measure(
         "default counters + DCGM_EXP_*",
         with_exp,
+        &log,
+        default_cycles,
+    );
+    let default = counters::parse(counters::DEFAULT_COUNTERS_CSV, "default counters").unwrap();
+    measure_sampling(
+        "default counters + 2 fields sampled at 100 ms",
+        default,
+        &[
+            "DCGM_FI_DEV_POWER_USAGE@100ms",
+            "DCGM_FI_PROF_SM_ACTIVE@100ms",
+        ],
         &log,
         default_cycles,
     );

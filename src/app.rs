@@ -21,7 +21,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::cli::Parsed;
-use crate::config::config_file;
+use crate::config::{config_file, distributions};
 use crate::counters::plan::{CountersFlags, CountersPlan};
 use crate::enrich::plan::{EnrichFlags, EnrichPlan};
 use crate::export::plan::{ExportFlags, ExportPlan};
@@ -57,6 +57,7 @@ impl Plan {
             collectors_explicit,
             interval_explicit,
             kubernetes_explicit,
+            distributions_from_env,
             not_implemented,
         } = parsed;
         // Passed sockets first: descriptors from 3 on must be claimed before anything opens a file.
@@ -71,6 +72,15 @@ impl Plan {
             Some(from_file) if !interval_explicit => from_file,
             _ => cli.collection.interval(),
         };
+        let distributions = distributions::resolve(
+            &cli.collection.distributions,
+            distributions_from_env,
+            config_file
+                .as_ref()
+                .map_or(&[][..], |c| &c.distributions[..]),
+            interval,
+        )
+        .map_err(StartError::input)?;
         let server = ServerPlan::resolve(&cli.server, inherited)?;
         let scenario = match &cli.simulation.simulate {
             Some(name) => Some(Scenario::load(name).map_err(StartError::input)?),
@@ -87,6 +97,7 @@ impl Plan {
             interval,
             host: &host,
             env: &env,
+            distributions,
         };
         let counters = CountersPlan::resolve(
             &CountersFlags {

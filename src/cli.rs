@@ -118,6 +118,8 @@ pub struct Parsed {
     pub interval_explicit: bool,
     /// `-k` (or its variable) was given explicitly, on or off: a simulated cluster then follows it.
     pub kubernetes_explicit: bool,
+    /// `--distribution` came from its variable (errors name `DCGM_OTEL_DISTRIBUTIONS`).
+    pub distributions_from_env: bool,
     /// Accepted-but-not-implemented dcgm-exporter flags that were given, as `--name`.
     pub not_implemented: Vec<String>,
 }
@@ -144,6 +146,8 @@ pub fn parse(args: &[OsString]) -> Result<Parsed, clap::Error> {
         collectors_explicit,
         interval_explicit,
         kubernetes_explicit,
+        distributions_from_env: matches.value_source("distributions")
+            == Some(clap::parser::ValueSource::EnvVariable),
         not_implemented: not_implemented_given(&matches),
     })
 }

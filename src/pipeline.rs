@@ -411,6 +411,7 @@ impl Publisher {
             derived: Vec::new(),
             per_set: Vec::new(),
             incidents: Vec::new(),
+            distributions: Default::default(),
         }
     }
 
@@ -620,6 +621,7 @@ impl Pipeline {
             derived,
             per_set,
             incidents,
+            distributions: reading.distributions,
         }
     }
 

@@ -9,6 +9,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::snapshot::distribution::DistributionSpec;
 use crate::snapshot::HostInfo;
 use crate::telemetry::self_metrics::SelfMetrics;
 
@@ -65,6 +66,8 @@ pub struct ResolveContext<'a> {
     pub host: &'a HostInfo,
     /// Looks up an environment variable (read once, here, so tests can replace it).
     pub env: &'a dyn Fn(&str) -> Option<String>,
+    /// The fields sampled between collections (`--distribution`, or `--config-file`'s), checked.
+    pub distributions: Arc<[DistributionSpec]>,
 }
 
 /// What every plan may use while starting: the self-metrics registry and the collect interval.

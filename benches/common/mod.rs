@@ -116,6 +116,7 @@ pub fn snapshot(
         derived: Vec::new(),
         per_set: Vec::new(),
         incidents: Vec::new(),
+        distributions: reading.distributions,
     }
 }
 

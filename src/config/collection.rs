@@ -8,6 +8,7 @@ use std::time::Duration;
 use clap::{ArgAction, Args, ValueEnum};
 
 use super::devices::{self, DeviceSelection, Selectors};
+use super::distributions::DistributionItem;
 use crate::counters::DEFAULT_COLLECTORS;
 
 /// Spelling of the host label: dcgm-exporter up to 4.8.2 wrote `Hostname`, 4.8.3 writes `hostname`.
@@ -101,6 +102,13 @@ pub struct CollectionArgs {
         default_value = "Hostname"
     )]
     pub hostname_label: HostnameLabel,
+
+    /// Sample FIELD every INTERVAL between collections and export its distribution per entity (interval
+    /// max, min and quantiles on :9400, an exponential histogram over OTLP), e.g.
+    /// DCGM_FI_DEV_POWER_USAGE@100ms. Repeatable; the variable takes a comma-separated list.
+    #[arg(long = "distribution", env = "DCGM_OTEL_DISTRIBUTIONS", value_name = "FIELD@INTERVAL",
+          value_delimiter = ',', action = ArgAction::Append, value_parser = super::distributions::parse_item)]
+    pub distributions: Vec<DistributionItem>,
 
     /// Leave out the exporter's own dcgm_otel_* metrics.
     #[arg(long = "no-self-metrics", env = "DCGM_OTEL_NO_SELF_METRICS", action = ArgAction::SetTrue)]

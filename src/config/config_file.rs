@@ -11,6 +11,7 @@
 //!   interval: 15s                 # Go duration, whole milliseconds (the collect interval)
 //!   watchGroups:                  # fields DCGM samples at their own interval
 //!     - { name: slow, interval: 5m, fields: ["DCGM_FI_DEV_*_VIOLATION", "DCGM_FI_DEV_ECC_*"] }
+//!   distributions: [DCGM_FI_DEV_POWER_USAGE@100ms]  # dcgm-otel's one addition (`--distribution`)
 //! ```
 //!
 //! As in 4.8.3: unknown keys, duplicate keys and several YAML documents are errors, names and patterns
@@ -25,6 +26,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+use super::distributions::{parse_spec, GivenSpec};
 use super::duration::parse_go_duration;
 use super::yaml_position::{duplicate_key, locate, Step};
 use crate::counters::watch_groups::WatchGroupSpec;
@@ -66,6 +68,8 @@ pub struct ConfigFile {
     pub interval: Option<Duration>,
     /// `collection.watchGroups`, resolved against the counters once they are known.
     pub watch_groups: Vec<WatchGroupSpec>,
+    /// `collection.distributions` (dcgm-otel's), checked against the interval once it is known.
+    pub distributions: Vec<GivenSpec>,
 }
 
 #[derive(Deserialize)]
@@ -105,6 +109,8 @@ struct RawCollection {
     interval: Option<String>,
     #[serde(default, rename = "watchGroups")]
     watch_groups: Option<Vec<RawWatchGroup>>,
+    #[serde(default)]
+    distributions: Option<Vec<String>>,
 }
 
 #[derive(Deserialize)]
@@ -164,8 +170,8 @@ pub fn parse(text: &str, path: &Path) -> Result<ConfigFile, ConfigFileError> {
         None => None,
         Some(m) => Some(metrics_source(m, text, &shown, &at)?),
     };
-    let (interval, watch_groups) = match raw.collection {
-        None => (None, Vec::new()),
+    let (interval, watch_groups, distributions) = match raw.collection {
+        None => (None, Vec::new(), Vec::new()),
         Some(c) => collection(c, text, &shown, &at)?,
     };
     Ok(ConfigFile {
@@ -173,6 +179,7 @@ pub fn parse(text: &str, path: &Path) -> Result<ConfigFile, ConfigFileError> {
         metrics,
         interval,
         watch_groups,
+        distributions,
     })
 }
 
@@ -230,13 +237,16 @@ fn metrics_source(
     }
 }
 
-/// `collection`: the interval (within -c's range) and the watch groups.
+/// `collection`, checked: the interval, the watch groups and the sampled fields.
+type Collection = (Option<Duration>, Vec<WatchGroupSpec>, Vec<GivenSpec>);
+
+/// `collection`: the interval (within -c's range), the watch groups and the sampled fields.
 fn collection(
     c: RawCollection,
     text: &str,
     shown: &str,
     at: &dyn Fn(&[Step<'_>], String) -> ConfigFileError,
-) -> Result<(Option<Duration>, Vec<WatchGroupSpec>), ConfigFileError> {
+) -> Result<Collection, ConfigFileError> {
     use Step::Key;
     let mut interval = None;
     if let Some(text_interval) = c.interval.as_deref().filter(|s| !s.trim().is_empty()) {
@@ -258,7 +268,21 @@ fn collection(
         let group = watch_group(i, g, &watch_groups, text, shown, at)?;
         watch_groups.push(group);
     }
-    Ok((interval, watch_groups))
+    let mut distributions = Vec::new();
+    for (i, spec) in c.distributions.unwrap_or_default().iter().enumerate() {
+        let steps = [Key("collection"), Key("distributions"), Step::Index(i)];
+        let spec = parse_spec(spec)
+            .map_err(|e| at(&steps, format!("collection.distributions[{i}]: {e}")))?;
+        let (l, col) = locate(text, &steps);
+        distributions.push(GivenSpec {
+            origin: format!(
+                "{shown}:{l}:{col}: collection.distributions[{i}] {}@{:?}",
+                spec.name, spec.every
+            ),
+            spec,
+        });
+    }
+    Ok((interval, watch_groups, distributions))
 }
 
 /// `collection.watchGroups[i]`: a unique name, an interval and at least one field pattern.

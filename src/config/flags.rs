@@ -182,7 +182,14 @@ fn value_from_environment(
                 .is_some_and(|c| !flag.starts_with("--") && a.get_short() == Some(c))
     })?;
     let var = arg.get_env()?.to_str()?.to_string();
-    if std::env::var(&var).ok().as_deref() != Some(value) {
+    // A list variable (a value delimiter) names the one item that failed.
+    let in_var = std::env::var(&var).ok().is_some_and(|v| {
+        v == value
+            || arg
+                .get_value_delimiter()
+                .is_some_and(|d| v.split(d).any(|item| item == value))
+    });
+    if !in_var {
         return None;
     }
     let normalized = normalize_args(cmd, args.iter().cloned());

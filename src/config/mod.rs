@@ -1,6 +1,6 @@
 //! Configuration shared by every feature: the collection flags ([`collection`]: counters file, interval,
 //! devices, label spelling), dcgm-exporter's device-selection grammar ([`devices`]), Go durations and
-//! Go `flag` syntax ([`duration`], [`flags`]), the exporter-toolkit web config file ([`web_config`]) and
+//! Go `flag` syntax ([`duration`], [`flags`]), the sampled fields' specs ([`distributions`]), the exporter-toolkit web config file ([`web_config`]) and
 //! dcgm-exporter 4.8.3's YAML configuration file ([`config_file`], positions by [`yaml_position`]).
 //! Each feature's own flags live beside it (`source::dcgm::DcgmArgs`, `enrich::kubernetes::KubernetesArgs`,
 //! `export::otel::otlp::OtlpArgs`, ...) and are gathered into one command line by `crate::cli`. Nothing
@@ -9,6 +9,7 @@
 pub mod collection;
 pub mod config_file;
 pub mod devices;
+pub mod distributions;
 pub mod duration;
 pub mod flags;
 pub mod web_config;

@@ -4,6 +4,7 @@
 //! scrape after each collection and keeps for the HTTP server; [`otel`] pushes OTLP; [`dump`] writes bodies to files; [`plan`] builds them all.
 //! Exporters read snapshots only; what an enricher attributed reaches them as open attribute sets.
 
+pub mod distribution_series;
 pub mod dump;
 pub mod entity_labels;
 pub mod metrics_body;

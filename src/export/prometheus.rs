@@ -552,6 +552,11 @@ impl Renderer {
         }
         // Per-process families (`--collect-processes`), after the DCGM ones.
         samples += super::process_series::render(snap, &self.style, out);
+        samples += super::distribution_series::render(
+            snap,
+            |i| entities.get(i).map_or(&[], |l| &l.sets[..]),
+            out,
+        );
         drop(cache);
         samples + self.render_derived(snap, out, &mut fmt)
     }

@@ -10,10 +10,12 @@
 //! [`process`] the processes running on them (per-process GPU use, beside the entities);
 //! [`incident`] events between collections (XID, clock events, health transitions); [`p2p`] the NvLink
 //! peer-to-peer status of GPU pairs; [`PerSetValues`] a field written with each pod's own value;
+//! [`distribution`] the samples of chosen fields between two collections, folded per entity;
 //! [`SnapshotStore`] holds the newest published snapshot.
 
 pub mod attribution;
 pub mod derived;
+pub mod distribution;
 pub mod entity;
 pub mod incident;
 pub mod inventory;
@@ -136,6 +138,8 @@ pub struct Reading {
     pub clock_samples: Vec<ClockSample>,
     /// NvLink P2P status of every ordered GPU pair, when the counters list `DCGM_EXP_P2P_STATUS`.
     pub p2p: Vec<P2pLink>,
+    /// The sampled fields' distributions since the previous poll (entity indexes into `entities`).
+    pub distributions: distribution::Distributions,
 }
 
 /// Facts about the node, the same for every entity.
@@ -169,6 +173,9 @@ pub struct Snapshot {
     /// Incidents seen by this collection only (XIDs, clock events, health transitions), with the
     /// attribution their entity had; a later snapshot never repeats them.
     pub incidents: Vec<Incident>,
+    /// Every sample of the sampled fields since the previous collection, per entity (entity indexes
+    /// into `entities`). Empty unless distributions are configured.
+    pub distributions: distribution::Distributions,
 }
 
 impl Snapshot {

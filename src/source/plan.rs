@@ -9,6 +9,7 @@ use std::sync::Arc;
 
 use crate::config::CollectionArgs;
 use crate::counters::CounterSet;
+use crate::snapshot::distribution::DistributionSpec;
 use crate::snapshot::HostInfo;
 use crate::source::args::{SourceArgs, SourceKind};
 use crate::source::dcgm::args::DcgmArgs;
@@ -44,6 +45,8 @@ pub struct SourcePlan {
     dcgm_log: Option<dcgm::log::DcgmLogLevel>,
     /// `--enable-gpu-bind-unbind-watch` was given (said to have no effect on a simulated fleet).
     bind_watch: bool,
+    /// The fields sampled between collections (`--distribution`).
+    distributions: Arc<[DistributionSpec]>,
 }
 
 enum Kind {
@@ -104,6 +107,7 @@ impl SourcePlan {
             kind,
             dcgm_log: dcgm.enable_dcgm_log.then_some(dcgm.dcgm_log_level),
             bind_watch: dcgm.enable_gpu_bind_unbind_watch,
+            distributions: ctx.distributions.clone(),
         })
     }
 
@@ -143,8 +147,15 @@ impl SourcePlan {
         ctx: &StartContext<'_>,
     ) -> Result<StartedSource, StartError> {
         let mut nvml = None;
+        if !self.distributions.is_empty() && matches!(self.kind, Kind::Nvml(_)) {
+            tracing::warn!(
+                "--distribution is read through DCGM (or the simulated fleet) only; the NVML source exports no distribution"
+            );
+        }
         let source: Box<dyn Source> = match self.kind {
-            Kind::Simulated(sim) => {
+            Kind::Simulated(mut sim) => {
+                sim.source
+                    .sample_distributions(self.distributions.clone(), Some(ctx.self_metrics));
                 if self.bind_watch {
                     tracing::info!("--enable-gpu-bind-unbind-watch has no effect on the simulated fleet (its GPUs are never rebound)");
                 }
@@ -222,12 +233,13 @@ fn real(
             ));
         }
     }
-    let dcgm_options = Box::new(DcgmOptions::new(
+    let mut dcgm_options = Box::new(DcgmOptions::new(
         flags.dcgm,
         ctx.interval,
         flags.collection.selectors(),
         needs.incident_events,
     ));
+    dcgm_options.distributions = ctx.distributions.clone();
     let nvml_options = NvmlOptions {
         library: flags.source.nvml_library.clone(),
         devices: flags.collection.devices.clone(),
@@ -248,6 +260,7 @@ fn connect_dcgm(
     let mut s = DcgmSource::connect(opts, counters)
         .map_err(|e| StartError::classify(e.is_bad_input(), e))?;
     s.count_incident_errors(ctx.self_metrics);
+    s.count_distribution_drops(ctx.self_metrics);
     Ok(s)
 }
 
@@ -265,9 +278,11 @@ fn start_auto(
     counters: &mut CounterSet,
     ctx: &StartContext<'_>,
 ) -> Result<Opened, StartError> {
+    let sampled = !dcgm_opts.distributions.is_empty();
     let dcgm_error = match DcgmSource::connect(dcgm_opts, counters) {
         Ok(mut s) => {
             s.count_incident_errors(ctx.self_metrics);
+            s.count_distribution_drops(ctx.self_metrics);
             tracing::info!("--source auto: DCGM answers; reading GPUs through DCGM");
             return Ok(Opened {
                 source: Box::new(s),
@@ -280,6 +295,9 @@ fn start_auto(
     match NvmlSource::open(nvml_opts, counters) {
         Ok(s) => {
             tracing::warn!(dcgm = %auto_reason(&dcgm_error), "--source auto: DCGM is not usable here; reading GPUs through NVML (fields only DCGM has stay absent)");
+            if sampled {
+                tracing::warn!("--distribution is read through DCGM only; the NVML source exports no distribution");
+            }
             Ok(Opened {
                 nvml: Some(s.library()),
                 source: Box::new(s),

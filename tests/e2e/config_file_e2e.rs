@@ -214,7 +214,7 @@ fn bad_files_are_one_line_with_line_and_column() {
     check(
         "unknown.yaml",
         "version: 1\ncollection:\n  intervall: 1s\n",
-        "3:3: collection: unknown field `intervall`, expected `interval` or `watchGroups`",
+        "3:3: collection: unknown field `intervall`, expected one of `interval`, `watchGroups`, `distributions`",
     );
     check(
         "both.yaml",

@@ -343,3 +343,115 @@ fn exporter_call_sequence_against_the_fake_body() {
         .any(|l| l == "dcgmConnect_v2 address=127.0.0.1:5555 unix=0 handle=0 rc=-21"));
     assert_eq!(log.last().map(String::as_str), Some("dcgmShutdown rc=0"));
 }
+
+/// A field watched at 100 ms beside its 1 s watch: `dcgmGetValuesSince_v2` hands every sample of the
+/// poll cycle in one batch per (entity, field), in time order, 100 ms apart, with the scenario's
+/// square wave (high for the first 200 ms of every 400 ms: 650 W at 100 ms, 250 W at 200 and 300 ms,
+/// …); the cursor it returns asks for nothing twice.
+#[test]
+fn sampled_history_through_values_since() {
+    own_process::run(
+        concat!(module_path!(), "::sampled_history_through_values_since"),
+        sampled_history_through_values_since_body,
+    );
+}
+
+/// (field id, field type, status, timestamp, value as double) of one sample.
+type SampleView = (u16, u16, i32, i64, f64);
+
+fn sampled_history_through_values_since_body() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let link = tmp.path().join("libdcgm.so.4");
+    std::os::unix::fs::symlink(fake_library(), &link).expect("symlink libdcgm.so.4");
+    let scenario = crate::support::common::fixtures_path("scenarios/power-square-wave-1gpu.yaml");
+    std::env::set_var("FAKE_DCGM_SCENARIO", &scenario);
+    std::env::remove_var("FAKE_DCGM_FAULTS");
+    std::env::remove_var("FAKE_DCGM_CALL_LOG");
+    let syms = Symbols::load(link.as_os_str()).expect("load the fake as libdcgm.so.4");
+    assert_eq!(syms.init(), DCGM_ST_OK);
+    let mut h: dcgmHandle_t = 0;
+    assert_eq!(
+        syms.start_embedded(DCGM_OPERATION_MODE_AUTO, &mut h),
+        DCGM_ST_OK
+    );
+    let (mut g, mut regular, mut sampled) = (0, 0, 0);
+    assert_eq!(
+        syms.group_create(h, DCGM_GROUP_EMPTY, &cs("gpus"), &mut g),
+        DCGM_ST_OK
+    );
+    assert_eq!(syms.group_add_entity(h, g, DCGM_FE_GPU, 0), DCGM_ST_OK);
+    assert_eq!(
+        syms.field_group_create(h, &[155, 150], &cs("regular"), &mut regular),
+        DCGM_ST_OK
+    );
+    assert_eq!(
+        syms.field_group_create(h, &[155], &cs("sampled"), &mut sampled),
+        DCGM_ST_OK
+    );
+    assert_eq!(
+        syms.watch_fields(h, g, regular, 1_000_000, 600.0, 0),
+        DCGM_ST_OK
+    );
+    // Not watched yet: no history to read.
+    let mut next = 0i64;
+    let mut none = |_: u32, _: u32, _: &[dcgmFieldValue_v1]| {};
+    assert_eq!(
+        syms.get_values_since_batches(h, g, sampled, 0, &mut next, &mut none),
+        DCGM_ST_NOT_WATCHED
+    );
+    assert_eq!(
+        syms.watch_fields(h, g, sampled, 100_000, 3.0, 31),
+        DCGM_ST_OK
+    );
+    assert_eq!(syms.update_all_fields(h, true), DCGM_ST_OK);
+    // Two polls of the regular fields: one second of the engine's time.
+    let mut out = vec![dcgmFieldValue_v1::zeroed(); 2];
+    for _ in 0..2 {
+        assert_eq!(
+            syms.entity_get_latest_values(h, DCGM_FE_GPU, 0, &[155, 150], &mut out),
+            DCGM_ST_OK
+        );
+    }
+    let latest = out[0].value.as_f64();
+    assert!(latest == 250.0 || latest == 650.0, "{latest}");
+    let mut batches: Vec<(u32, u32, Vec<SampleView>)> = Vec::new();
+    let mut take = |group: u32, id: u32, values: &[dcgmFieldValue_v1]| {
+        let vs = values
+            .iter()
+            .map(|v| (v.fieldId, v.fieldType, v.status, v.ts, v.value.as_f64()))
+            .collect();
+        batches.push((group, id, vs));
+    };
+    assert_eq!(
+        syms.get_values_since_batches(h, g, sampled, 0, &mut next, &mut take),
+        DCGM_ST_OK
+    );
+    assert_eq!(batches.len(), 1, "one (entity, field) batch");
+    let (group, id, values) = &batches[0];
+    assert_eq!((*group, *id), (DCGM_FE_GPU, 0));
+    assert_eq!(values.len(), 10, "{values:?}");
+    let levels: Vec<f64> = values.iter().map(|v| v.4).collect();
+    assert_eq!(
+        levels,
+        [650.0, 250.0, 250.0, 650.0, 650.0, 250.0, 250.0, 650.0, 650.0, 250.0]
+    );
+    for w in values.windows(2) {
+        assert_eq!(w[1].3 - w[0].3, 100_000, "{values:?}");
+    }
+    assert!(values
+        .iter()
+        .all(|v| (v.0, v.1, v.2) == (155, u16::from(DCGM_FT_DOUBLE), DCGM_ST_OK)));
+    assert_eq!(values[9].4, latest, "the newest sample is the latest value");
+    assert_eq!(next, values[9].3 + 1);
+    // From the returned cursor: nothing again.
+    let before = next;
+    let mut count = 0;
+    let mut counting = |_: u32, _: u32, v: &[dcgmFieldValue_v1]| count += v.len();
+    assert_eq!(
+        syms.get_values_since_batches(h, g, sampled, before, &mut next, &mut counting),
+        DCGM_ST_OK
+    );
+    assert_eq!((count, next), (0, before));
+    assert_eq!(syms.stop_embedded(h), DCGM_ST_OK);
+    assert_eq!(syms.shutdown(), DCGM_ST_OK);
+}

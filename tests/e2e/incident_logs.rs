@@ -94,6 +94,7 @@ fn fleet() -> (Arc<counters::CounterSet>, Snapshot) {
         derived: Vec::new(),
         per_set: Vec::new(),
         incidents: Vec::new(),
+        distributions: Default::default(),
     };
     (counters, snap)
 }

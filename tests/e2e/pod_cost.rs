@@ -224,6 +224,7 @@ fn thirty_collections_of_one_second_then_retention() {
             derived,
             per_set: Vec::new(),
             incidents: Vec::new(),
+            distributions: Default::default(),
             processes: Vec::new(),
         };
         let mut out = String::new();

@@ -339,3 +339,78 @@ fn bad_kubernetes_inputs() {
         ),
     );
 }
+
+#[test]
+fn bad_distributions() {
+    expect(
+        &["--simulate", "--distribution", "DCGM_FI_DEV_POWER_USAGE"],
+        &[],
+        2,
+        "invalid value 'DCGM_FI_DEV_POWER_USAGE' for '--distribution <FIELD@INTERVAL>': expected FIELD@INTERVAL, e.g. DCGM_FI_DEV_POWER_USAGE@100ms; see --help",
+    );
+    expect(
+        &["--simulate"],
+        &[(
+            "DCGM_OTEL_DISTRIBUTIONS",
+            "DCGM_FI_DEV_POWER_USAGE@100ms,DCGM_FI_DEV_NAME@1s",
+        )],
+        2,
+        "invalid value 'DCGM_FI_DEV_NAME@1s' in environment variable DCGM_OTEL_DISTRIBUTIONS (flag --distribution): DCGM_FI_DEV_NAME is not a numeric field; only numbers have a distribution; see --help",
+    );
+    expect(
+        &["--simulate", "--distribution", "DCGM_FI_DEV_GPU_UTIL@1ms"],
+        &[],
+        2,
+        "invalid value 'DCGM_FI_DEV_GPU_UTIL@1ms' for '--distribution <FIELD@INTERVAL>': sample interval 1ms is below the 10ms minimum; see --help",
+    );
+    expect(
+        &[
+            "--simulate",
+            "-c",
+            "1000",
+            "--distribution",
+            "DCGM_FI_DEV_POWER_USAGE@100ms",
+            "--distribution",
+            "DCGM_FI_DEV_GPU_UTIL@2s",
+        ],
+        &[],
+        2,
+        "--distribution DCGM_FI_DEV_GPU_UTIL@2s (value 2): the sample interval must be shorter than the collect interval (1s)",
+    );
+    expect(
+        &["--simulate"],
+        &[(
+            "DCGM_OTEL_DISTRIBUTIONS",
+            "DCGM_FI_DEV_POWER_USAGE@100ms,DCGM_FI_DEV_POWER_USAGE@250ms",
+        )],
+        2,
+        "DCGM_OTEL_DISTRIBUTIONS DCGM_FI_DEV_POWER_USAGE@250ms (value 2): DCGM_FI_DEV_POWER_USAGE is already sampled by DCGM_OTEL_DISTRIBUTIONS DCGM_FI_DEV_POWER_USAGE@100ms (value 1); a field has one sample interval",
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("c.yaml");
+    std::fs::write(
+        &config,
+        "version: 1\ncollection:\n  interval: 1s\n  distributions:\n    - DCGM_FI_DEV_POWER_USAGE@100ms\n    - DCGM_FI_DEV_NOPE@100ms\n",
+    )
+    .unwrap();
+    let config = config.display().to_string();
+    expect(
+        &["--simulate", "--config-file", &config],
+        &[],
+        2,
+        &format!(
+            "{config}:6:5: collection.distributions[1]: unknown DCGM field 'DCGM_FI_DEV_NOPE'"
+        ),
+    );
+    std::fs::write(
+        dir.path().join("c.yaml"),
+        "version: 1\ncollection:\n  interval: 1s\n  distributions:\n    - DCGM_FI_DEV_POWER_USAGE@1s\n",
+    )
+    .unwrap();
+    expect(
+        &["--simulate", "--config-file", &config],
+        &[],
+        2,
+        &format!("{config}:5:5: collection.distributions[0] DCGM_FI_DEV_POWER_USAGE@1s: the sample interval must be shorter than the collect interval (1s)"),
+    );
+}

@@ -122,7 +122,8 @@ $CHECK wait-http "http://127.0.0.1:$semconv_otlp_port/metrics" 10
 # What docker-compose.yaml runs: the demo scenario (the default node with recurring incidents).
 step "starting dcgm-otel --simulate=demo --otlp on 127.0.0.1:$exporter_port"
 OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf OTEL_EXPORTER_OTLP_ENDPOINT="http://127.0.0.1:$otlp_port" \
-  "$BIN" --simulate=demo --otlp -k --kubernetes-enable-pod-labels --collect-processes -a "127.0.0.1:$exporter_port" -c 1000 >"$work/dcgm-otel.log" 2>&1 &
+  "$BIN" --simulate=demo --otlp -k --kubernetes-enable-pod-labels --collect-processes \
+  --distribution DCGM_FI_DEV_POWER_USAGE@100ms -a "127.0.0.1:$exporter_port" -c 1000 >"$work/dcgm-otel.log" 2>&1 &
 pids+=($!)
 $CHECK wait-http "http://127.0.0.1:$exporter_port/health" 20
 # The Incidents row (XID, health, clock events) and the alerting rules read the DCGM_EXP_* families, which the

@@ -108,5 +108,6 @@ pub fn snapshot(counters: Arc<CounterSet>, seq: u64, energy: i64) -> Snapshot {
         derived: Vec::new(),
         per_set: Vec::new(),
         incidents: Vec::new(),
+        distributions: Default::default(),
     }
 }

@@ -48,12 +48,19 @@ const HELP_UNITS: &[(&str, &str)] = &[
     ("ratio of ", "1"),
 ];
 
+/// The UCUM unit of a field's declared DCGM unit, when it has a real one.
+pub fn field_unit(field: &crate::fields::FieldInfo) -> Option<&'static str> {
+    let u = field.unit?;
+    DCGM_UNITS
+        .iter()
+        .find(|(d, _)| *d == u)
+        .map(|(_, ucum)| *ucum)
+}
+
 /// The UCUM unit of a counters row (empty when unknown).
 pub fn unit_for(row: &Counter) -> &'static str {
-    if let Some(u) = row.field.unit {
-        if let Some((_, ucum)) = DCGM_UNITS.iter().find(|(d, _)| *d == u) {
-            return ucum;
-        }
+    if let Some(ucum) = field_unit(&row.field) {
+        return ucum;
     }
     let help = row.help.to_ascii_lowercase();
     HELP_UNITS

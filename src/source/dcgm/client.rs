@@ -946,6 +946,29 @@ impl Connection {
         Ok(next)
     }
 
+    /// Every sample of `fields` on `group` newer than the cursor `since` (µs since the epoch), handed
+    /// to `each` per batch: (entity group, entity id, its values in time order — read them with
+    /// [`super::values::sample_number`]); returns DCGM's cursor for the next call.
+    pub fn values_since_batches(
+        &self,
+        group: &Group,
+        fields: &FieldGroup,
+        since: i64,
+        each: &mut dyn FnMut(u32, u32, &[ffi::dcgmFieldValue_v1]),
+    ) -> Result<i64, DcgmError> {
+        let mut next = since;
+        let code = self.syms().get_values_since_batches(
+            self.handle(),
+            group.id,
+            fields.id,
+            since,
+            &mut next,
+            each,
+        );
+        self.check("dcgmGetValuesSince_v2", code)?;
+        Ok(next)
+    }
+
     /// `dcgmHealthSet(group, DCGM_HEALTH_WATCH_ALL)`.
     pub fn health_watch_all(&self, group: &Group) -> Result<(), DcgmError> {
         self.check(

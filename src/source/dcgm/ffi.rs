@@ -1449,6 +1449,24 @@ impl Symbols {
         next: &mut i64,
         each: &mut dyn FnMut(dcgm_field_entity_group_t, dcgm_field_eid_t, &dcgmFieldValue_v1),
     ) -> dcgmReturn_t {
+        self.get_values_since_batches(handle, group, field_group, since, next, &mut |g, id, vs| {
+            for v in vs {
+                each(g, id, v);
+            }
+        })
+    }
+
+    /// [`Symbols::get_values_since`] with each callback's batch whole: (entity group, entity id, the
+    /// values the library passed, in time order).
+    pub fn get_values_since_batches(
+        &self,
+        handle: dcgmHandle_t,
+        group: dcgmGpuGrp_t,
+        field_group: dcgmFieldGrp_t,
+        since: i64,
+        next: &mut i64,
+        each: &mut dyn FnMut(dcgm_field_entity_group_t, dcgm_field_eid_t, &[dcgmFieldValue_v1]),
+    ) -> dcgmReturn_t {
         let Some(f) = self.dcgmGetValuesSince_v2 else {
             return DCGM_ST_FUNCTION_NOT_FOUND;
         };
@@ -1457,7 +1475,7 @@ impl Symbols {
             as *mut &mut dyn FnMut(
                 dcgm_field_entity_group_t,
                 dcgm_field_eid_t,
-                &dcgmFieldValue_v1,
+                &[dcgmFieldValue_v1],
             ))
             .cast::<c_void>();
         // SAFETY: `next` is writable; the callback is `values_since_trampoline`, whose user data is the
@@ -1779,7 +1797,7 @@ impl std::fmt::Debug for Symbols {
     }
 }
 
-/// The `dcgmGetValuesSince_v2` callback: hands each of the `n` values to the `&mut dyn FnMut` that
+/// The `dcgmGetValuesSince_v2` callback: hands the batch of `n` values to the `&mut dyn FnMut` that
 /// `user` points to. Returns 0 (go on); 1 stops the enumeration if the closure panicked.
 unsafe extern "C" fn values_since_trampoline(
     group: dcgm_field_entity_group_t,
@@ -1794,22 +1812,18 @@ unsafe extern "C" fn values_since_trampoline(
     if user.is_null() || values.is_null() || n == 0 {
         return 0;
     }
-    // SAFETY: `user` is the `&mut &mut dyn FnMut` of `get_values_since`, alive during the call; the
-    // library passes `n` initialised values at `values`, valid until this callback returns.
+    // SAFETY: `user` is the `&mut &mut dyn FnMut` of `get_values_since_batches`, alive during the
+    // call; the library passes `n` initialised values at `values`, valid until this callback returns.
     let (each, values) = unsafe {
         (
             &mut *user.cast::<&mut dyn FnMut(
                 dcgm_field_entity_group_t,
                 dcgm_field_eid_t,
-                &dcgmFieldValue_v1,
+                &[dcgmFieldValue_v1],
             )>(),
             std::slice::from_raw_parts(values, n),
         )
     };
-    let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        for v in values {
-            each(group, id, v);
-        }
-    }));
+    let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| each(group, id, values)));
     c_int::from(run.is_err())
 }

@@ -27,6 +27,7 @@ pub mod args;
 mod bind;
 pub mod client;
 mod discover;
+pub mod distributions;
 pub mod ffi;
 pub mod incidents;
 pub mod log;
@@ -42,6 +43,7 @@ use std::time::{Duration, Instant};
 pub use remote::{remote_hostname, RemoteAddressError, RemoteTarget};
 
 use self::client::{Connection, DcgmError, Library};
+use self::distributions::{DistributionState, DistributionWatch};
 use self::incidents::{IncidentState, IncidentWatch};
 use self::session::{RowPlan, Session, Unsupported, WatchConfig};
 use super::{Source, SourceError, Waker};
@@ -85,6 +87,8 @@ pub struct DcgmOptions {
     /// Read XIDs, clock events and health for a consumer of incident occurrences (OTLP log records)
     /// even when no `DCGM_EXP_*` row asks for them.
     pub incident_events: bool,
+    /// The fields sampled between collections (`--distribution`).
+    pub distributions: Arc<[crate::snapshot::distribution::DistributionSpec]>,
 }
 
 impl DcgmOptions {
@@ -103,6 +107,7 @@ impl DcgmOptions {
             selectors,
             bind_watch: args.bind_watch(),
             incident_events,
+            distributions: Arc::default(),
         }
     }
 
@@ -264,6 +269,9 @@ pub struct DcgmSource {
     incident_error_logged: bool,
     /// `dcgm_otel_incident_read_errors_total`, when the application counts it.
     incident_errors: Option<Arc<crate::telemetry::self_metrics::Metric>>,
+    /// The sampled fields' accumulator and cursors (`--distribution`), kept across connections.
+    distributions: Option<DistributionState>,
+    distribution_error_logged: bool,
 }
 
 impl DcgmSource {
@@ -321,6 +329,9 @@ impl DcgmSource {
             incident_state: IncidentState::default(),
             incident_error_logged: false,
             incident_errors: None,
+            distributions: (!opts.distributions.is_empty())
+                .then(|| DistributionState::new(opts.distributions.clone(), opts.interval)),
+            distribution_error_logged: false,
         };
         source
             .start_session(conn, &inv, &selection)
@@ -355,14 +366,20 @@ impl DcgmSource {
     /// `dcgmEntitiesGetLatestValues` calls made by the last successful poll.
     pub fn calls_last_poll(&self) -> usize {
         self.session.as_ref().map_or(0, |s| {
-            s.last_calls + s.incidents.as_ref().map_or(0, |w| w.last_calls)
+            s.last_calls
+                + s.incidents.as_ref().map_or(0, |w| w.last_calls)
+                + s.distributions.as_ref().map_or(0, |w| w.last_calls)
         })
     }
 
     /// Wall time the last successful poll spent inside libdcgm (the rest is this exporter's work).
     pub fn dcgm_time_last_poll(&self) -> Duration {
         self.session.as_ref().map_or(Duration::ZERO, |s| {
-            s.last_dcgm_time + s.incidents.as_ref().map_or(Duration::ZERO, |w| w.last_time)
+            s.last_dcgm_time
+                + s.incidents.as_ref().map_or(Duration::ZERO, |w| w.last_time)
+                + s.distributions
+                    .as_ref()
+                    .map_or(Duration::ZERO, |w| w.last_time)
         })
     }
 
@@ -401,6 +418,7 @@ impl DcgmSource {
             Err(e) if e.connection_lost() => return Err(e),
             Err(e) => self.incident_failure(&e),
         }
+        self.watch_distributions(&mut established.session, &cfg)?;
         if let Some(e) = established.profiling_watch_error {
             if !self.profiling_watch_logged {
                 self.profiling_watch_logged = true;
@@ -413,6 +431,85 @@ impl DcgmSource {
         );
         self.session = Some(established.session);
         Ok(())
+    }
+
+    /// Watch the sampled fields on the new session (`--distribution`); a failure other than a lost
+    /// connection leaves them out on this connection, logged once.
+    fn watch_distributions(
+        &mut self,
+        session: &mut Session,
+        cfg: &WatchConfig,
+    ) -> Result<(), DcgmError> {
+        let Some(state) = self.distributions.as_mut() else {
+            return Ok(());
+        };
+        match DistributionWatch::establish(
+            session.connection(),
+            session.entities(),
+            state,
+            &cfg.name_prefix,
+            cfg.group_max_entities,
+        ) {
+            Ok(mut watch) => {
+                for e in watch
+                    .as_mut()
+                    .map(|w| std::mem::take(&mut w.setup_errors))
+                    .unwrap_or_default()
+                {
+                    self.distribution_failure(&e);
+                }
+                session.distributions = watch;
+            }
+            Err(e) if e.connection_lost() => return Err(e),
+            Err(e) => self.distribution_failure(&e),
+        }
+        Ok(())
+    }
+
+    /// Sampled fields cannot be watched or read: logged once; the last values are still served.
+    fn distribution_failure(&mut self, e: &DcgmError) {
+        if !self.distribution_error_logged {
+            self.distribution_error_logged = true;
+            tracing::warn!(error = %e, "cannot read the sampled fields' history (--distribution) from DCGM; their distributions are left out");
+        }
+    }
+
+    /// Count samples over the per-interval cap in `dcgm_otel_distribution_samples_dropped_total`.
+    pub fn count_distribution_drops(
+        &mut self,
+        metrics: &crate::telemetry::self_metrics::SelfMetrics,
+    ) {
+        if let Some(state) = self.distributions.as_mut() {
+            state.count_dropped(crate::source::sim::sampling::dropped_metric(metrics));
+        }
+    }
+
+    /// The sampled fields' samples since the previous collection, folded (empty without
+    /// `--distribution`). What was read before a failed call is kept; a lost host engine is
+    /// reconnected on the next poll, from the same cursors.
+    fn read_distributions(&mut self) -> crate::snapshot::distribution::Distributions {
+        let Some(state) = self.distributions.as_mut() else {
+            return Default::default();
+        };
+        let read = self
+            .session
+            .as_mut()
+            .and_then(|s| s.distributions.as_mut())
+            .map_or(Ok(()), |w| w.read(state));
+        let folded = state.finish();
+        match read {
+            Err(e) if e.connection_lost() => {
+                let _ = self.lose(&e);
+            }
+            Err(e) => {
+                if let Some(s) = self.session.as_mut() {
+                    s.distributions = None;
+                }
+                self.distribution_failure(&e);
+            }
+            Ok(()) => {}
+        }
+        folded
     }
 
     /// Reconnect (when due), rediscover and rebuild the watches.
@@ -581,6 +678,7 @@ impl Source for DcgmSource {
                 }
                 let (incidents, clock_samples, p2p) =
                     (found.incidents, found.clock_samples, found.p2p);
+                let distributions = self.read_distributions();
                 self.rediscover = read.topology_changed;
                 self.log_unsupported(newly);
                 Ok(Reading {
@@ -589,6 +687,7 @@ impl Source for DcgmSource {
                     incidents,
                     clock_samples,
                     p2p,
+                    distributions,
                 })
             }
             Err(e) if e.connection_lost() => Err(self.lose(&e)),

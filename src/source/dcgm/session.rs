@@ -151,6 +151,8 @@ pub struct Session {
     /// The incident history, health group and P2P reads of this connection (when the counters list
     /// `DCGM_EXP_*` families); dropped first.
     pub incidents: Option<super::incidents::IncidentWatch>,
+    /// The sampled fields' watch of this connection (`--distribution`); dropped with the incidents.
+    pub distributions: Option<super::distributions::DistributionWatch>,
     /// (group index, field-group index) pairs with an active watch.
     watches: Vec<(usize, usize)>,
     // Field order = drop order: watches' groups go before the connection handle they belong to.
@@ -329,6 +331,7 @@ impl Session {
         Ok(Established {
             session: Session {
                 incidents: None,
+                distributions: None,
                 watches: w.watches,
                 field_groups: w.field_groups,
                 groups: w.groups,

@@ -60,6 +60,25 @@ pub fn int_sentinel(v: i64) -> Option<Absent> {
     None
 }
 
+/// One sampled value as a number (a sub-interval distribution's sample): status OK, an integer or
+/// double type, and not a blank sentinel; anything else is `None` and never folded in.
+pub fn sample_number(v: &ffi::dcgmFieldValue_v1) -> Option<f64> {
+    if v.status != ffi::DCGM_ST_OK {
+        return None;
+    }
+    match u8::try_from(v.fieldType) {
+        Ok(ffi::DCGM_FT_INT64) | Ok(ffi::DCGM_FT_TIMESTAMP) => {
+            let x = v.value.as_i64();
+            int_sentinel(x).is_none().then_some(x as f64)
+        }
+        Ok(ffi::DCGM_FT_DOUBLE) => {
+            let x = v.value.as_f64();
+            double_sentinel(x).is_none().then_some(x)
+        }
+        _ => None,
+    }
+}
+
 fn double_sentinel(v: f64) -> Option<Absent> {
     if v.is_nan() {
         return Some(Absent::Error);

@@ -1006,6 +1006,7 @@ impl Source for NvmlSource {
             incidents,
             clock_samples,
             p2p: Vec::new(),
+            distributions: Default::default(),
         })
     }
 

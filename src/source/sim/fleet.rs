@@ -110,7 +110,7 @@ pub struct SimXid {
 }
 
 /// splitmix64: a tiny, good-enough deterministic mixer.
-fn mix(mut x: u64) -> u64 {
+pub(super) fn mix(mut x: u64) -> u64 {
     x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
     x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
     x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
@@ -122,7 +122,7 @@ fn gpu_serial(seed: u64, salt: u64) -> String {
     format!("{:013}", mix(seed ^ (300 + salt)) % 10_000_000_000_000)
 }
 
-fn unit(x: u64) -> f64 {
+pub(super) fn unit(x: u64) -> f64 {
     (mix(x) >> 11) as f64 / (1u64 << 53) as f64
 }
 

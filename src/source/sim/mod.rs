@@ -3,7 +3,9 @@
 //! produces the same [`Reading`]s a DCGM source would, so every exporter downstream runs unchanged.
 //! Simulated time advances by exactly one collect interval per poll. A field in a watch group
 //! (`--config-file` `collection.watchGroups`) is sampled at its group's interval, as DCGM samples a
-//! watched field: between samples it reads the last sampled value.
+//! watched field: between samples it reads the last sampled value. Sampled fields (`--distribution`)
+//! also yield every sample between collections ([`sampling`]), and a scenario's waveforms set a
+//! field's values outright.
 
 pub mod args;
 pub mod cpus;
@@ -13,8 +15,10 @@ pub mod incidents;
 pub mod models;
 pub mod pods;
 pub mod processes;
+pub mod sampling;
 pub mod scenario;
 pub mod switches;
+pub mod waveforms;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -26,8 +30,10 @@ use super::{Source, SourceError};
 use crate::config::devices::{DeviceError, Selectors};
 use crate::counters::exporter::IncidentReads;
 use crate::counters::CounterSet;
+use crate::snapshot::distribution::DistributionSpec;
 use crate::snapshot::inventory::Wanted;
 use crate::snapshot::{Absent, Attribution, Entity, EntityReading, FieldValue, Reading};
+use crate::telemetry::self_metrics::SelfMetrics;
 
 /// A [`Source`] over a simulated [`Fleet`].
 pub struct SimSource {
@@ -43,6 +49,10 @@ pub struct SimSource {
     polls: u64,
     no_attribution: Arc<Attribution>,
     incidents: incidents::IncidentReader,
+    seed: u64,
+    waveforms: waveforms::Waveforms,
+    /// The sampled fields, when distributions are configured.
+    sampler: Option<sampling::Sampler>,
 }
 
 impl SimSource {
@@ -55,6 +65,7 @@ impl SimSource {
         interval: Duration,
     ) -> Result<SimSource, DeviceError> {
         let fleet = Fleet::new(scenario, seed);
+        let waveforms = waveforms::Waveforms::new(&scenario.waveforms, fleet.gpus().len() as u32);
         let fleet_xids = fleet.xid_log().len();
         let entities = fleet.inventory().entities(
             &fleet
@@ -72,9 +83,39 @@ impl SimSource {
             polls: 0,
             no_attribution: Arc::new(Attribution::default()),
             incidents: incidents::IncidentReader::new(std::time::SystemTime::now(), fleet_xids),
+            seed,
+            waveforms,
+            sampler: None,
         };
         source.plan_rows();
         Ok(source)
+    }
+
+    /// Sample `specs` between collections and hand their distributions over with each reading;
+    /// samples over a slot's cap are counted in `self_metrics` when given.
+    pub fn sample_distributions(
+        &mut self,
+        specs: Arc<[DistributionSpec]>,
+        self_metrics: Option<&SelfMetrics>,
+    ) {
+        if specs.is_empty() {
+            self.sampler = None;
+            return;
+        }
+        let base_us = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_micros() as i64);
+        let mut sampler = sampling::Sampler::new(
+            specs,
+            self.entities.len(),
+            Duration::from_secs_f64(self.step_s),
+            self.seed,
+            base_us,
+        );
+        if let Some(m) = self_metrics {
+            sampler.count_dropped(m);
+        }
+        self.sampler = Some(sampler);
     }
 
     pub fn fleet(&self) -> &Fleet {
@@ -111,6 +152,13 @@ impl Source for SimSource {
         }
         self.polls += 1;
         let now = self.fleet.time();
+        let now_us = (now * 1e6).round() as i64;
+        let (fleet, waveforms) = (&self.fleet, &self.waveforms);
+        let read = |e: &Entity, field| {
+            waveforms
+                .value(e, field, now_us)
+                .unwrap_or_else(|| fleet.value(e.kind, e.entity_id, field))
+        };
         let mut entities = Vec::with_capacity(self.entities.len());
         for (i, e) in self.entities.iter().enumerate() {
             let values = self
@@ -123,14 +171,14 @@ impl Source for SimSource {
                         return FieldValue::Absent(Absent::NotApplicable);
                     }
                     let Some(every) = self.row_interval[r] else {
-                        return self.fleet.value(e.kind, e.entity_id, c.field.id);
+                        return read(e, c.field.id);
                     };
                     let slot = &mut self.sampled[i][r];
                     match slot {
                         // Half a step of slack: simulated time advances in float steps.
                         Some((t, v)) if now - *t < every - self.step_s / 2.0 => v.clone(),
                         _ => {
-                            let v = self.fleet.value(e.kind, e.entity_id, c.field.id);
+                            let v = read(e, c.field.id);
                             *slot = Some((now, v.clone()));
                             v
                         }
@@ -151,12 +199,24 @@ impl Source for SimSource {
         };
         let (incidents, clock_samples, p2p) =
             self.incidents.poll(&self.fleet, &self.entities, reads);
+        let step_us = (self.step_s * 1e6).round() as i64;
+        let distributions = match &mut self.sampler {
+            Some(s) => s.collect(
+                &self.fleet,
+                &self.entities,
+                &self.waveforms,
+                step_us,
+                now_us,
+            ),
+            None => Default::default(),
+        };
         Ok(Reading {
             entities,
             driver_version: Some(self.fleet.driver_version().to_string()),
             incidents,
             clock_samples,
             p2p,
+            distributions,
         })
     }
 
@@ -167,7 +227,15 @@ impl Source for SimSource {
         if !missing.is_empty() {
             tracing::warn!(missing = %missing.join(", "), "selected devices are not present");
         }
-        self.entities = inventory.entities(&selection);
+        let entities = inventory.entities(&selection);
+        if let Some(s) = &mut self.sampler {
+            let previous: Vec<Option<usize>> = entities
+                .iter()
+                .map(|e| self.entities.iter().position(|old| old == e))
+                .collect();
+            s.remap(&previous);
+        }
+        self.entities = entities;
         self.counters = counters.clone();
         self.plan_rows();
         Ok(counters)

@@ -42,6 +42,10 @@ pub struct Scenario {
     /// Incidents: XID errors, clock events, health failures at given collections.
     #[serde(default)]
     pub events: Vec<super::events::ScenarioEvent>,
+    /// Fields that follow a known waveform instead of the load model (the last value and every
+    /// sample between collections), so a test knows the distribution it must see.
+    #[serde(default)]
+    pub waveforms: Vec<super::waveforms::ScenarioWaveform>,
 }
 
 /// One simulated process: `{pid, name, gpu, gpu_i_id?, memory_mib, sm_utilization, pod?}`.
@@ -307,6 +311,9 @@ impl Scenario {
         }
         self.check_pods(total)?;
         self.sim_events()?;
+        for w in &self.waveforms {
+            w.check(total)?;
+        }
         Ok(())
     }
 

@@ -49,6 +49,9 @@ pub struct Faults {
     pub health_check_error: Option<u64>,
     /// `p2p_unsupported=1`: `dcgmGetNvLinkP2PStatus` answers DCGM_ST_NOT_SUPPORTED.
     pub p2p_unsupported: bool,
+    /// `history_survives=1`: a disconnect loses the link to an engine that stays up, which keeps the
+    /// sampled history (default: the engine restarts and its history is gone).
+    pub history_survives: bool,
 }
 
 /// A bad environment value: one line naming the variable, the item and why.
@@ -148,6 +151,7 @@ impl Faults {
                 }
                 "health_check_error" => f.health_check_error = Some(num(value)?),
                 "p2p_unsupported" => f.p2p_unsupported = num(value)? != 0,
+                "history_survives" => f.history_survives = num(value)? != 0,
                 "blank_field" => {
                     let id = u16::try_from(num(value)?).map_err(|_| bad("field id too large"))?;
                     f.blank_fields.push(id);
@@ -167,7 +171,7 @@ impl Faults {
                     return Err(bad(
                         "unknown fault (known: disconnect_after_polls, down_ms, outage_every_ms, \
                          refuse_connect, slow_ms, hang_ms, vanish_gpu, blank_field, unbind_gpu, bind_gpu, \
-                         health_check_error, p2p_unsupported)",
+                         health_check_error, p2p_unsupported, history_survives)",
                     ))
                 }
             }

@@ -10,10 +10,12 @@ use std::sync::{Arc, LazyLock, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use dcgm_otel::fields::{catalog, EntityLevel, FieldInfo, ValueType};
+use dcgm_otel::snapshot::Entity;
 use dcgm_otel::snapshot::{Absent, EntityKind, FieldValue, GpuIdentity, MigIdentity};
 use dcgm_otel::source::dcgm::ffi::{self, *};
 use dcgm_otel::source::sim::fleet::link_entity_id;
 use dcgm_otel::source::sim::switches::port_entity_id;
+use dcgm_otel::source::sim::waveforms::Waveforms;
 use dcgm_otel::source::sim::{Fleet, Scenario};
 
 use crate::config::Config;
@@ -63,6 +65,9 @@ struct Watch {
     entities: HashSet<EntityKey>,
     fields: HashSet<u16>,
     freq: Duration,
+    /// `maxKeepAge` (0 = no limit) and `maxKeepSamples` (0 = no limit).
+    keep_age: Duration,
+    keep_samples: usize,
     created: Instant,
     primed: bool,
 }
@@ -90,6 +95,13 @@ pub struct Engine {
     pub cfg: Config,
     initialized: bool,
     fleet: Option<Fleet>,
+    /// The scenario's waveforms (a field's square wave), for the latest values and the samples.
+    waveforms: Waveforms,
+    /// Sampled history: per (entity, field), the simulated µs after which the engine has samples (its
+    /// first watch); a restarted engine forgets it.
+    history_from: HashMap<(EntityKey, u16), i64>,
+    /// Fields read by the polls since the fleet last advanced (they set the next step).
+    polled_fields: HashSet<u16>,
     epoch_us: i64,
     /// Live handles (a lost host engine clears them).
     handles: HashMap<usize, ConnKind>,
@@ -123,7 +135,9 @@ pub struct SinceValue {
     pub key: EntityKey,
     pub field: u16,
     pub ts_us: i64,
-    pub value: i64,
+    /// `DCGM_FT_*` char code.
+    pub field_type: u8,
+    pub value: Payload,
 }
 
 /// One incident of `dcgmHealthCheck`.
@@ -275,10 +289,12 @@ impl Engine {
             )
         })?;
         let fleet = Fleet::new(&scenario, cfg.seed);
+        let waveforms = Waveforms::new(&scenario.waveforms, fleet.gpus().len() as u32);
         *self = Engine {
             cfg,
             initialized: true,
             fleet: Some(fleet),
+            waveforms,
             epoch_us: now_us(),
             next_handle: 1,
             next_group: FIRST_GROUP,
@@ -389,6 +405,11 @@ impl Engine {
         self.clear_objects();
         self.down_until = Some(Instant::now() + self.cfg.faults.down);
         self.disconnected_once = true;
+        // A restarted engine starts with an empty cache; `history_survives` models a lost link to
+        // an engine that stayed up (another watcher kept the fields sampled).
+        if !self.cfg.faults.history_survives {
+            self.history_from.clear();
+        }
     }
 
     // ---------------------------------------------------------------- inventory
@@ -835,7 +856,20 @@ impl Engine {
         }
     }
 
+    #[cfg(test)]
     pub fn watch(&mut self, group: usize, field_group: usize, freq_us: i64) -> Result<(), i32> {
+        self.watch_keeping(group, field_group, freq_us, 0.0, 0)
+    }
+
+    /// `dcgmWatchFields` with its history limits (`max_keep_age` s, `max_keep_samples`; 0 = none).
+    pub fn watch_keeping(
+        &mut self,
+        group: usize,
+        field_group: usize,
+        freq_us: i64,
+        max_keep_age: f64,
+        max_keep_samples: i32,
+    ) -> Result<(), i32> {
         if group == 0 || freq_us <= 0 {
             return Err(ffi::DCGM_ST_BADPARAM);
         }
@@ -853,7 +887,13 @@ impl Engine {
             // The whole field group stays unwatched (§6.3).
             return Err(ffi::DCGM_ST_MODULE_NOT_LOADED);
         }
-        let fields = fg.fields.iter().copied().collect();
+        let fields: HashSet<u16> = fg.fields.iter().copied().collect();
+        let now = self.sim_us();
+        for key in &entities {
+            for f in &fields {
+                self.history_from.entry((*key, *f)).or_insert(now);
+            }
+        }
         self.watches
             .retain(|w| !(w.group == group && w.field_group == field_group));
         self.watches.push(Watch {
@@ -861,6 +901,8 @@ impl Engine {
             field_group,
             entities: entities.into_iter().collect(),
             fields,
+            keep_age: Duration::try_from_secs_f64(max_keep_age).unwrap_or_default(),
+            keep_samples: usize::try_from(max_keep_samples).unwrap_or(0),
             freq: Duration::from_micros(freq_us.unsigned_abs()),
             created: Instant::now(),
             primed: false,
@@ -907,20 +949,41 @@ impl Engine {
 
     /// Before a latest-values call: start a new simulated cycle (advance the fleet by the watch
     /// interval) when an entity is read again.
-    pub fn begin_read(&mut self, entities: &[EntityKey]) {
+    pub fn begin_read(&mut self, entities: &[EntityKey], fields: &[u16]) {
         if entities.iter().any(|e| self.read_since_advance.contains(e)) {
-            let step = self
-                .watches
-                .iter()
-                .map(|w| w.freq)
-                .min()
-                .unwrap_or(Duration::from_secs(1));
+            let step = self.step();
             if let Some(f) = self.fleet.as_mut() {
                 f.advance(step.as_secs_f64());
             }
             self.read_since_advance.clear();
+            self.polled_fields.clear();
         }
         self.read_since_advance.extend(entities.iter().copied());
+        self.polled_fields.extend(fields.iter().copied());
+    }
+
+    /// One poll cycle of simulated time: the polling interval of the fields polled, each field's
+    /// slowest watch (a field also watched faster, to be read through `dcgmGetValuesSince_v2`, is
+    /// still polled at its regular interval); without polled fields the fastest watch, else 1 s.
+    fn step(&self) -> Duration {
+        let slowest = |f: &u16| {
+            self.watches
+                .iter()
+                .filter(|w| w.fields.contains(f))
+                .map(|w| w.freq)
+                .max()
+        };
+        self.polled_fields
+            .iter()
+            .filter_map(slowest)
+            .min()
+            .or_else(|| self.watches.iter().map(|w| w.freq).min())
+            .unwrap_or(Duration::from_secs(1))
+    }
+
+    /// Simulated time now, in µs.
+    fn sim_us(&self) -> i64 {
+        self.fleet().map_or(0, |f| (f.time() * 1e6).round() as i64)
     }
 
     /// After a successful latest-values call: count it and fire the faults due.
@@ -1023,13 +1086,13 @@ impl Engine {
             .field_groups
             .get(&field_group)
             .ok_or(ffi::DCGM_ST_BADPARAM)?;
-        if !self
+        let Some(watch) = self
             .watches
             .iter()
-            .any(|w| w.group == group && w.field_group == field_group)
-        {
+            .find(|w| w.group == group && w.field_group == field_group)
+        else {
             return Err(ffi::DCGM_ST_NOT_WATCHED);
-        }
+        };
         let Some(fleet) = self.fleet() else {
             return Ok((Vec::new(), since));
         };
@@ -1050,7 +1113,8 @@ impl Engine {
                                 key: *key,
                                 field: *field,
                                 ts_us: self.ts_of(x.time_s),
-                                value: i64::from(x.code),
+                                field_type: ffi::DCGM_FT_INT64,
+                                value: Payload::Int(i64::from(x.code)),
                             });
                         }
                     }
@@ -1067,7 +1131,8 @@ impl Engine {
                                 key: *key,
                                 field: *field,
                                 ts_us: self.ts_of(x.time_s),
-                                value: i64::from(x.code),
+                                field_type: ffi::DCGM_FT_INT64,
+                                value: Payload::Int(i64::from(x.code)),
                             });
                         }
                     }
@@ -1075,9 +1140,11 @@ impl Engine {
                         key: *key,
                         field: *field,
                         ts_us: self.ts_of(fleet.time()),
-                        value: fleet.clock_mask(key.1) as i64,
+                        field_type: ffi::DCGM_FT_INT64,
+                        value: Payload::Int(fleet.clock_mask(key.1) as i64),
                     }),
-                    _ => {}
+                    (XID_ERRORS | CLOCK_EVENT_REASONS, _) => {}
+                    _ => self.sampled(*key, *field, watch, since, &mut out),
                 }
             }
         }
@@ -1090,6 +1157,79 @@ impl Engine {
             .unwrap_or(since)
             .max(since);
         Ok((out, next))
+    }
+
+    /// The samples of a sampled numeric field on one entity, as a host engine sampling it at the
+    /// watch's frequency holds them: at every multiple of the frequency (simulated time) after the
+    /// engine's history of it began (its first watch on this engine) and up to now, within the
+    /// watch's `maxKeepAge` and `maxKeepSamples`, those at or after `since`. The value is the
+    /// scenario's waveform at the sample's time when one sets the field, else the fleet's current
+    /// value (the fleet keeps no history); `blank_field` samples are blank sentinels.
+    fn sampled(
+        &self,
+        key: EntityKey,
+        field: u16,
+        watch: &Watch,
+        since: i64,
+        out: &mut Vec<SinceValue>,
+    ) {
+        let Some(info) = catalog().by_id(field) else {
+            return;
+        };
+        if !matches!(info.value_type, ValueType::Int64 | ValueType::Double) {
+            return;
+        }
+        let ft = type_char(info.value_type);
+        let Some(&from) = self.history_from.get(&(key, field)) else {
+            return;
+        };
+        let every = i64::try_from(watch.freq.as_micros())
+            .unwrap_or(i64::MAX)
+            .max(1);
+        let now = self.sim_us();
+        let mut lo = from.saturating_add(1).max(since - self.epoch_us);
+        if !watch.keep_age.is_zero() {
+            lo = lo.max(now - i64::try_from(watch.keep_age.as_micros()).unwrap_or(i64::MAX));
+        }
+        let mut first = lo.div_euclid(every) + i64::from(lo.rem_euclid(every) != 0);
+        let last = now.div_euclid(every);
+        if watch.keep_samples > 0 {
+            first = first.max(last - watch.keep_samples as i64 + 1);
+        }
+        let wave_entity = self.wave_entity(key);
+        let current = self.coerce(ft, self.read_raw(key, field));
+        for k in first..=last {
+            let t = k * every;
+            let value = if self.cfg.faults.blank_fields.contains(&field) {
+                sentinel(ft, Absent::Blank)
+            } else {
+                match wave_entity
+                    .as_ref()
+                    .and_then(|e| self.waveforms.value(e, field, t))
+                {
+                    Some(FieldValue::Int(i)) => self.coerce(ft, Payload::Int(i)),
+                    Some(FieldValue::Double(d)) => self.coerce(ft, Payload::Double(d)),
+                    _ => current.clone(),
+                }
+            };
+            out.push(SinceValue {
+                key,
+                field,
+                ts_us: self.epoch_us + t,
+                field_type: ft,
+                value,
+            });
+        }
+    }
+
+    /// The GPU whose waveforms apply to an entity (a MIG instance: its GPU's).
+    fn wave_entity(&self, (group, id): EntityKey) -> Option<Entity> {
+        let gpu = match group {
+            ffi::DCGM_FE_GPU => self.gpu(id)?.0,
+            ffi::DCGM_FE_GPU_I | ffi::DCGM_FE_GPU_CI => self.mig(id)?.gpu,
+            _ => return None,
+        };
+        Some(Entity::gpu(gpu))
     }
 
     /// `dcgmHealthSet`.
@@ -1299,7 +1439,10 @@ impl Engine {
         let Some(fleet) = self.fleet() else {
             return sentinel(ft, Absent::NotFound);
         };
-        match fleet.value(kind, sim_id, field) {
+        let wave = self
+            .wave_entity(key)
+            .and_then(|e| self.waveforms.value(&e, field, self.sim_us()));
+        match wave.unwrap_or_else(|| fleet.value(kind, sim_id, field)) {
             FieldValue::Int(i) => Payload::Int(i),
             FieldValue::Double(d) => Payload::Double(d),
             FieldValue::Text(s) => Payload::Text(s.to_string()),
@@ -1353,10 +1496,10 @@ mod tests {
         );
         e.update_all();
         let key = (ffi::DCGM_FE_GPU, 0);
-        e.begin_read(&[key]);
+        e.begin_read(&[key], &[156]);
         let first = e.read(key, 156, false);
         e.end_read();
-        e.begin_read(&[key]);
+        e.begin_read(&[key], &[156]);
         let second = e.read(key, 156, false);
         e.end_read();
         match (first.value, second.value) {
@@ -1366,12 +1509,56 @@ mod tests {
         assert!(second.ts_us > first.ts_us);
     }
 
+    /// Power watched at 1 s and at 100 ms: the samples of all history (since 0) after two polls (one
+    /// second), and after a third poll, a lost engine, a reconnect and a new watch.
+    fn samples_after_reconnect(faults: &str) -> (usize, usize) {
+        let mut e = engine_with(faults, true);
+        let key = (ffi::DCGM_FE_GPU, 0);
+        let watch_all = |e: &mut Engine| {
+            let g = e.group_create(ffi::DCGM_GROUP_EMPTY, "g").unwrap();
+            e.group_add_entity(g, key).unwrap();
+            let n = e.next_field_group;
+            let regular = e.field_group_create(&[155], &format!("r{n}")).unwrap();
+            let sampled = e.field_group_create(&[155], &format!("s{n}")).unwrap();
+            e.watch_keeping(g, regular, 1_000_000, 600.0, 0).unwrap();
+            e.watch_keeping(g, sampled, 100_000, 3.0, 31).unwrap();
+            (g, sampled)
+        };
+        e.connect("x").unwrap();
+        let (g, fg) = watch_all(&mut e);
+        for _ in 0..2 {
+            e.begin_read(&[key], &[155]);
+            e.end_read();
+        }
+        let before = e.values_since(g, fg, 0).unwrap().0.len();
+        // The third poll moves the engine's time on by a second; then the engine is lost.
+        e.begin_read(&[key], &[155]);
+        e.end_read();
+        assert_eq!(
+            e.values_since(g, fg, 0).err(),
+            Some(ffi::DCGM_ST_NOT_CONFIGURED)
+        );
+        e.connect("x").unwrap();
+        let (g, fg) = watch_all(&mut e);
+        (before, e.values_since(g, fg, 0).unwrap().0.len())
+    }
+
+    #[test]
+    fn a_restart_loses_the_sampled_history_unless_it_survives() {
+        // One poll interval (1 s, the regular watch) of 100 ms samples.
+        assert_eq!(samples_after_reconnect("disconnect_after_polls=3"), (10, 0));
+        assert_eq!(
+            samples_after_reconnect("disconnect_after_polls=3,history_survives=1"),
+            (10, 20)
+        );
+    }
+
     #[test]
     fn disconnect_fault_kills_handles_and_objects() {
         let mut e = engine_with("disconnect_after_polls=1,down_ms=60000", true);
         let h = e.connect("x").unwrap();
         let g = e.group_create(ffi::DCGM_GROUP_DEFAULT, "g").unwrap();
-        e.begin_read(&[]);
+        e.begin_read(&[], &[]);
         e.end_read();
         assert_eq!(e.check(h), Err(ffi::DCGM_ST_CONNECTION_NOT_VALID));
         assert_eq!(e.connect("x"), Err(ffi::DCGM_ST_CONNECTION_NOT_VALID));
@@ -1385,7 +1572,7 @@ mod tests {
         let h = e.connect("x").unwrap();
         let mut lost = false;
         for _ in 0..1000 {
-            e.begin_read(&[]);
+            e.begin_read(&[], &[]);
             e.end_read();
             if e.check(h).is_err() {
                 lost = true;
@@ -1429,7 +1616,7 @@ mod tests {
         let mut e = engine_with("vanish_gpu=0@1,blank_field=150", true);
         let s = e.read((ffi::DCGM_FE_GPU, 1), 150, true);
         assert_eq!(s.value, Payload::Int(ffi::DCGM_INT64_BLANK));
-        e.begin_read(&[]);
+        e.begin_read(&[], &[]);
         e.end_read();
         assert_eq!(e.gpus().len(), 1);
         let s = e.read((ffi::DCGM_FE_GPU, 0), 155, true);

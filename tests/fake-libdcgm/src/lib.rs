@@ -834,7 +834,13 @@ pub unsafe extern "C" fn dcgmWatchFields(
         let rc = match e.check(handle) {
             Err(rc) => rc,
             Ok(()) => e
-                .watch(group, field_group, update_freq)
+                .watch_keeping(
+                    group,
+                    field_group,
+                    update_freq,
+                    max_keep_age,
+                    max_keep_samples,
+                )
                 .err()
                 .unwrap_or(ffi::DCGM_ST_OK),
         };
@@ -943,7 +949,7 @@ pub unsafe extern "C" fn dcgmEntityGetLatestValues(
             Ok(()) if !ok_args => ffi::DCGM_ST_BADPARAM,
             Ok(()) => {
                 if poll {
-                    e.begin_read(&[key]);
+                    e.begin_read(&[key], &ids);
                 }
                 for (i, f) in ids.iter().enumerate() {
                     let v = value_v1(*f, &e.read(key, *f, false));
@@ -1022,7 +1028,7 @@ pub unsafe extern "C" fn dcgmEntitiesGetLatestValues(
             Ok(()) if !ok_args => ffi::DCGM_ST_BADPARAM,
             Ok(()) => {
                 if !not_poll {
-                    e.begin_read(&keys);
+                    e.begin_read(&keys, &ids);
                 }
                 // DCGM promises no order; the fake answers field-major (all entities for the first
                 // field, then the next field) so that a caller assuming entity-major order fails.
@@ -1088,9 +1094,9 @@ pub unsafe extern "C" fn dcgmGetValuesSince_v2(
                             field,
                             &Sample {
                                 status: ffi::DCGM_ST_OK,
-                                field_type: ffi::DCGM_FT_INT64,
+                                field_type: s.field_type,
                                 ts_us: s.ts_us,
-                                value: Payload::Int(s.value),
+                                value: s.value.clone(),
                             },
                         ));
                         i += 1;

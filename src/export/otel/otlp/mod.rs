@@ -9,6 +9,7 @@
 //! - [`transport`]: gRPC (tonic) and HTTP/protobuf (hyper + rustls), TLS and mTLS, gzip.
 //! - [`args`] and [`settings`]: the `--otlp-*` flags and the `OTEL_EXPORTER_OTLP_*` variables, per
 //!   signal.
+//! - [`distributions`]: the sampled fields' exponential histograms, appended to each entity's Resource.
 //! - [`logs`]: the second signal, GPU incidents as log records ([`log_records`], [`severity`]), fed
 //!   every snapshot by the collector thread and sent through its own
 //!   queue and sender.
@@ -18,6 +19,7 @@
 //! export and sender threads never touch the collector thread or the :9400 server.
 
 pub mod args;
+pub mod distributions;
 pub mod log_records;
 #[cfg(test)]
 mod log_records_tests;

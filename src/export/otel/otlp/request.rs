@@ -32,11 +32,9 @@
 //! `DirectBuilder::build_encoded_reference`, kept as the reference: `request/templates_tests.rs`
 //! compares both byte for byte, and the golden requests are unchanged).
 //!
-//! Extra metrics of an entity (the seam for sub-interval distributions, issue 27): an
-//! [`ExtraMetrics`] given to [`DirectBuilder::build_encoded_with`] is asked, once per entity per
-//! export, for proto `Metric`s of that entity; they are prost-encoded inside the entity's
-//! Resource's `ScopeMetrics`, after its field metrics, derived and semantic-convention metrics, and
-//! their data points are counted with the others. In host resource mode they join the one Resource.
+//! The sampled fields' distributions (`--distribution`, [`super::distributions`]) are proto
+//! `Metric`s too, prost-encoded inside each entity's Resource's `ScopeMetrics` after its field,
+//! derived and semantic-convention metrics; in host resource mode they join the one Resource.
 //!
 //! [`spawn`] runs the exports on their own thread at the export interval; encoded requests go to the
 //! bounded queue and sender ([`queue`](super::queue)). Never on the collector thread or the
@@ -610,14 +608,9 @@ impl DirectBuilder {
     /// Every resource's metrics in turn, handed to `sink` one resource at a time so that only one
     /// resource's proto values exist at once: a layout resource as its index and the metrics that
     /// follow its field metrics (derived families, semantic-convention metrics, in host mode the
-    /// holders', then `extra`'s), the sink writing the field metrics; any other resource (departed
+    /// holders', then the sampled fields' distributions), the sink writing the field metrics; any other resource (departed
     /// devices, holders) as a `ResourceMetrics`. Returns the data points.
-    fn for_each_resource(
-        &mut self,
-        snap: &Snapshot,
-        extra: &mut dyn ExtraMetrics,
-        sink: &mut impl ResourceSink,
-    ) -> usize {
+    fn for_each_resource(&mut self, snap: &Snapshot, sink: &mut impl ResourceSink) -> usize {
         self.prepare(snap);
         self.exports += 1;
         let ctx = PointContext {
@@ -676,11 +669,21 @@ impl DirectBuilder {
                     metrics.extend(own);
                 }
             }
-            for &(e, s) in members {
-                if let (0, Some(reading)) = (s, snap.entities.get(e)) {
-                    data_points += extra.metrics_of(&reading.entity, &mut metrics);
-                }
-            }
+            // The sampled fields' distributions (`--distribution`), each member as it writes fields.
+            data_points += super::distributions::write(
+                snap,
+                members,
+                |e, s, per_instance| {
+                    self.layout
+                        .entities
+                        .get(e)
+                        .filter(|l| l.role.writes(s, per_instance))
+                        .and_then(|l| l.sets.get(s))
+                        .map(|set| &set.point_attributes[..])
+                },
+                self.delta,
+                &mut metrics,
+            );
             data_points += sink.layout_resource(self, snap, r, &ctx, &mut next_previous, metrics);
         }
         data_points +=
@@ -969,7 +972,7 @@ impl DirectBuilder {
         let mut sink = Collect {
             resource_metrics: Vec::new(),
         };
-        let data_points = self.for_each_resource(snap, &mut NoExtraMetrics, &mut sink);
+        let data_points = self.for_each_resource(snap, &mut sink);
         Built {
             request: ExportMetricsServiceRequest {
                 resource_metrics: sink.resource_metrics,
@@ -981,15 +984,10 @@ impl DirectBuilder {
     /// The encoded request for `snap`, written from the cached templates (what an export runs):
     /// the same bytes as prost's encoding of [`DirectBuilder::build`]'s request.
     pub fn build_encoded(&mut self, snap: &Snapshot) -> Encoded {
-        self.build_encoded_with(snap, &mut NoExtraMetrics)
-    }
-
-    /// [`DirectBuilder::build_encoded`] with `extra`'s metrics appended to each entity's Resource.
-    pub fn build_encoded_with(&mut self, snap: &Snapshot, extra: &mut dyn ExtraMetrics) -> Encoded {
         let started = Instant::now();
         let mut writer = std::mem::take(&mut self.writer);
         writer.start(self, Vec::with_capacity(self.last_len + self.last_len / 8));
-        let data_points = self.for_each_resource(snap, extra, &mut writer);
+        let data_points = self.for_each_resource(snap, &mut writer);
         let (body, resources, encode_time) = writer.finish();
         self.writer = writer;
         self.last_len = body.len();
@@ -1012,7 +1010,7 @@ impl DirectBuilder {
             encode_time: Duration::ZERO,
         };
         let started = Instant::now();
-        let data_points = self.for_each_resource(snap, &mut NoExtraMetrics, &mut sink);
+        let data_points = self.for_each_resource(snap, &mut sink);
         self.last_len = sink.body.len();
         Encoded {
             body: sink.body,
@@ -1021,23 +1019,6 @@ impl DirectBuilder {
             build_time: started.elapsed().saturating_sub(sink.encode_time),
             encode_time: sink.encode_time,
         }
-    }
-}
-
-/// Metrics another part of the exporter adds to an entity's Resource, after the metrics of its
-/// fields (the seam for issue 27's distributions): asked once per entity per export, prost-encoded
-/// inside the Resource's `ScopeMetrics`.
-pub trait ExtraMetrics {
-    /// Append `entity`'s extra metrics to `out`; returns the data points they carry.
-    fn metrics_of(&mut self, entity: &Entity, out: &mut Vec<Metric>) -> usize;
-}
-
-/// No extra metrics.
-pub struct NoExtraMetrics;
-
-impl ExtraMetrics for NoExtraMetrics {
-    fn metrics_of(&mut self, _: &Entity, _: &mut Vec<Metric>) -> usize {
-        0
     }
 }
 

@@ -121,6 +121,7 @@ fn snapshot_of(counters: Arc<CounterSet>, entities: Vec<EntityReading>) -> Snaps
         derived: Vec::new(),
         per_set: Vec::new(),
         incidents: Vec::new(),
+        distributions: Default::default(),
     }
 }
 

@@ -7,7 +7,7 @@
 //! reading, and nothing is allocated per point once the buffers have grown.
 //!
 //! What is not a field reading — derived families, semantic-convention metrics, holders' points,
-//! [`ExtraMetrics`](super::ExtraMetrics) — arrives as prost `Metric`s (or whole `ResourceMetrics`)
+//! the sampled fields' distributions — arrives as prost `Metric`s (or whole `ResourceMetrics`)
 //! and is encoded by prost into the same request. The bytes are prost's encoding of the same request
 //! ([`super::DirectBuilder::build`]): fields in tag order, defaults (a zero time, an empty schema
 //! URL) left out, a value always written (a oneof); the tests compare both byte for byte.

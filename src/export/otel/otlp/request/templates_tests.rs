@@ -128,7 +128,32 @@ fn fleet(counters: &Arc<CounterSet>, seq: u64) -> Snapshot {
     }
     snap.derived = derived(&shared, &plain, &board, seq);
     snap.processes = processes(&shared);
+    snap.distributions = distributions(snap.entities.len(), seq);
     snap
+}
+
+/// `--distribution DCGM_FI_DEV_POWER_USAGE@100ms`: five samples on every entity (a board-level field:
+/// written once per board, as the field's own points).
+fn distributions(entities: usize, seq: u64) -> crate::snapshot::distribution::Distributions {
+    use crate::snapshot::distribution::{Accumulator, DistributionSpec};
+    let specs: Arc<[DistributionSpec]> = Arc::from(vec![DistributionSpec {
+        field: 155,
+        name: "DCGM_FI_DEV_POWER_USAGE".into(),
+        every: Duration::from_millis(100),
+    }]);
+    let mut acc = Accumulator::new(specs, entities, Duration::from_secs(1));
+    let start_us = (1_700_000_009 + seq as i64) * 1_000_000;
+    for e in 0..entities {
+        for k in 1..=5i64 {
+            acc.push(
+                e,
+                0,
+                start_us + k * 100_000,
+                100.0 + (k * (e as i64 + 1)) as f64,
+            );
+        }
+    }
+    acc.finish(start_us + 1_000_000)
 }
 
 fn derived(
@@ -299,27 +324,10 @@ fn the_fleet_exercises_every_kind_of_point() {
     }
 }
 
-/// Extra metrics (the seam for distributions) go inside the entity's Resource, after its own.
+/// The sampled fields' histograms (prost-encoded after the field metrics) are in the fleet whose
+/// bytes the other tests compare: one per board-level writer of power.
 #[test]
-fn extra_metrics_join_their_entitys_resource() {
-    struct One;
-    impl ExtraMetrics for One {
-        fn metrics_of(&mut self, entity: &Entity, out: &mut Vec<Metric>) -> usize {
-            if entity.kind != EntityKind::Gpu {
-                return 0;
-            }
-            out.push(Metric {
-                name: "extra".into(),
-                description: String::new(),
-                unit: String::new(),
-                metadata: Vec::new(),
-                data: Some(Data::Gauge(Gauge {
-                    data_points: vec![NumberDataPoint::default()],
-                })),
-            });
-            1
-        }
-    }
+fn the_fleet_carries_distributions() {
     let counters = Arc::new(crate::counters::parse(CSV, "test").unwrap());
     let mut b = builder(
         &counters,
@@ -330,25 +338,13 @@ fn extra_metrics_join_their_entitys_resource() {
         1_700_000_000,
     );
     let snap = fleet(&counters, 1);
-    let plain = b.build_encoded(&snap);
-    let with = b.build_encoded_with(&snap, &mut One);
-    let req = ExportMetricsServiceRequest::decode(&with.body[..]).unwrap();
-    let gpus: Vec<Vec<String>> = req
+    let encoded = b.build_encoded(&snap);
+    let req = ExportMetricsServiceRequest::decode(&encoded.body[..]).unwrap();
+    let histograms = req
         .resource_metrics
         .iter()
-        .map(|rm| {
-            rm.scope_metrics[0]
-                .metrics
-                .iter()
-                .map(|m| m.name.clone())
-                .collect()
-        })
-        .filter(|names: &Vec<String>| names.contains(&"extra".to_string()))
-        .collect();
-    // GPU 0, the test fleet's unusable and plain GPUs.
-    assert_eq!(gpus.len(), 3, "{gpus:?}");
-    assert!(gpus
-        .iter()
-        .all(|n| n.last().map(String::as_str) == Some("extra")));
-    assert_eq!(with.data_points, plain.data_points + 3);
+        .flat_map(|rm| &rm.scope_metrics[0].metrics)
+        .filter(|m| m.name == "DCGM_FI_DEV_POWER_USAGE.distribution")
+        .count();
+    assert!(histograms >= 3, "{histograms} histograms");
 }
