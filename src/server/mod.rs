@@ -490,29 +490,9 @@ async fn respond(shared: &Shared, req: Request<Incoming>) -> Response<Full<Bytes
         add_headers(&web, &mut resp);
         return resp;
     }
-    if req.uri().path() == "/metrics" {
-        make_body(&shared.state.body, accepts_gzip(&req)).await;
-    }
     let mut resp = route(&shared.state, &req);
     add_headers(&web, &mut resp);
     resp
-}
-
-/// Make the `/metrics` body of the newest snapshot when no scrape has yet (render, compression:
-/// about a millisecond for 10,000 series), telling the runtime this worker blocks meanwhile (its
-/// other tasks move to the other worker; no extra thread). On a single-threaded runtime (tests) it is
-/// made in place.
-async fn make_body(body: &Arc<MetricsBody>, gzip: bool) {
-    if body.ready(gzip).is_some() {
-        return;
-    }
-    let multi_thread = tokio::runtime::Handle::current().runtime_flavor()
-        == tokio::runtime::RuntimeFlavor::MultiThread;
-    if multi_thread {
-        tokio::task::block_in_place(|| body.make(gzip));
-    } else {
-        body.make(gzip);
-    }
 }
 
 #[cfg(test)]
