@@ -76,7 +76,7 @@ pub struct EntityDistribution {
     pub spec: usize,
     /// The samples since the previous collection.
     pub interval: Summary,
-    /// [`QUANTILES`] of the interval's samples, estimated from its histogram (see [`quantile`]).
+    /// [`QUANTILES`] of the interval's samples, estimated from its histogram (the geometric middle of the bucket holding the rank; exact at the extremes).
     pub quantiles: [f64; QUANTILES.len()],
     /// Every sample since the slot started (`start_us`): the cumulative view.
     pub total: Summary,
