@@ -745,23 +745,7 @@ impl DirectBuilder {
         next: &mut CounterState,
     ) -> Vec<NumberDataPoint> {
         let mut points: Vec<NumberDataPoint> = Vec::new();
-        for &(e, s) in members {
-            let (Some(reading), Some(layout)) = (snap.entities.get(e), self.layout.entities.get(e))
-            else {
-                continue;
-            };
-            if !layout.role.writes(s, inst.per_instance) {
-                continue;
-            }
-            let Some(raw) = reading.values.get(inst.row) else {
-                continue;
-            };
-            let Some(v) = observe(inst.kind, raw) else {
-                continue;
-            };
-            let Some(set) = layout.sets.get(s) else {
-                continue;
-            };
+        for (e, s, set, raw, v) in field_readings(self, snap, members, inst) {
             let slot = inst.counter.and_then(|c| self.layout.fields.slot(e, s, c));
             let (value, start) = ctx.field_value(slot, k, inst.kind, &set.series, v, next);
             let mut point = NumberDataPoint {
@@ -1060,6 +1044,35 @@ fn prost_layout_resource(
         return (None, points);
     }
     (Some(b.resource_metrics(resource.clone(), all)), points)
+}
+
+/// The members of a Resource that write instrument `inst`, each with its attribute set's layout, its
+/// raw value and the value observed from it (members whose role does not write the instrument's
+/// kind of row, or without a value, are left out): what both request writers put in points.
+fn field_readings<'a>(
+    b: &'a DirectBuilder,
+    snap: &'a Snapshot,
+    members: &'a [(usize, usize)],
+    inst: &'a Instrument,
+) -> impl Iterator<
+    Item = (
+        usize,
+        usize,
+        &'a SetLayout,
+        &'a FieldValue,
+        number_data_point::Value,
+    ),
+> + 'a {
+    members.iter().filter_map(move |&(e, s)| {
+        let reading = snap.entities.get(e)?;
+        let layout = b.layout.entities.get(e)?;
+        if !layout.role.writes(s, inst.per_instance) {
+            return None;
+        }
+        let raw = reading.values.get(inst.row)?;
+        let v = observe(inst.kind, raw)?;
+        Some((e, s, layout.sets.get(s)?, raw, v))
+    })
 }
 
 /// The request as proto values ([`DirectBuilder::build`]).

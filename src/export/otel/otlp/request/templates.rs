@@ -22,7 +22,7 @@ use prost::encoding::{encode_varint, encoded_len_varint};
 use prost::Message;
 
 use super::{
-    observe, temporality, CounterState, DirectBuilder, EntityLayout, Instrument, Kind,
+    field_readings, temporality, CounterState, DirectBuilder, EntityLayout, Instrument, Kind,
     PointContext, ResourceSink,
 };
 use crate::export::otel::naming::Naming;
@@ -209,24 +209,7 @@ impl Writer {
         self.owned.clear();
         for (k, inst) in b.instruments.iter().enumerate() {
             let first = self.points.len();
-            for &(e, s) in members {
-                let (Some(reading), Some(layout)) =
-                    (snap.entities.get(e), b.layout.entities.get(e))
-                else {
-                    continue;
-                };
-                if !layout.role.writes(s, inst.per_instance) {
-                    continue;
-                }
-                let Some(raw) = reading.values.get(inst.row) else {
-                    continue;
-                };
-                let Some(v) = observe(inst.kind, raw) else {
-                    continue;
-                };
-                let Some(set) = layout.sets.get(s) else {
-                    continue;
-                };
+            for (e, s, set, raw, v) in field_readings(b, snap, members, inst) {
                 let slot = inst.counter.and_then(|c| b.layout.fields.slot(e, s, c));
                 let (value, start) = ctx.field_value(slot, k, inst.kind, &set.series, v, next);
                 let attributes = if !Naming::has_value_attributes(inst.field_id) {
