@@ -5,8 +5,9 @@
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use arc_swap::ArcSwap;
-use dcgm_otel::export::prometheus::RenderedBody;
+use dcgm_otel::config::LabelStyle;
+use dcgm_otel::export::metrics_body::MetricsBody;
+use dcgm_otel::export::prometheus::Renderer;
 use dcgm_otel::pipeline::CollectorStatus;
 use dcgm_otel::server::{self, Limits, ServeOptions, ServerState};
 use libfuzzer_sys::fuzz_target;
@@ -25,12 +26,11 @@ fn fixture() -> &'static Fixture {
             .enable_all()
             .build()
             .expect("a runtime");
-        let body = RenderedBody {
-            text: "# HELP DCGM_FI_DEV_GPU_TEMP x\nDCGM_FI_DEV_GPU_TEMP{gpu=\"0\"} 42\n".into(),
-            ..RenderedBody::default()
-        };
+        // Nothing collected yet: /metrics serves the empty body (its making is exercised by the e2e
+        // tests); what is fuzzed here is the HTTP stack in front of it.
+        let body = MetricsBody::new(Renderer::new(LabelStyle::default(), None));
         let state = ServerState {
-            body: Arc::new(ArcSwap::from_pointee(body)),
+            body: Arc::new(body),
             status: CollectorStatus::new(Duration::from_secs(30)),
         };
         let mut opts = ServeOptions::plain();
