@@ -307,6 +307,10 @@ def idle_phase(run, available, fields):
     idle = {}  # per GPU: its power and utilization readings (the load GPU's are the baseline)
     for uuid, rs in rounds.items():
         pre = f"GPU {rs[0].smi.get('index')}: " if multi else ""
+        if (rs[0].smi.get("mig.mode.current") or "").strip() == "Enabled":
+            # The exporter writes a MIG GPU's readings on its instances' series (as dcgm-exporter does).
+            run.row(pre + "families vs nvidia-smi", "-", "MIG is on: the GPU's series are its instances' (see the MIG row)", C.SKIP)
+            continue
         for r in C.compare_labels(rs, uuid) + C.compare_families(rs, uuid, available, run.smi_q.get(bus_key(rs[0].smi), {})):
             run.row(pre + r[0], *r[1:])
         for r in C.compare_nvlinks(rs[0].before, uuid, run.nvlink_status):
@@ -325,7 +329,7 @@ def idle_phase(run, available, fields):
     smi_rows = [rs[0].smi for rs in rounds.values()]
     for r in C.check_mig(smi_rows, C.parse_smi_list(run.readings.get("nvidia_smi_L", "")), first[1]):
         run.row(*r)
-    absent = sorted({s.labels.get("field") + "/" + s.labels.get("reason", "") for s in exp.last[1]
+    absent = sorted({f"{s.labels.get('field')}/{s.labels.get('reason')}" for s in exp.last[1]
                      if s.name == "dcgm_otel_absent_values_total" and s.value > 0})
     run.row("fields NVML answered as absent (dcgm_otel_absent_values_total)", "-", ", ".join(absent) or "none", C.INFO)
     exp_stop(run, exp)
