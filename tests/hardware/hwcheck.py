@@ -232,6 +232,8 @@ def bracket_round(run, exp, fields):
 
 def environment(run):
     a = run.a
+    run.env.update({"date_utc": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()), "host": platform.node(),
+                    "kernel": platform.release(), "python": sys.version.split()[0]})
     if not shutil.which(a.smi) and not os.path.exists(a.smi):
         run.row("nvidia-smi present", a.smi, "not found", C.FAIL)
         return None
@@ -249,9 +251,8 @@ def environment(run):
     run.nvlink_status = nvl["out"] if nvl["rc"] == 0 else None
     ver = run.cmd([a.bin, "--version"], 10)
     run.env.update({
-        "date_utc": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()), "host": platform.node(),
-        "kernel": platform.release(), "python": sys.version.split()[0], "gpus": gpus,
-        "dcgm_otel": (ver["out"] or ver["err"]).strip(), "commit": read_text(os.path.join(os.path.dirname(a.bin), "COMMIT")).strip(),
+        "gpus": gpus,
+        "dcgm_otel": ((ver["out"] or ver["err"]).strip().splitlines() or [""])[0], "commit": read_text(os.path.join(os.path.dirname(a.bin), "COMMIT")).strip(),
     })
     if gpus and len(available) < 10:
         # An unexpected --help-query-gpu format: ask nvidia-smi about each field instead.
@@ -492,13 +493,13 @@ def stop_load(run):
 
 
 def judge_load(run, b, collections, rounds, idle, uuid, loaded):
+    run.row(*C.check_energy(collections))  # holds with or without the load
     if not loaded:
         run.row("under-load checks", "a running load", "no load ran: not checked", C.FAIL)
     else:
         steady = [c for c in collections if c.t >= collections[0].t + 3.0] if collections else []
         run.row(*C.check_rise(idle["util"], [c.util for c in steady if c.util is not None], "DCGM_FI_DEV_GPU_UTIL", min_load=50))
         run.row(*C.check_rise(idle["power"], [c.power_w for c in steady if c.power_w is not None], "DCGM_FI_DEV_POWER_USAGE", factor=1.2))
-        run.row(*C.check_energy(collections))
         if rounds:
             for r in C.compare_families(rounds, uuid, set(rounds[0].smi), only=LOAD_ROUND_FAMILIES):
                 run.row("under load: " + r[0], *r[1:])
@@ -509,8 +510,8 @@ def judge_load(run, b, collections, rounds, idle, uuid, loaded):
 
 def judge_otlp(run, sink_out, collections, uuid):
     reqs = [json.loads(ln) for ln in read_text(sink_out).splitlines() if ln.strip()]
-    keep = reqs[:2] + reqs[-3:] if len(reqs) > 5 else reqs
-    run.files["otlp.json"] = json.dumps({"requests_received": len(reqs), "first_two_and_last_three": keep}, indent=1)
+    keep = reqs[:1] + reqs[-2:] if len(reqs) > 3 else reqs
+    run.files["otlp.json"] = json.dumps({"requests_received": len(reqs), "first_and_last_two": keep}, separators=(",", ":"))
     for r in C.check_otlp(reqs, collections, uuid):
         run.row(*r)
 
@@ -545,7 +546,7 @@ def write_out(run, final):
     files["readings.json"] = json.dumps(run.readings, indent=1, default=str)
     logs = ["# run notes and commands"] + run.logs
     for name, _, log in run.children:
-        logs += ["", f"# {name} ({log})", read_text(log)[-200000:]]
+        logs += ["", f"# {name} ({log})", read_text(log)[-60000:]]
     files["logs.txt"] = "\n".join(logs)
     for name, content in files.items():
         with open(os.path.join(a.out, name), "w") as f:

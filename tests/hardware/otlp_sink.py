@@ -14,6 +14,7 @@ checks the decoder against a request recorded from the exporter.
 import argparse
 import gzip
 import json
+import os
 import struct
 import sys
 import threading
@@ -259,7 +260,6 @@ def main(argv=None):
     if a.port_file:
         with open(a.port_file + ".tmp", "w") as f:
             f.write(f"{port}\n")
-        import os
         os.replace(a.port_file + ".tmp", a.port_file)
     print(f"listening on 127.0.0.1:{port}", flush=True)
     threading.Timer(a.seconds, srv.shutdown).start()

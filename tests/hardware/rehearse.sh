@@ -18,7 +18,7 @@ fi
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 out="${1:-$tmp/out}"
-ln -s "$(pwd)/$nvml" "$tmp/libnvidia-ml.so.1"
+ln -s "$(realpath "$nvml")" "$tmp/libnvidia-ml.so.1"
 cc -shared -fPIC -o "$tmp/libcuda.so.1" tests/hardware/fake-libcuda.c
 # An idle H100 until the load starts; the fake libcuda rewrites this file when its first kernel runs.
 cat > "$tmp/scenario.yaml" <<'YAML'

@@ -30,6 +30,7 @@ sys.path.insert(0, HERE)
 
 import compare as C  # noqa: E402
 import cuda_load  # noqa: E402
+import hwcheck  # noqa: E402
 import otlp_sink  # noqa: E402
 
 UUID = "GPU-08b4fda8-c892-b50e-71dc-d3d0944f065e"
@@ -559,6 +560,34 @@ class Otlp(unittest.TestCase):
             finally:
                 p.terminate()
                 p.wait(timeout=10)
+
+
+class QueryFields(unittest.TestCase):
+    """hwcheck.usable: the fields nvidia-smi refuses are found by halving and left out."""
+
+    class Stub:
+        def __init__(self, refused):
+            self.refused, self.calls, self.notes = refused, 0, []
+            self.a = type("A", (), {"smi": "nvidia-smi"})
+
+        def cmd(self, args, timeout):
+            self.calls += 1
+            asked = args[1].split("=", 1)[1].split(",")
+            return {"rc": 2 if set(asked) & self.refused else 0}
+
+        def note(self, msg):
+            self.notes.append(msg)
+
+    def test_refused_fields_are_left_out(self):
+        fields = C.query_fields(C.parse_help_query(fixture("h100-help-query-gpu.txt")))
+        run = self.Stub({"memory.reserved", "power.draw.instant"})
+        got = hwcheck.usable(run, fields)
+        self.assertEqual(got, [f for f in fields if f not in run.refused])
+        self.assertEqual(len(run.notes), 2)
+        self.assertLess(run.calls, 30)
+        run = self.Stub(set())
+        self.assertEqual(hwcheck.usable(run, fields), fields)
+        self.assertEqual(run.calls, 1)
 
 
 class Table(unittest.TestCase):
