@@ -69,6 +69,13 @@ if ! cargo deb --version 2>/dev/null | grep -qx 'cargo-deb 3.8.0'; then
   cargo install cargo-deb --locked --version 3.8.0
 fi
 
+# hardware check (tests/hardware): ptxas from NVIDIA's nvcc wheel assembles the load generator's PTX in
+# its offline tests (40 MB, once; the wheel's other tools are not used)
+if ! compgen -G '.venv/lib/python3*/site-packages/nvidia/cuda_nvcc/bin/ptxas' >/dev/null; then
+  log "pip install nvidia-cuda-nvcc-cu12 (into .venv: ptxas for tests/hardware)"
+  .venv/bin/pip install -q --no-deps nvidia-cuda-nvcc-cu12==12.9.86
+fi
+
 # --- prerequisites: npm tools --------------------------------------------------------------------
 # (npm installs are appended here by the features that need them)
 # stack test: typescript + @grafana/schema for the dashboard type check (tests/dashboards/package-lock.json)
@@ -106,6 +113,12 @@ CI="${CI:-true}" cargo nextest run --workspace --no-fail-fast
 log "fault-matrix soak, short: 90 s, the 30-minute schedule compressed (tests/soak/, docs/reliability.md)"
 # Its own step (the soak is #[ignore]d in the run above): the pass criteria read the process alone.
 SOAK_SECONDS=90 cargo nextest run --test soak --run-ignored only --no-capture
+
+# --- the hardware check without a GPU (tests/hardware, docs/sources.md "Verified on hardware") ------
+log "hardware check, offline: load generator (PTX through ptxas, its ctypes binding on a fake libcuda), comparisons on recorded nvidia-smi output, OTLP decoder"
+CI="${CI:-true}" python3 -m unittest discover -s tests/hardware -p 'test_*.py'
+log "hardware check, rehearsed: tests/hardware/run.sh on stand-ins (fake libnvidia-ml, nvidia-smi, libcuda)"
+./tests/hardware/rehearse.sh
 
 # --- checks outside cargo ------------------------------------------------------------------------
 # (stack, compose, dashboard and manifest checks are appended here)
