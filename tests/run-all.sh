@@ -57,6 +57,12 @@ fi
 ROTEL_BIN=$(compgen -G "$root/.venv/lib/python3*/site-packages/rotel/rotel-agent" | head -n1)
 export ROTEL_BIN
 
+# the test runner: cargo-nextest runs the workspace's tests below (a process per test; .config/nextest.toml)
+if ! cargo nextest --version 2>/dev/null | grep -q '^cargo-nextest 0\.9\.151'; then
+  log "cargo install cargo-nextest"
+  cargo install cargo-nextest --locked --version 0.9.151
+fi
+
 # fuzzing (issue 18): cargo-fuzz drives the libFuzzer targets in fuzz/ (stable toolchain, RUSTC_BOOTSTRAP)
 if ! command -v cargo-fuzz >/dev/null; then
   log "cargo install cargo-fuzz"
