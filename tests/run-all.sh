@@ -76,6 +76,16 @@ if ! compgen -G '.venv/lib/python3*/site-packages/nvidia/cuda_nvcc/bin/ptxas' >/
   .venv/bin/pip install -q --no-deps nvidia-cuda-nvcc-cu12==12.9.86
 fi
 
+# NVIDIA's headers (issue 40, tests/headers/): nvml.h from NVIDIA's nvidia-nvml-dev wheel and pycparser, for
+# tests/e2e/nvml_header_facts.rs, which compiles a probe against the header at test time (NVML_HEADER)
+if ! compgen -G '.venv/lib/python3*/site-packages/nvidia/*/include/nvml.h' >/dev/null ||
+   ! .venv/bin/python -c 'import pycparser' 2>/dev/null; then
+  log "pip install nvidia-nvml-dev pycparser (into .venv: nvml.h for the header check)"
+  .venv/bin/pip install -q --no-deps nvidia-nvml-dev==13.5.37 pycparser==3.0
+fi
+NVML_HEADER=$(compgen -G "$root/.venv/lib/python3*/site-packages/nvidia/*/include/nvml.h" | head -n1)
+export NVML_HEADER
+
 # --- prerequisites: npm tools --------------------------------------------------------------------
 # (npm installs are appended here by the features that need them)
 # stack test: typescript + @grafana/schema for the dashboard type check (tests/dashboards/package-lock.json)
