@@ -676,3 +676,36 @@ fn uri_forms_go_through_dcgm_connect_v3() {
     );
     assert!(!calls.iter().any(|c| c.starts_with("dcgmConnect_v2")));
 }
+
+/// The goldens of the exporter reading the fake libdcgm are the simulated goldens, byte for byte, and
+/// that identity is the point: the fake serves the same scenario through NVIDIA's C ABI, so every
+/// difference would be a distortion the DCGM path alone introduces (values read from
+/// `dcgmFieldValue_v1/v2` by their type and status, blanks, entity discovery, the MIG hierarchy, the
+/// labels from `dcgmGetDeviceAttributes`). Each golden is compared with live output by its own test
+/// (`golden_default_scenario` here, `entities_e2e.rs` for hgx-h100 and grace-hopper); this one keeps
+/// the two files from drifting apart when one of them is rewritten with `UPDATE_GOLDEN`.
+#[test]
+fn fake_libdcgm_goldens_are_the_simulated_goldens() {
+    for scenario in ["default", "hgx-h100", "grace-hopper"] {
+        let read = |name: String| {
+            let path = common::golden_path(&name);
+            std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+        };
+        let through = read(format!("dcgm-fake-{scenario}.prom"));
+        let simulated = read(format!("simulated-{scenario}.prom"));
+        let differ: Vec<String> = simulated
+            .lines()
+            .zip(through.lines())
+            .filter(|(a, b)| a != b)
+            .take(5)
+            .map(|(a, b)| format!("  simulated: {a}\n  libdcgm:   {b}"))
+            .collect();
+        assert!(
+            through == simulated,
+            "{scenario}: the libdcgm golden differs from the simulated one ({} vs {} lines):\n{}",
+            through.lines().count(),
+            simulated.lines().count(),
+            differ.join("\n")
+        );
+    }
+}

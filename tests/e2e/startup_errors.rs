@@ -414,3 +414,24 @@ fn bad_distributions() {
         &format!("{config}:5:5: collection.distributions[0] DCGM_FI_DEV_POWER_USAGE@1s: the sample interval must be shorter than the collect interval (1s)"),
     );
 }
+
+/// `run_to_exit` (every test above) fails instead of hanging when the binary does not exit: here a
+/// serving exporter (the situation a bad input that stopped being fatal would cause) is killed after
+/// the limit, and the failure names the arguments and shows the output so far.
+#[test]
+fn run_to_exit_kills_a_binary_that_keeps_running_and_fails() {
+    let args = ["--simulate", "-a", "127.0.0.1:0", "-c", "200"];
+    let failure = std::panic::catch_unwind(|| {
+        common::run_to_exit_within(&args, &[], std::time::Duration::from_secs(2))
+    })
+    .expect_err("run_to_exit returned although the exporter was still serving");
+    let message = failure
+        .downcast_ref::<String>()
+        .cloned()
+        .unwrap_or_default();
+    assert!(
+        message.contains("did not exit within 2s: killed")
+            && message.contains("\"--simulate\", \"-a\", \"127.0.0.1:0\""),
+        "{message}"
+    );
+}

@@ -112,7 +112,7 @@ pub const NVML_FI_DEV_NVLINK_ERROR_DL_RECOVERY: c_uint = 162;
 pub const NVML_FI_DEV_NVLINK_ERROR_DL_CRC: c_uint = 163;
 
 /// Links NVML numbers per GPU (`NVML_NVLINK_MAX_LINKS`).
-pub const NVML_NVLINK_MAX_LINKS: u32 = 18;
+pub const NVML_NVLINK_MAX_LINKS: u32 = 36;
 
 // ---------------------------------------------------------------------------------------------------
 // Structs
