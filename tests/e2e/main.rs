@@ -28,6 +28,7 @@ mod nvml_abi_layout;
 mod nvml_e2e;
 mod open_attribution;
 mod otlp_e2e;
+mod otlp_faults_e2e;
 mod pod_cost;
 mod reload_e2e;
 mod rules_recorded;
