@@ -123,12 +123,13 @@ impl OtlpPlan {
         collect_interval: Duration,
         env: &dyn Fn(&str) -> Option<String>,
     ) -> Result<Option<OtlpPlan>, OtelError> {
-        let Some(settings) = settings::resolve(args, collect_interval, env)? else {
-            return Ok(None);
-        };
+        // Refused whether OTLP is on or not: a configuration naming it expects what it no longer does.
         if args.otlp_pipeline == OtlpPipeline::Sdk {
             return Err(OtelError::SdkPipelineRemoved);
         }
+        let Some(settings) = settings::resolve(args, collect_interval, env)? else {
+            return Ok(None);
+        };
         if let Some(e) = metric_names_conflict(args) {
             return Err(e);
         }
