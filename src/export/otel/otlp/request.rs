@@ -914,15 +914,18 @@ impl DirectBuilder {
             let Some(v) = observe(kind, &FieldValue::Double(sample.value)) else {
                 continue;
             };
-            let holder = self.naming.attribution_attributes(&sample.attributes);
+            let holder = self.naming.holder_attributes(&sample.attributes);
             let device = self.naming.device_attributes(&sample.entity);
             let mut point: Vec<KeyValue> = device;
+            point.extend(holder.within.iter().cloned());
             if holders.host_mode() {
-                point.extend(holder.iter().cloned());
+                point.extend(holder.resource.iter().cloned());
             }
             point.sort_by(|a, b| a.key.cmp(&b.key));
             let mut full = point.clone();
-            full.extend(holder.iter().cloned());
+            if !holders.host_mode() {
+                full.extend(holder.resource.iter().cloned());
+            }
             full.sort_by(|a, b| a.key.cmp(&b.key));
             let set = SetLayout {
                 resource: 0,
