@@ -69,8 +69,9 @@ ENV NVIDIA_DRIVER_CAPABILITIES=compute,utility,compat32 \
     DCGM_EXPORTER_LISTEN=:9400
 EXPOSE 9400
 # Curl-free probe: bash's /dev/tcp sends one HTTP/1.0 request to /health and the status line must say 200.
-# It reads the port from DCGM_EXPORTER_LISTEN; if you pass -a/--address on the command line instead, change
-# the variable too (or override the healthcheck).
+# /health is liveness (200 through a DCGM outage, 503 only for a collector hung past max(10 min, 20 intervals));
+# fresh data is /ready's answer, for readiness probes. It reads the port from DCGM_EXPORTER_LISTEN; if you pass
+# -a/--address on the command line instead, change the variable too (or override the healthcheck).
 HEALTHCHECK --interval=15s --timeout=5s --start-period=60s --retries=3 \
   CMD ["bash", "-c", "p=\"${DCGM_EXPORTER_LISTEN:-:9400}\"; exec 3<>\"/dev/tcp/127.0.0.1/${p##*:}\" && printf 'GET /health HTTP/1.0\\r\\nHost: localhost\\r\\n\\r\\n' >&3 && head -n 1 <&3 | grep -q ' 200 '"]
 ENTRYPOINT ["/usr/bin/dcgm-otel"]

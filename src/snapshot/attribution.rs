@@ -91,6 +91,30 @@ pub static POD_UID: LazyLock<Arc<AttributeKey>> =
 pub static HPC_JOB: LazyLock<Arc<AttributeKey>> =
     LazyLock::new(|| well_known("hpc_job", None, "hpc.job.id"));
 
+/// What an attribute says of the party (a pod, an HPC job) that holds a device.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HolderPart {
+    /// Tells the holder apart: the pod's namespace and name, the job.
+    Identity,
+    /// Describes the holder as a whole: the pod's uid and labels.
+    Whole,
+    /// Differs within the holder: a container, the device replica it holds, a DRA claim.
+    Within,
+}
+
+impl AttributeKey {
+    /// What this attribute says of its holder ([`HolderPart`]).
+    pub fn holder_part(&self) -> HolderPart {
+        if *self == **POD || *self == **NAMESPACE || *self == **HPC_JOB {
+            HolderPart::Identity
+        } else if *self == **POD_UID || self.placement == Placement::Labels {
+            HolderPart::Whole
+        } else {
+            HolderPart::Within
+        }
+    }
+}
+
 /// One attribute: a key and its value.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Attribute {

@@ -31,6 +31,7 @@ mod nvml_e2e;
 mod nvml_header_facts;
 mod open_attribution;
 mod otlp_e2e;
+mod otlp_faults_e2e;
 mod pod_cost;
 mod reload_e2e;
 mod rules_recorded;

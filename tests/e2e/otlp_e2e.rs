@@ -1743,3 +1743,82 @@ fn per_pod_sums_over_otlp_equal_the_scrape() {
     }
     drop(exporter);
 }
+
+/// One holder, one Resource (`--collect-processes --kubernetes-virtual-gpus` on the built-in
+/// scenario's cluster): each pod's cost counters, its split of a shared GPU and its processes travel
+/// on one Resource of the pod, whose identity is the pod's (`k8s.namespace.name`, `k8s.pod.name`);
+/// what differs within the pod (`k8s.container.name`, the GPU replica) is on the points. Before: two
+/// Resources per pod, one with `k8s.container.name` for the cost counters, one without for the split
+/// and the processes.
+#[test]
+fn a_pod_is_one_resource_for_its_cost_split_and_processes() {
+    let sink = Sink::grpc(0, None);
+    let endpoint = format!("http://{}", sink.addr);
+    let _exporter = common::start_as_user(
+        &[
+            "--simulate",
+            "--collect-processes",
+            "--kubernetes-virtual-gpus",
+            "-c",
+            "300",
+            "--otlp-endpoint",
+            &endpoint,
+        ],
+        &[],
+    );
+    // The cost counters start at the second collection.
+    let deadline = Instant::now() + WAIT;
+    let req = loop {
+        let req = sink.nth_or_later(1);
+        if flatten(&req)
+            .iter()
+            .any(|(_, _, m, _)| m.name == "nvidia.pod.gpu.time")
+        {
+            break req;
+        }
+        assert!(Instant::now() < deadline, "no cost counters arrived");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    // The pods' own Resources (no hardware identity): (namespace, pod) → their metric names.
+    let mut pods: BTreeMap<(String, String), Vec<std::collections::BTreeSet<String>>> =
+        BTreeMap::new();
+    for rm in &req.resource_metrics {
+        let r = attrs(&rm.resource.as_ref().unwrap().attributes);
+        if r.contains_key("hw.id") || !r.contains_key("k8s.pod.name") {
+            continue;
+        }
+        assert!(
+            !r.contains_key("k8s.container.name") && !r.contains_key("nvidia.gpu.replica"),
+            "a pod's Resource names what differs within the pod: {r:?}"
+        );
+        let names = rm
+            .scope_metrics
+            .iter()
+            .flat_map(|s| s.metrics.iter().map(|m| m.name.clone()))
+            .collect();
+        pods.entry((r["k8s.namespace.name"].clone(), r["k8s.pod.name"].clone()))
+            .or_default()
+            .push(names);
+    }
+    assert!(!pods.is_empty());
+    for (pod, resources) in &pods {
+        assert_eq!(resources.len(), 1, "{pod:?}: {resources:#?}");
+    }
+    // A pod sharing a GPU through its processes has all three on its one Resource, the container
+    // on the cost counters' points.
+    let shared: Vec<_> = pods
+        .iter()
+        .filter(|(_, r)| r[0].contains("nvidia.pod.gpu.utilization"))
+        .collect();
+    assert!(!shared.is_empty(), "{pods:#?}");
+    for (pod, r) in shared {
+        for name in ["nvidia.pod.gpu.time", "nvidia.process.gpu.memory.usage"] {
+            assert!(r[0].contains(name), "{pod:?} lacks {name}: {r:#?}");
+        }
+    }
+    for (r, p, m, _) in flatten(&req) {
+        if m.name == "nvidia.pod.gpu.time" && !r.contains_key("hw.id") {
+            assert!(p.contains_key("k8s.container.name"), "{r:?} {p:?}");
+        }
+    }
+}

@@ -18,6 +18,49 @@ fn expect(args: &[&str], env: &[(&str, &str)], code: i32, stderr: &str) {
     );
 }
 
+/// [`expect`] exit code 2 with `stderr`, for a start-up that may instead run: stopped after 20 s
+/// (on a free port), which fails the test.
+fn expect_bounded(args: &[&str], env: &[(&str, &str)], stderr: &str) {
+    use std::io::Read as _;
+    use std::time::{Duration, Instant};
+    let mut cmd = std::process::Command::new(common::binary());
+    cmd.args(args)
+        .args(["-a", &format!("127.0.0.1:{}", common::free_port())])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped());
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let mut child = cmd.spawn().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let code = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status.code().unwrap_or(-1);
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            break -1;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let mut got = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut got)
+        .unwrap();
+    assert_eq!(
+        (code, got.lines().last().unwrap_or("")),
+        (2, format!("dcgm-otel: {stderr}").as_str()),
+        "args {args:?}, env {env:?} (-1: still running after 20 s): {got}"
+    );
+    assert_eq!(got.lines().count(), 1, "one line: {got}");
+}
+
+const SDK_REFUSED: &str = "--otlp-pipeline sdk: the OpenTelemetry SDK pipeline is no longer built: it kept the Resource model of dcgm-otel 0.1, which counts a shared device's and a MIG GPU's measurements more than once; drop the flag (the direct pipeline is the only one)";
+
 #[test]
 fn bad_flags_and_variables() {
     expect(
@@ -195,8 +238,18 @@ fn bad_otlp_settings() {
         &["--simulate", "--otlp", "--otlp-pipeline", "sdk"],
         &[],
         2,
-        "--otlp-pipeline sdk: the OpenTelemetry SDK pipeline is no longer built: it kept the Resource model of dcgm-otel 0.1, which counts a shared device's and a MIG GPU's measurements more than once; drop the flag (the direct pipeline is the only one)",
+        SDK_REFUSED,
     );
+    // Refused whether OTLP is on or not, by flag or variable (it was accepted silently with OTLP off,
+    // and the exporter ran: bounded here, so that a regression fails instead of hanging).
+    expect_bounded(&["--simulate", "--otlp-pipeline", "sdk"], &[], SDK_REFUSED);
+    for otlp in [None, Some(("DCGM_OTEL_OTLP", "true"))] {
+        let env: Vec<(&str, &str)> = [("DCGM_OTEL_OTLP_PIPELINE", "sdk")]
+            .into_iter()
+            .chain(otlp)
+            .collect();
+        expect_bounded(&["--simulate"], &env, SDK_REFUSED);
+    }
 }
 
 #[test]
