@@ -238,6 +238,11 @@ for case, docs in rendered.items():
     if case == "all-features":
         for kind in ("ServiceMonitor", "PodMonitor", "PrometheusRule"):
             one(docs, kind, case)
+        # issue 35: the target's labels win by default (the GPU's arrive as exported_pod, ...)
+        for kind, key in (("ServiceMonitor", "endpoints"), ("PodMonitor", "podMetricsEndpoints")):
+            for m in find(docs, kind):
+                if any(ep.get("honorLabels") is not False for ep in m["spec"][key]):
+                    fail.append(f"helm all-features: {kind} honorLabels must default to false")
         rule = find(docs, "PrometheusRule")
         groups = []
         for p in sources:

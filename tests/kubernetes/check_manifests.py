@@ -292,6 +292,10 @@ else:
         for key in ("interval", "scrapeTimeout"):
             if not re.fullmatch(r"[0-9]+(ms|s|m|h)", str(ep.get(key, "1s"))):
                 fail.append(f"ServiceMonitor endpoint {key} {ep.get(key)!r} is not a Prometheus duration")
+        # issue 35: the target's labels win (dcgm-exporter's default); the GPU's arrive as exported_*
+        if ep.get("honorLabels") is not False:
+            fail.append(f"ServiceMonitor endpoint honorLabels is {ep.get('honorLabels')!r}: false, as "
+                        f"dcgm-exporter's chart (nothing on /metrics replaces job, instance, the target's pod)")
     pod_labels = ds["spec"]["template"]["metadata"]["labels"]
     if any(pod_labels.get(k) != v for k, v in svc["spec"]["selector"].items()):
         fail.append("Service selector does not select the DaemonSet's pods")
