@@ -37,7 +37,7 @@ pub mod processes;
 pub mod simulated;
 pub mod virtual_gpus;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -330,7 +330,7 @@ impl KubernetesEnricher {
     /// The enricher over a pod source; `api`: the Kubernetes API server, when configured (pod UIDs and
     /// labels, DRA ResourceSlices).
     pub fn with_source(
-        config: KubernetesConfig,
+        mut config: KubernetesConfig,
         source: PodSource,
         api: Option<&api::ApiConfig>,
         registry: &SelfMetrics,
@@ -407,6 +407,16 @@ impl KubernetesEnricher {
                 "no Kubernetes API configuration (in-cluster service account or KUBECONFIG): no pod labels, no DRA attribution; pod UIDs from the kubelet checkpoint only"
             ),
             None => {}
+        }
+        // UIDs from the API: the checkpoint only where it is (the manifests do not mount its directory).
+        if pods_api.is_some()
+            && config
+                .pod_uid_checkpoint
+                .as_ref()
+                .is_some_and(|p| p == Path::new(checkpoint::DEFAULT_CHECKPOINT) && !p.exists())
+        {
+            tracing::info!("pod UIDs from the Kubernetes API (no kubelet device checkpoint at its default path)");
+            config.pod_uid_checkpoint = None;
         }
         let cost = CostAccumulator::new(config.cost, registry);
         if let Some(path) = &config.pod_uid_checkpoint {
@@ -572,7 +582,7 @@ impl KubernetesEnricher {
             }
             Err(e) => {
                 if !self.checkpoint_failing {
-                    tracing::warn!(error = %e, "pod UIDs unavailable: series carry no pod_uid label until the kubelet device checkpoint can be read (mount /var/lib/kubelet/device-plugins read-only)");
+                    tracing::warn!(error = %e, "pod UIDs unavailable from the kubelet device checkpoint: series whose pod the Kubernetes API does not give carry no pod_uid label until it can be read");
                     self.checkpoint_failing = true;
                 }
                 None

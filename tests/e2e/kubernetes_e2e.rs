@@ -939,6 +939,10 @@ fn pod_labels_and_uid_from_the_api_watch_through_changes_410_drops_and_outages()
     assert_eq!(log_count(&ex, "Kubernetes API request failed"), 1);
     assert_eq!(log_count(&ex, "Kubernetes API still unreachable"), 1);
     assert_eq!(log_count(&ex, "Kubernetes API answers again"), 1);
+    // The UIDs come from the API: no kubelet checkpoint is looked for where there is none (the
+    // manifests mount none of its directory).
+    assert_eq!(log_count(&ex, "pod UIDs from the Kubernetes API"), 1);
+    assert_eq!(log_count(&ex, "pod UIDs unavailable"), 0);
 }
 
 #[test]
