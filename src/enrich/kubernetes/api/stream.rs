@@ -106,18 +106,30 @@ fn lenient<'a, T: Deserialize<'a>>(raw: Option<&'a RawValue>) -> Option<T> {
     raw.and_then(|r| serde_json::from_str(r.get()).ok())
 }
 
-/// One event line; `None` for an event to skip (no object, an unknown type, an object that does not
-/// decode).
-fn decode_event<O: ApiObject>(line: &[u8]) -> Result<Option<WatchEvent<O>>, DecodeError> {
+/// An `ADDED`, `MODIFIED` or `DELETED` event whose object does not decode as the resource's (skipped,
+/// counted).
+struct Skipped;
+
+/// An event line decoded.
+type Decoded<O> = Result<Option<WatchEvent<O>>, Skipped>;
+
+/// One event line: `Ok(None)` for an event to skip (no object, an unknown type), `Err(Skipped)` for an
+/// object that does not decode.
+fn decode_event<O: ApiObject>(line: &[u8]) -> Result<Decoded<O>, DecodeError> {
     let event: EventWire<'_> =
         serde_json::from_slice(line).map_err(|e| DecodeError::Json(e.to_string()))?;
     let Some(object) = event.object else {
-        return Ok(None);
+        return Ok(Ok(None));
     };
-    let typed = || serde_json::from_str::<O>(object.get()).ok();
-    Ok(match &*event.kind {
-        "ADDED" | "MODIFIED" => typed().map(WatchEvent::Put),
-        "DELETED" => typed().map(WatchEvent::Delete),
+    Ok(decode_object(&event.kind, object))
+}
+
+/// The event of `kind` carrying `object`.
+fn decode_object<O: ApiObject>(kind: &str, object: &RawValue) -> Decoded<O> {
+    let typed = || serde_json::from_str::<O>(object.get()).map_err(|_| Skipped);
+    Ok(match kind {
+        "ADDED" | "MODIFIED" => return typed().map(|o| Some(WatchEvent::Put(o))),
+        "DELETED" => return typed().map(|o| Some(WatchEvent::Delete(o))),
         "BOOKMARK" => {
             let status: StatusWire<'_> = lenient(Some(object)).unwrap_or_default();
             let meta: ListMetaWire = lenient(status.metadata).unwrap_or_default();
@@ -147,6 +159,8 @@ pub struct WatchDecoder<O> {
     /// Bytes of `buf` already searched for a newline.
     scanned: usize,
     failed: bool,
+    /// Events whose object did not decode as an `O` (skipped).
+    pub skipped: usize,
     object: std::marker::PhantomData<fn() -> O>,
 }
 
@@ -156,6 +170,7 @@ impl<O: ApiObject> Default for WatchDecoder<O> {
             buf: Vec::new(),
             scanned: 0,
             failed: false,
+            skipped: 0,
             object: std::marker::PhantomData,
         }
     }
@@ -189,8 +204,9 @@ impl<O: ApiObject> WatchDecoder<O> {
                 return out;
             }
             match decode_event(line) {
-                Ok(Some(e)) => out.push(Ok(e)),
-                Ok(None) => {}
+                Ok(Ok(Some(e))) => out.push(Ok(e)),
+                Ok(Ok(None)) => {}
+                Ok(Err(Skipped)) => self.skipped += 1,
                 Err(e) => {
                     self.failed = true;
                     out.push(Err(e));
@@ -353,6 +369,7 @@ mod tests {
         assert!(
             matches!(&got[0], Ok(WatchEvent::Put(o)) if o.metadata.name.as_deref() == Some("b"))
         );
+        assert_eq!(d.skipped, 1);
     }
 
     #[test]

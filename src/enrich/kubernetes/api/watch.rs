@@ -741,7 +741,12 @@ where
             let Ok(data) = frame.into_data() else {
                 continue;
             };
-            for event in decoder.push(&data) {
+            let skipped = decoder.skipped;
+            let events = decoder.push(&data);
+            self.metrics
+                .undecodable
+                .add((decoder.skipped - skipped) as f64);
+            for event in events {
                 // A line past stream::MAX_WATCH_LINE or one that is not an event cuts the watch
                 // (counted as a failed watch) instead of growing a buffer.
                 let event = event.map_err(|e| {
