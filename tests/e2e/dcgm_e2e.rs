@@ -550,8 +550,9 @@ fn call_log_one_read_per_entity_per_cycle_unique_watches_nothing_after_shutdown(
             f["freq"], "100000",
             "watch frequency is the collect interval in µs: {c}"
         );
-        assert_eq!(f["maxKeepAge"], "600");
-        assert_eq!(f["maxKeepSamples"], "0");
+        // Three collect intervals (0.3 s) and as many samples (+1), not dcgm-exporter's 600 s.
+        assert_eq!(f["maxKeepAge"], "0.3");
+        assert_eq!(f["maxKeepSamples"], "4");
     }
     assert_eq!(watches.len(), 2, "basic and DCP field groups");
     // Steady state: between the first update and the first unwatch only cached latest-value reads.

@@ -215,7 +215,10 @@ impl StartupFaults {
                 continue;
             }
             let bad = |why: &str| {
-                ConfigError(format!("FAKE_DCGM_STARTUP item {} {item:?}: {why}", pos + 1))
+                ConfigError(format!(
+                    "FAKE_DCGM_STARTUP item {} {item:?}: {why}",
+                    pos + 1
+                ))
             };
             let (key, value) = item
                 .split_once('=')

@@ -310,10 +310,18 @@ impl Engine {
     /// `hostengine_up_after_ms` / `embedded_fails_ms`: refuse a connection while the engine is not up
     /// yet; otherwise count the connection (it succeeds).
     fn admit_startup(&mut self, embedded: bool) -> Result<(), i32> {
-        if embedded && self.startup.within(self.startup_faults().embedded_fails_for) {
+        if embedded
+            && self
+                .startup
+                .within(self.startup_faults().embedded_fails_for)
+        {
             return Err(ffi::DCGM_ST_NVML_NOT_LOADED);
         }
-        if !embedded && self.startup.within(self.startup_faults().hostengine_up_after) {
+        if !embedded
+            && self
+                .startup
+                .within(self.startup_faults().hostengine_up_after)
+        {
             return Err(ffi::DCGM_ST_CONNECTION_NOT_VALID);
         }
         self.startup.connects += 1;
@@ -1716,7 +1724,10 @@ mod tests {
         e.startup = StartupState::begun();
         assert_eq!(e.connect("x"), Err(ffi::DCGM_ST_CONNECTION_NOT_VALID));
         assert!(e.gpus().is_empty());
-        assert_eq!(e.group_entities(ffi::DCGM_FE_GPU_I).unwrap(), Vec::<u32>::new());
+        assert_eq!(
+            e.group_entities(ffi::DCGM_FE_GPU_I).unwrap(),
+            Vec::<u32>::new()
+        );
         // The embedded engine is not delayed by the remote one's window.
         e.start_embedded(ffi::DCGM_OPERATION_MODE_AUTO).unwrap();
         assert!(!e.profiling_loaded());
