@@ -551,8 +551,10 @@ impl DcgmSource {
             }
             Err(e) if e.connection_lost() => Err(self.lose(&e)),
             Err(e) => {
+                // Nothing learnt: the same count again, and the next try later.
                 tracing::debug!(error = %e, "rediscovery failed");
-                self.blind.discovered(0, now);
+                self.blind
+                    .discovered(self.blind.last_reported().unwrap_or(0), now);
                 Ok(())
             }
         }
