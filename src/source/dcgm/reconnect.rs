@@ -82,11 +82,12 @@ impl Retry {
         }
     }
 
-    /// Due, with half an interval of slack so that a poll slightly early still tries.
+    /// Due, with half the first delay of slack so that a poll slightly early still tries (a
+    /// collection's tick, or the early one [`WakeTimer`] asked for).
     pub fn due(&self, now: Instant) -> bool {
         match self.next_at {
             None => true,
-            Some(t) => now + self.first / 2 >= t,
+            Some(t) => now + self.first.min(FIRST_RETRY) / 2 >= t,
         }
     }
 
