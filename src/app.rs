@@ -11,9 +11,11 @@
 //!    and variables given explicitly win over `--config-file`, which wins over the defaults. What the
 //!    exporters need from the source is declared before the source is resolved.
 //! 2. [`Plan::start`] binds :9400 first (a port in use fails before anything is read or pushed), then
-//!    installs the SIGHUP handler, connects the source, starts the enrichers, the exporters, the
-//!    collector thread (which also follows the counters file) and the HTTP server, and waits for
-//!    SIGTERM/SIGINT.
+//!    installs the SIGHUP handler, starts the exporters and serves HTTP — `/health` 200 and `/ready`
+//!    503 from here on, so a source that takes its time (a host engine not up yet) is never a
+//!    liveness failure — then connects the source (a host engine that does not answer is tried again
+//!    by the collector, never a reason to exit), starts the enrichers and the collector thread (which
+//!    also follows the counters file), and waits for SIGTERM/SIGINT.
 
 mod signals;
 
@@ -196,7 +198,19 @@ impl Plan {
             collect_now: pipeline::waker(&control_tx),
         }));
 
-        let source = self.source.start(counters, &ctx)?;
+        // The source's library first (a missing one is one line, before anything is served), then
+        // serving: /health answers while the source connects.
+        let opened = self.source.open(counters, &ctx)?;
+        let store = SnapshotStore::new();
+        let exports = self.exports.start(&store, &ctx)?;
+        let status = CollectorStatus::new(self.interval);
+        let state = ServerState {
+            body: exports.body.clone(),
+            status: status.clone(),
+        };
+        let serving = runtime.spawn(server.serve(state, started, signals::wait_for_termination()));
+
+        let source = opened.start(&ctx)?;
         let processes = match self.processes {
             Some(p) => p.start(source.nvml.clone())?,
             None => None,
@@ -209,10 +223,6 @@ impl Plan {
             "configuration loaded"
         );
         let enrichers = self.enrich.start(&ctx)?;
-        let store = SnapshotStore::new();
-        let exports = self.exports.start(&store, &ctx)?;
-
-        let status = CollectorStatus::new(self.interval);
         let pipeline = Pipeline {
             source: source.source,
             enrichers,
@@ -233,11 +243,7 @@ impl Plan {
             .map_err(|e| {
                 StartError::environment(format!("cannot start the collector thread: {e}"))
             })?;
-        let state = ServerState {
-            body: exports.body,
-            status,
-        };
-        runtime.block_on(server.serve(state, started, signals::wait_for_termination()));
+        let _ = runtime.block_on(serving);
         let _ = control_tx.send(Control::Stop);
         drop(control_tx);
         let _ = collector.join();

@@ -66,8 +66,11 @@ fn embedded_through_ld_library_path_exact_gpu_and_mig_lines() {
     let (gpu, mig) = mem_clock_lines("golden-host");
     assert!(body.lines().any(|l| l == gpu), "missing {gpu} in:\n{body}");
     assert!(body.lines().any(|l| l == mig), "missing {mig} in:\n{body}");
-    // Flex mode: GPU 1 has MIG instances, so it is monitored through them, not as a whole.
-    assert!(!body.contains(&format!("{{{GPU1_LABELS},Hostname")));
+    // Flex mode: GPU 1 has MIG instances, so it is monitored through them, not as a whole (its one
+    // series of its own is dcgm-otel's MIG roll-up).
+    assert!(!body
+        .lines()
+        .any(|l| l.starts_with("DCGM_FI_") && l.contains(&format!("{{{GPU1_LABELS},Hostname"))));
     // Not supported on MIG instances (the fake, like DCGM, says so): present for GPU 0 only.
     let util: Vec<&str> = body
         .lines()
@@ -550,8 +553,9 @@ fn call_log_one_read_per_entity_per_cycle_unique_watches_nothing_after_shutdown(
             f["freq"], "100000",
             "watch frequency is the collect interval in µs: {c}"
         );
-        assert_eq!(f["maxKeepAge"], "600");
-        assert_eq!(f["maxKeepSamples"], "0");
+        // Three collect intervals (0.3 s) and as many samples (+1), not dcgm-exporter's 600 s.
+        assert_eq!(f["maxKeepAge"], "0.3");
+        assert_eq!(f["maxKeepSamples"], "4");
     }
     assert_eq!(watches.len(), 2, "basic and DCP field groups");
     // Steady state: between the first update and the first unwatch only cached latest-value reads.

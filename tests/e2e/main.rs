@@ -26,6 +26,8 @@ mod incident_logs;
 mod incident_logs_e2e;
 mod incidents_e2e;
 mod kubernetes_e2e;
+mod mig_rollup_e2e;
+mod never_blind_e2e;
 mod nvml_abi_layout;
 mod nvml_e2e;
 mod nvml_header_facts;

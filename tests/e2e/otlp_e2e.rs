@@ -120,6 +120,7 @@ fn expected_polls(n: usize) -> Expected {
     for _ in 0..n {
         let reading = sim.poll().unwrap();
         let mut poll = HashMap::new();
+        let mut rollups: BTreeMap<String, Option<f64>> = BTreeMap::new();
         for e in &reading.entities {
             if e.entity.kind == EntityKind::NvLink {
                 continue;
@@ -143,8 +144,20 @@ fn expected_polls(n: usize) -> Expected {
             if e.entity.kind == EntityKind::GpuInstance {
                 poll.entry((key.0.clone(), None))
                     .or_insert_with(|| values.clone());
+                // The MIG roll-up on the board: the instances' GR_ENGINE_ACTIVE weighted by their
+                // share of the GPU, summed in reading order.
+                let share = values
+                    .get("DCGM_FI_PROF_GR_ENGINE_ACTIVE")
+                    .map(|v| v * dcgm_otel::enrich::kubernetes::cost::device_fraction(&e.entity));
+                let sum = rollups.entry(key.0.clone()).or_insert(Some(0.0));
+                *sum = sum.zip(share).map(|(a, b)| a + b);
             }
             poll.insert(key, values);
+        }
+        for (uuid, sum) in rollups {
+            if let (Some(sum), Some(board)) = (sum, poll.get_mut(&(uuid, None))) {
+                board.insert("nvidia.gpu.mig.utilization".into(), sum.clamp(0.0, 1.0));
+            }
         }
         out.push(poll);
     }
