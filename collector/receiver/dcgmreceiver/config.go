@@ -74,8 +74,8 @@ func oneOf(key, value string, allowed ...string) error {
 // Validate refuses a configuration with one error naming the key; what only the engine can check
 // (files, device names) it checks at start.
 func (c *Config) Validate() error {
-	if c.CollectionInterval < time.Millisecond {
-		return fmt.Errorf("collection_interval: %s is too short (at least 1ms)", c.CollectionInterval)
+	if c.CollectionInterval < 100*time.Millisecond || c.CollectionInterval > time.Hour {
+		return fmt.Errorf("collection_interval: %s is not within 100ms..1h (the engine's -c range)", c.CollectionInterval)
 	}
 	if c.CollectionInterval%time.Millisecond != 0 {
 		return fmt.Errorf("collection_interval: %s is not a whole number of milliseconds", c.CollectionInterval)

@@ -59,7 +59,8 @@ func TestEveryKeyIsItsFlag(t *testing.T) {
 func TestInvalidConfigsAreRefusedWithOneError(t *testing.T) {
 	for name, want := range map[string]string{
 		"bad_source":                `source: "dcgmi" is not one of dcgm, nvml, auto, simulate`,
-		"bad_interval":              "collection_interval: 1.5ms is not a whole number of milliseconds",
+		"bad_interval":              "collection_interval: 150.5ms is not a whole number of milliseconds",
+		"short_interval":            "collection_interval: 50ms is not within 100ms..1h (the engine's -c range)",
 		"semconv_dcgm_style":        "metric_names: semconv and both need attribute_style otel",
 		"scenario_without_simulate": "scenario, simulate_seed: only with source simulate",
 		"bad_distribution":          `distributions[0]: "DCGM_FI_DEV_POWER_USAGE" is not FIELD@PERIOD (e.g. DCGM_FI_DEV_POWER_USAGE@100ms)`,

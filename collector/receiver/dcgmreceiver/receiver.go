@@ -113,37 +113,55 @@ func (r *dcgmReceiver) run() {
 			return
 		default:
 		}
-		if r.engine == nil && !r.startEngine() {
-			select {
-			case <-r.stopCh:
+		if r.engine == nil {
+			switch r.startEngine() {
+			case started:
+			case refused:
+				// A configuration the engine refuses stays refused: no retry.
+				<-r.stopCh
 				return
-			case <-time.After(r.cfg.RetryInterval):
+			case failed:
+				select {
+				case <-r.stopCh:
+					return
+				case <-time.After(r.cfg.RetryInterval):
+				}
+				continue
 			}
-			continue
 		}
 		r.collectOnce()
 	}
 }
 
-// startEngine loads the library and starts the engine; false when it could not (reported).
-func (r *dcgmReceiver) startEngine() bool {
+type startOutcome int
+
+const (
+	started startOutcome = iota
+	// refused: the engine refuses the configuration (reported as a permanent error).
+	refused
+	// failed: the library is missing or the environment failed (reported; retried).
+	failed
+)
+
+// startEngine loads the library and starts the engine.
+func (r *dcgmReceiver) startEngine() startOutcome {
 	lib, err := loadLibrary(r.cfg.LibraryPath)
 	if err == nil {
 		r.engine, err = startEngine(lib, r.cfg.engineArgs())
 	}
 	if err == nil {
 		r.set.Logger.Info("dcgm-otel engine started", zap.Strings("flags", r.cfg.engineArgs()))
-		return true
+		return started
 	}
 	r.telemetry.ReceiverDcgmEngineStartFailures.Add(context.Background(), 1)
 	if IsBadOptions(err) {
 		r.set.Logger.Error("the dcgm-otel engine refuses this configuration", zap.Error(err))
 		r.report(componentstatus.NewPermanentErrorEvent(err))
-	} else {
-		r.set.Logger.Error("cannot start the dcgm-otel engine; trying again", zap.Error(err), zap.Duration("retry_in", r.cfg.RetryInterval))
-		r.report(componentstatus.NewRecoverableErrorEvent(err))
+		return refused
 	}
-	return false
+	r.set.Logger.Error("cannot start the dcgm-otel engine; trying again", zap.Error(err), zap.Duration("retry_in", r.cfg.RetryInterval))
+	r.report(componentstatus.NewRecoverableErrorEvent(err))
+	return failed
 }
 
 // collectOnce waits for the next collection and hands it on.
