@@ -133,6 +133,24 @@ log "cargo nextest"
 # .config/nextest.toml (named explicitly): a test stuck for minutes is killed and fails (issue 40)
 CI="${CI:-true}" cargo nextest run --config-file .config/nextest.toml --workspace --no-fail-fast
 
+# ---- issue 36: the dcgm receiver for the OpenTelemetry Collector (collector/receiver/dcgmreceiver) ----
+# The engine's C ABI (capi/, libdcgm_otel_engine.so) is built by `cargo build --workspace` above and
+# tested by nextest (capi/tests). The Go module: generated code current with metadata.yaml (mdatagen
+# v0.158.0 pinned in collector/tools, built once into the Go cache), gofmt/vet, then its tests against
+# the built engine library with CGO_ENABLED=0 (purego, as ocb builds it): mdatagen's lifecycle tests,
+# CheckConsumeContract for metrics and logs, config load/validate, no library, a panic, two receivers.
+# Every module is checked against the committed go.sum (-mod=readonly; sum.golang.org is unreachable).
+log "dcgm receiver: mdatagen output current, gofmt, go vet, go test on the built engine (collector/receiver/dcgmreceiver)"
+(
+  cd collector/receiver/dcgmreceiver
+  export GOSUMDB=off GOFLAGS=-mod=readonly CGO_ENABLED=0
+  ./generate.sh --check
+  unformatted="$(gofmt -l .)"
+  [ -z "$unformatted" ] || { echo "gofmt: $unformatted" >&2; exit 1; }
+  go vet ./...
+  DCGM_OTEL_ENGINE_LIBRARY="$PWD/../../../target/debug/libdcgm_otel_engine.so" CI="${CI:-true}" \
+    nice go test -count=1 ./...
+)
 log "fault-matrix soak, short: 90 s, the 30-minute schedule compressed (tests/soak/, docs/reliability.md)"
 # Its own step (the soak is #[ignore]d in the run above): the pass criteria read the process alone.
 SOAK_SECONDS=90 cargo nextest run --config-file .config/nextest.toml --test soak --run-ignored only --no-capture
