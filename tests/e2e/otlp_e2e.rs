@@ -355,7 +355,7 @@ fn grpc_per_entity_otel_attributes_case(pipeline: &str) {
     };
     let sm = metric("DCGM_FI_DEV_SM_CLOCK");
     assert_eq!(sm.unit, "MHz");
-    assert_eq!(sm.description, "Streaming multiprocessor clock in MHz.");
+    assert_eq!(sm.description, "SM clock frequency (in MHz).");
     assert!(matches!(sm.data, Some(Data::Gauge(_))));
     assert_eq!(metric("DCGM_FI_DEV_GPU_TEMP").unit, "Cel");
     assert_eq!(metric("DCGM_FI_DEV_POWER_USAGE").unit, "W");
