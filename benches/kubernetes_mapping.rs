@@ -125,6 +125,7 @@ fn main() {
     let mut source = SimSource::new(
         &scenario,
         1,
+        "bench-node",
         counter_set,
         &devices::Selectors::default(),
         Duration::from_secs(1),

@@ -179,7 +179,7 @@ struct Fleet1 {
 }
 
 fn fleet(scenario: &str) -> Fleet1 {
-    let f = Fleet::new(&Scenario::load(scenario).unwrap(), 1);
+    let f = Fleet::new(&Scenario::load(scenario).unwrap(), 1, "node-a");
     Fleet1 {
         gpu_uuid: f.gpus().iter().map(|g| g.identity.uuid.clone()).collect(),
         mig: f

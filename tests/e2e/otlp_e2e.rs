@@ -108,9 +108,11 @@ fn expected_polls(n: usize) -> Expected {
     let set = counters::parse(counters::DEFAULT_COUNTERS_CSV, "built-in default counters").unwrap();
     let counters = Arc::new(set);
     let devices = dcgm_otel::config::devices::Selectors::default();
+    // The exporters of these tests run as node `test-node` (tests/support/common.rs).
     let mut sim = SimSource::new(
         &scenario,
         1,
+        "test-node",
         counters.clone(),
         &devices,
         Duration::from_millis(200),
@@ -1375,7 +1377,8 @@ fn semconv_resources_carry_serial_and_vbios_from_dcgm_and_nvml() {
     let dir = tempfile::tempdir().unwrap();
     let dcgm = fake_lib::link(dir.path(), "libfake_libdcgm.so", "libdcgm.so.4");
     let nvml = fake_lib::link(dir.path(), "libfake_libnvml.so", "libnvidia-ml.so.1");
-    let fleet = dcgm_otel::source::sim::Fleet::new(&Scenario::load("default").unwrap(), 1);
+    let fleet =
+        dcgm_otel::source::sim::Fleet::new(&Scenario::load("default").unwrap(), 1, "test-node");
     let want: BTreeMap<String, (String, String)> = fleet
         .gpus()
         .iter()
