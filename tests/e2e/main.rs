@@ -29,6 +29,7 @@ mod nvml_e2e;
 mod open_attribution;
 mod otlp_e2e;
 mod pod_cost;
+mod prometheus_e2e;
 mod reload_e2e;
 mod rules_recorded;
 mod simulated_e2e;
