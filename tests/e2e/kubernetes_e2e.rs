@@ -1603,3 +1603,38 @@ fn virtual_gpus_write_each_pods_own_utilization_and_framebuffer() {
     assert_eq!(fb, procs);
     assert_eq!(fb["train-0"], 32768.0);
 }
+
+/// Every family written with a shared device's labels is written once for it, as its DCGM fields are:
+/// the `DCGM_EXP_*` families (XID and clock-event counts, health, P2P) of the `demo` scenario's GPU 0,
+/// which two pods share, have one series per label set of their own, under one pod.
+#[test]
+fn dcgm_exp_families_of_a_shared_gpu_are_written_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let ex = exporter(dir.path(), "demo", &["-k"]);
+    let body = scrape_until(ex.port, "the incident families with pods", |b| {
+        b.contains("DCGM_EXP_GPU_HEALTH_STATUS{gpu=\"0\"") && b.contains("pod=\"")
+    });
+    let mut seen = std::collections::BTreeMap::new();
+    let mut pods = std::collections::BTreeSet::new();
+    for line in body
+        .lines()
+        .filter(|l| l.starts_with("DCGM_EXP_") && l.contains("{gpu=\"0\","))
+    {
+        let (series, _) = line.rsplit_once(' ').unwrap();
+        // The series without its pod: two pods' copies of one reading would collide here.
+        let mut without_pod = String::new();
+        for label in series.split(',') {
+            match label.split_once('=') {
+                Some(("pod", v)) => {
+                    pods.insert(v.to_string());
+                }
+                Some(("namespace" | "container", _)) => {}
+                _ => without_pod.push_str(label),
+            }
+        }
+        *seen.entry(without_pod).or_insert(0) += 1;
+    }
+    assert!(seen.len() >= 3, "{body}");
+    assert!(seen.values().all(|n| *n == 1), "{seen:#?}");
+    assert_eq!(pods.len(), 1, "{pods:?}");
+}
