@@ -10,6 +10,8 @@ need_apt=()
 
 # --- prerequisites: Debian packages ------------------------------------------------------------
 command -v promtool >/dev/null || need_apt+=(prometheus)
+# a real Prometheus server (same package): tests/e2e/prometheus_e2e.rs queries what it scraped (issue 33)
+command -v prometheus >/dev/null || need_apt+=(prometheus)
 # (more apt packages are appended here by the features that need them)
 # stack test (tests/stack): docker-compose 1.29 validates the compose files; a venv for check-jsonschema; npm for tsc
 command -v docker-compose >/dev/null || need_apt+=(docker-compose)

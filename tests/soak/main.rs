@@ -198,7 +198,11 @@ fn soak() {
     let epoch = Instant::now();
     let scenario = dir.join("soak-scenario.yaml");
     std::fs::write(&scenario, storm_scenario()).unwrap();
-    let fleet = Fleet::new(&Scenario::load(scenario.to_str().unwrap()).unwrap(), 1);
+    let fleet = Fleet::new(
+        &Scenario::load(scenario.to_str().unwrap()).unwrap(),
+        1,
+        "soak-node",
+    );
     // What a MIG node's kubelet hands out: one MIG device per pod (a whole GPU when not split).
     let uuids: Vec<String> = fleet
         .gpus()
