@@ -12,4 +12,5 @@ trap 'rm -rf "$tools"' EXIT
 GOBIN=$tools go install "go.opentelemetry.io/collector/cmd/builder@$OCB_VERSION"
 rm -rf otelcol-dcgm
 "$tools/builder" --config builder-config.yaml --skip-compilation
+gofmt -w otelcol-dcgm   # ocb does not sort its imports
 echo "regenerated tests/collector/otelcol-dcgm/ (commit it; build.sh builds it)"
