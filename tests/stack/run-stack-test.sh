@@ -148,7 +148,9 @@ YAML
 }
 start_collector otelcol
 start_collector otelcol_semconv
+start_collector otelcol_dcgm_style
 semconv_exporter_port=$($CHECK free-port)
+dcgm_style_exporter_port=$($CHECK free-port)
 # What docker-compose.yaml runs: the demo scenario (the default node with recurring incidents), over gRPC.
 step "starting dcgm-otel --simulate=demo --otlp (gRPC, TLS, gzip) on 127.0.0.1:$exporter_port"
 OTEL_EXPORTER_OTLP_PROTOCOL=grpc OTEL_EXPORTER_OTLP_ENDPOINT="https://127.0.0.1:$otelcol_grpc" \
@@ -173,8 +175,18 @@ OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf OTEL_EXPORTER_OTLP_ENDPOINT="https://1
 pids+=($!)
 $CHECK wait-http "http://127.0.0.1:$semconv_exporter_port/health" 20
 
+# docs/compose.md: with --otel-attribute-style dcgm, dashboards written for dcgm-exporter work on the OTLP path.
+step "starting dcgm-otel --simulate=demo --otlp --otel-attribute-style dcgm (gRPC, TLS) on 127.0.0.1:$dcgm_style_exporter_port"
+OTEL_EXPORTER_OTLP_PROTOCOL=grpc OTEL_EXPORTER_OTLP_ENDPOINT="https://127.0.0.1:$otelcol_dcgm_style_grpc" \
+  OTEL_EXPORTER_OTLP_CERTIFICATE="$work/ca.pem" \
+  "$BIN" --simulate=demo --otlp --otel-attribute-style dcgm -k --kubernetes-enable-pod-labels \
+  -a "127.0.0.1:$dcgm_style_exporter_port" -c 1000 >"$work/dcgm-otel-dcgm-style.log" 2>&1 &
+pids+=($!)
+$CHECK wait-http "http://127.0.0.1:$dcgm_style_exporter_port/health" 20
+
 $CHECK prom-config prometheus/prometheus.yml "$work/prometheus.yml" \
-  "127.0.0.1:$exporter_port,127.0.0.1:$incidents_port" "127.0.0.1:$otelcol_prom" "127.0.0.1:$otelcol_semconv_prom"
+  "127.0.0.1:$exporter_port,127.0.0.1:$incidents_port" "127.0.0.1:$otelcol_prom" "127.0.0.1:$otelcol_semconv_prom" \
+  "127.0.0.1:$otelcol_dcgm_style_prom"
 promtool check config "$work/prometheus.yml" >/dev/null
 step "starting Prometheus $(prometheus --version 2>&1 | head -n 1 | awk '{print $3}') on 127.0.0.1:$prom_port"
 prometheus --config.file="$work/prometheus.yml" --storage.tsdb.path="$work/data" \
@@ -192,9 +204,11 @@ for family in DCGM_EXP_GPU_HEALTH_STATUS DCGM_EXP_XID_ERRORS_TOTAL DCGM_EXP_CLOC
   $CHECK wait-series "$prom" "$family{job=\"dcgm-otel\"}" 90 2
 done
 $CHECK wait-series "$prom" 'hw_temperature{job="otel-collector-semconv"}' 20 3
+$CHECK wait-series "$prom" 'DCGM_FI_DEV_GPU_TEMP{job="otel-collector-dcgm-style"}' 20 3
 step "the collectors accepted every OTLP point and log record dcgm-otel sent (their own metrics)"
 $CHECK collector-accepted "http://127.0.0.1:$otelcol_telemetry/metrics"
 $CHECK collector-accepted "http://127.0.0.1:$otelcol_semconv_telemetry/metrics"
+$CHECK collector-accepted "http://127.0.0.1:$otelcol_dcgm_style_telemetry/metrics"
 step "docs/otlp.md: the names a Prometheus user sees after the collector are those its prometheus exporter serves"
 $CHECK otlp-doc-lines docs/otlp.md "http://127.0.0.1:$otelcol_prom/metrics" "http://127.0.0.1:$otelcol_semconv_prom/metrics"
 
@@ -205,5 +219,7 @@ step "running every dashboard query against Prometheus"
 $CHECK queries grafana/dashboards "$prom"
 step "the OTLP-path panels with semantic-convention names (otlp_job=otel-collector-semconv)"
 $CHECK queries-otlp grafana/dashboards "$prom" otel-collector-semconv
+step "the dcgm-exporter dashboard (12239) on the OTLP path: instance = the collector fed by --otel-attribute-style dcgm"
+$CHECK queries-dashboard grafana/dashboards "$prom" dcgm-otel-12239 "instance=127.0.0.1:$otelcol_dcgm_style_prom"
 
 step "stack test passed"

@@ -25,17 +25,22 @@ Subcommands:
                                 panels, queries and units (facts: grafana/dcgm-exporter-dashboard.json in
                                 NVIDIA/dcgm-exporter, dashboard 12239 on grafana.com)
   tsc DIR TSDIR                 type-check every dashboard JSON against @grafana/schema with tsc
-  prom-config SRC DST PULL OTLP [SEMCONV]
+  prom-config SRC DST PULL OTLP [SEMCONV [DCGM_STYLE]]
                                 derive the CI scrape config from prometheus/prometheus.yml: the pull-path job
                                 (dcgm-otel) scraping PULL (comma-separated targets) and the OTLP-path job
                                 (otel-collector) scraping OTLP (tests/stack/otlp_standin.py), 1 s intervals;
                                 other jobs dropped; rule_files made absolute (SRC's folder). With SEMCONV, a copy
                                 of the OTLP-path job named otel-collector-semconv scraping SEMCONV (a stand-in fed
-                                by dcgm-otel --otel-metric-names semconv)
+                                by dcgm-otel --otel-metric-names semconv); with DCGM_STYLE, another named
+                                otel-collector-dcgm-style (dcgm-otel --otel-attribute-style dcgm)
   rules URL TIMEOUT_S FILE...   Prometheus at URL has loaded every rule group of the rule FILEs and evaluated
                                 every rule without error (/api/v1/rules: health ok), within TIMEOUT_S
   queries DIR PROM_URL          run every panel query and variable query of every dashboard through
                                 Prometheus' HTTP API; each must succeed and return data (except SKIP below)
+  queries-dashboard DIR PROM_URL UID VAR=VALUE...
+                                every query of dashboard UID with the variables given (e.g. instance = the
+                                collector dcgm-otel --otel-attribute-style dcgm pushes to): data, and each series
+                                with the labels its legend names
   queries-otlp DIR PROM_URL JOB run the panel queries that use $otlp_job with $otlp_job = JOB; each must
                                 succeed and return data (the OTLP-path panels in another naming mode)
   wait-series URL SELECTOR TIMEOUT_S N   wait until every series of SELECTOR has N samples (bounded)
@@ -714,7 +719,7 @@ def cmd_tsc(directory, tsdir):
 
 # ------------------------------------------------------------------------------------------------------------
 # prom-config
-def cmd_prom_config(src, dst, pull_addr, otlp_addr, semconv_addr=None):
+def cmd_prom_config(src, dst, pull_addr, otlp_addr, semconv_addr=None, dcgm_style_addr=None):
     cfg = load_yaml(src)
     targets = {"dcgm-otel": pull_addr.split(","), "otel-collector": [otlp_addr]}
     jobs = []
@@ -731,6 +736,11 @@ def cmd_prom_config(src, dst, pull_addr, otlp_addr, semconv_addr=None):
         job = json.loads(json.dumps(jobs[1]))
         job["job_name"] = SEMCONV_OTLP_JOB
         job["static_configs"] = [{"targets": [semconv_addr]}]
+        jobs.append(job)
+    if dcgm_style_addr:
+        job = json.loads(json.dumps(jobs[1]))
+        job["job_name"] = DCGM_STYLE_OTLP_JOB
+        job["static_configs"] = [{"targets": [dcgm_style_addr]}]
         jobs.append(job)
     cfg["global"] = dict(cfg.get("global") or {}, scrape_interval="1s", evaluation_interval="1s")
     cfg["scrape_configs"] = jobs
@@ -866,6 +876,51 @@ def cmd_rules(url, timeout_s, *paths):
         time.sleep(0.5)
     fail("rules not loaded and evaluated within %ss: %s" % (timeout_s, "; ".join(problems)))
 SEMCONV_OTLP_JOB = "otel-collector-semconv"
+DCGM_STYLE_OTLP_JOB = "otel-collector-dcgm-style"
+
+
+def cmd_queries_dashboard(directory, url, uid, *assignments):
+    """Every panel and variable query of dashboard UID with the variables set as VAR=VALUE says (e.g. the
+    instance that is a collector): each returns data, and each series has the labels its legend names."""
+    variables_set = dict(a.split("=", 1) for a in assignments)
+    found = [d for _, d in load_dashboards(directory) if d.get("uid") == uid]
+    if not found:
+        fail(f"no dashboard with uid {uid} in {directory}")
+    d = found[0]
+    variables = {v["name"]: v for v in (d.get("templating") or {}).get("list") or []}
+    for name, value in variables_set.items():
+        if name not in variables:
+            fail(f"{uid} has no variable {name}")
+        variables[name] = dict(variables[name], includeAll=False, multi=False, current={"value": value})
+    failures, checked = [], 0
+    for name, v in variables.items():
+        q = v.get("query")
+        q = q.get("query") if isinstance(q, dict) else q
+        m = re.fullmatch(r"label_values\((.+),\s*(\w+)\)", q or "") if v.get("type") == "query" else None
+        if m and name not in variables_set:
+            res = prom_get(url, f"/api/v1/label/{m.group(2)}/values", {"match[]": substitute(m.group(1), variables)})
+            checked += 1
+            if not res.get("data"):
+                failures.append(f"variable {name}: '{q}' has no values")
+    for p in all_panels(d):
+        for t in p.get("targets") or []:
+            if not t.get("expr"):
+                continue
+            q = substitute(t["expr"], variables)
+            res = prom_get(url, "/api/v1/query", {"query": q})
+            checked += 1
+            result = (res.get("data") or {}).get("result") or []
+            if not result:
+                failures.append(f"panel '{p.get('title')}': no data: {q}")
+                continue
+            for label in re.findall(r"\{\{\s*(\w+)\s*\}\}", t.get("legendFormat") or ""):
+                if any(label not in r["metric"] for r in result):
+                    failures.append(f"panel '{p.get('title')}': a series has no label {label} for its legend: {q}")
+    for f in failures:
+        print(f"FAIL: {uid} with {variables_set}: {f}", file=sys.stderr)
+    if failures:
+        sys.exit(1)
+    print(f"ok: {uid}: {checked} queries with {variables_set} returned data, legends' labels present")
 
 
 def cmd_queries_otlp(directory, url, job):
@@ -964,6 +1019,8 @@ def main(argv):
         cmd_queries(*args)
     elif cmd == "rules":
         cmd_rules(*args)
+    elif cmd == "queries-dashboard":
+        cmd_queries_dashboard(*args)
     elif cmd == "queries-otlp":
         cmd_queries_otlp(*args)
     elif cmd == "wait-series":
