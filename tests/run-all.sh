@@ -80,8 +80,9 @@ fi
 # --- prerequisites: the OpenTelemetry Collector (issue 34) ----------------------------------------------
 # tests/collector's collector distribution (ocb-generated sources and a complete go.sum committed; modules from
 # the Go module proxy, checked against go.sum), built once per machine and cached under
-# ~/.cache/dcgm-otel/otelcol/<hash of its inputs>. First build: ~30 min on 2 shared cores (see
-# tests/collector/README.md); afterwards 0 s. Needs Go (1.26); the tests below and the stack test run it.
+# ~/.cache/dcgm-otel/otelcol/<hash of its inputs>. First build: ~15 min of CPU (8-10 min on an idle 2-core
+# machine, 45-60 min on a busy one; tests/collector/README.md); afterwards 0 s. Needs Go (1.26); the
+# collector steps below and the stack test run it (together about 1.5 min).
 command -v go >/dev/null || { echo "run-all.sh: Go 1.26 is needed to build the test collector (tests/collector)" >&2; exit 1; }
 log "OpenTelemetry Collector distribution (tests/collector/build.sh: cached after the first build)"
 OTELCOL=$(./tests/collector/build.sh)

@@ -256,7 +256,9 @@ def run_cloudwatch(otelcol, binary, rel, run, work):
             exporters.append(start_dcgm_otel(procs, binary, f"dcgm-otel-{scenario}", args, env))
         targets = [url.split("/")[2] for _, url in exporters]
         overlay = write_yaml(os.path.join(work, "overlay.yaml"), cloudwatch_overlay(cfg, ports, fake_url, targets, sent_path))
-        start_collector(procs, otelcol, "otelcol", [path, overlay], dict(AWS_ENV))
+        env = dict(AWS_ENV)
+        env.update({name: ENV_VALUES[name] for name in env_names(cfg) if name not in env})
+        start_collector(procs, otelcol, "otelcol", [path, overlay], env)
         gpus, pods = set(), set()
         for _, url in exporters:
             g, p = fleet_of(url)
