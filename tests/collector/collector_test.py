@@ -114,9 +114,9 @@ def cmd_validate(otelcol):
                                env=env, timeout=60)
             out = (r.stdout + r.stderr).strip()
             if r.returncode != 0:
-                errors.append(f"{c.name} (line {c.line}): otelcol validate failed:\n    " + out.replace("\n", "\n    "))
+                errors.append(f"{c.name}: otelcol validate failed:\n    " + out.replace("\n", "\n    "))
             elif old_names(yaml.safe_load(c.text), current):
-                errors.append(f"{c.name} (line {c.line}): deprecated component names {old_names(yaml.safe_load(c.text), current)}: "
+                errors.append(f"{c.name}: deprecated component names {old_names(yaml.safe_load(c.text), current)}: "
                               f"use the current ones (`otelcol components` lists them)")
             else:
                 print(f"ok: {c.name}: otelcol validate" + (f" (with {', '.join(names)} set)" if names else ""))

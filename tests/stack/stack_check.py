@@ -39,8 +39,8 @@ Subcommands:
                                 Prometheus' HTTP API; each must succeed and return data (except SKIP below)
   queries-dashboard DIR PROM_URL UID VAR=VALUE...
                                 every query of dashboard UID with the variables given (e.g. instance = the
-                                collector dcgm-otel --otel-attribute-style dcgm pushes to): data, and each series
-                                with the labels its legend names
+                                collector dcgm-otel --otel-attribute-style dcgm pushes to): data with the labels
+                                its legend names
   queries-otlp DIR PROM_URL JOB run the panel queries that use $otlp_job with $otlp_job = JOB; each must
                                 succeed and return data (the OTLP-path panels in another naming mode)
   wait-series URL SELECTOR TIMEOUT_S N   wait until every series of SELECTOR has N samples (bounded)
@@ -881,7 +881,7 @@ DCGM_STYLE_OTLP_JOB = "otel-collector-dcgm-style"
 
 def cmd_queries_dashboard(directory, url, uid, *assignments):
     """Every panel and variable query of dashboard UID with the variables set as VAR=VALUE says (e.g. the
-    instance that is a collector): each returns data, and each series has the labels its legend names."""
+    instance that is a collector): each returns data with the labels its legend names."""
     variables_set = dict(a.split("=", 1) for a in assignments)
     found = [d for _, d in load_dashboards(directory) if d.get("uid") == uid]
     if not found:
@@ -914,13 +914,13 @@ def cmd_queries_dashboard(directory, url, uid, *assignments):
                 failures.append(f"panel '{p.get('title')}': no data: {q}")
                 continue
             for label in re.findall(r"\{\{\s*(\w+)\s*\}\}", t.get("legendFormat") or ""):
-                if any(label not in r["metric"] for r in result):
-                    failures.append(f"panel '{p.get('title')}': a series has no label {label} for its legend: {q}")
+                if not any(label in r["metric"] for r in result):
+                    failures.append(f"panel '{p.get('title')}': no series has the label {label} its legend shows: {q}")
     for f in failures:
         print(f"FAIL: {uid} with {variables_set}: {f}", file=sys.stderr)
     if failures:
         sys.exit(1)
-    print(f"ok: {uid}: {checked} queries with {variables_set} returned data, legends' labels present")
+    print(f"ok: {uid}: {checked} queries with {variables_set} returned data with their legends' labels")
 
 
 def cmd_queries_otlp(directory, url, job):
