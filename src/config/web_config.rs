@@ -14,6 +14,8 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
+use super::local_file::{read_text, Links, MAX_CONFIG_BYTES};
+
 /// The lowest bcrypt cost accepted (`htpasswd -nBC 10 USER`); lower costs are too cheap to brute-force.
 pub const MIN_BCRYPT_COST: u32 = 10;
 
@@ -186,7 +188,7 @@ const ALLOWED_HEADERS: &[(&str, &[&str])] = &[
 
 /// Read and validate the file.
 pub fn load(path: &Path) -> Result<WebConfig, WebConfigError> {
-    let text = std::fs::read_to_string(path).map_err(|e| WebConfigError {
+    let text = read_text(path, MAX_CONFIG_BYTES, Links::Follow).map_err(|e| WebConfigError {
         path: path.display().to_string(),
         key: None,
         line: None,
