@@ -203,6 +203,7 @@ impl Plan {
             web_config: server.web_config.clone(),
             web: server.web.clone(),
             http_metrics: server.http_metrics.clone(),
+            pprof: server.pprof(),
             counters: reloader.as_ref().map(|r| (r.describe(), r.request_flag())),
             collect_now: pipeline::waker(&control_tx),
         }));

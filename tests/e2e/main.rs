@@ -20,6 +20,7 @@ mod entities_e2e;
 mod fake_libdcgm_abi;
 mod fake_libdcgm_entities_abi;
 mod gpu_operator_e2e;
+mod hostile_clients;
 mod hostile_files;
 mod incident_logs;
 mod incident_logs_e2e;
