@@ -5,11 +5,12 @@
 //!   early exit. An unknown user still costs one bcrypt verification, against a fixed dummy hash of the
 //!   highest configured cost ([`DUMMY_HASHES`]; never a real user's hash), so timing does not tell which
 //!   names exist.
-//! - The password is checked with bcrypt (constant-time compare inside) on the blocking pool, at most
-//!   [`BCRYPT_PARALLELISM`] at a time. The slot is taken without waiting ([`Outcome::Busy`]: the server
-//!   answers 429 at once) and moves into the blocking work, so it is held until bcrypt has finished even
-//!   when the client went away: hit-and-run clients cannot start more bcrypt work than the slots. Costs
-//!   above [`crate::config::web_config::MAX_BCRYPT_COST`] are refused when the web config is loaded.
+//! - The password is checked with bcrypt (constant-time compare inside) on [`BCRYPT_PARALLELISM`] threads
+//!   of its own (started with the checker, ended with it), never on the async workers. A slot is taken
+//!   without waiting ([`Outcome::Busy`]: the server answers 429 at once) and travels with the work, so it
+//!   is held until bcrypt has finished even when the client went away: hit-and-run clients cannot start
+//!   more bcrypt work than the slots, nor more threads. Costs above
+//!   [`crate::config::web_config::MAX_BCRYPT_COST`] are refused when the web config is loaded.
 //! - A successful check is cached, keyed by HMAC(user, password) (never the password itself), until it
 //!   has not been used for [`CACHE_TTL`]: a Prometheus scraping every 15-60 s pays one bcrypt (about
 //!   50 ms at cost 10) when it starts, not one per scrape, and needs no bcrypt slot afterwards — a crowd
@@ -146,7 +147,49 @@ pub struct BasicAuth {
     /// What an unknown user is verified against: the dummy of the highest configured cost.
     dummy: Arc<str>,
     cache: Mutex<HashMap<[u8; 32], Instant>>,
-    bcrypt_slots: Arc<tokio::sync::Semaphore>,
+    bcrypt: Workers,
+}
+
+/// One verification for the bcrypt threads; its slot is released when bcrypt is done.
+struct Job {
+    password: Vec<u8>,
+    hash: Arc<str>,
+    slot: tokio::sync::OwnedSemaphorePermit,
+    answer: tokio::sync::oneshot::Sender<bool>,
+}
+
+/// The bcrypt threads and their slots.
+struct Workers {
+    jobs: std::sync::mpsc::Sender<Job>,
+    slots: Arc<tokio::sync::Semaphore>,
+}
+
+impl Workers {
+    /// Start [`BCRYPT_PARALLELISM`] threads; they end when the checker (the job sender) is dropped.
+    fn start() -> Result<Workers, String> {
+        let (jobs, queue) = std::sync::mpsc::channel::<Job>();
+        let queue = Arc::new(Mutex::new(queue));
+        for i in 0..BCRYPT_PARALLELISM {
+            let queue = queue.clone();
+            std::thread::Builder::new()
+                .name(format!("bcrypt-{i}"))
+                .spawn(move || loop {
+                    // One thread waits on the queue at a time; the other waits for the lock.
+                    let next = queue.lock_unpoisoned().recv();
+                    let Ok(job) = next else {
+                        return;
+                    };
+                    let verified = bcrypt::verify(&job.password, &job.hash).unwrap_or(false);
+                    drop(job.slot);
+                    let _ = job.answer.send(verified);
+                })
+                .map_err(|e| format!("cannot start the bcrypt threads: {e}"))?;
+        }
+        Ok(Workers {
+            jobs,
+            slots: Arc::new(tokio::sync::Semaphore::new(BCRYPT_PARALLELISM)),
+        })
+    }
 }
 
 impl std::fmt::Debug for BasicAuth {
@@ -169,7 +212,8 @@ fn mac(key: &hmac::Key, domain: u8, parts: &[&[u8]]) -> [u8; 32] {
 }
 
 impl BasicAuth {
-    /// `None` when there are no users (auth off). Fails only if the system random source does.
+    /// `None` when there are no users (auth off). Fails only if the system random source or thread
+    /// creation does.
     pub fn new(users: &[BasicAuthUser]) -> Result<Option<BasicAuth>, String> {
         if users.is_empty() {
             return Ok(None);
@@ -190,7 +234,7 @@ impl BasicAuth {
             users,
             dummy: Arc::from(dummy_hash(cost)),
             cache: Mutex::new(HashMap::new()),
-            bcrypt_slots: Arc::new(tokio::sync::Semaphore::new(BCRYPT_PARALLELISM)),
+            bcrypt: Workers::start()?,
         }))
     }
 
@@ -237,19 +281,22 @@ impl BasicAuth {
             return Outcome::Allowed;
         }
         let (hash, found) = self.lookup(user);
-        let Ok(slot) = self.bcrypt_slots.clone().try_acquire_owned() else {
+        let Ok(slot) = self.bcrypt.slots.clone().try_acquire_owned() else {
             return Outcome::Busy;
         };
-        let password = password.to_vec();
-        // The slot moves into the blocking work: it is released when bcrypt is done, not when the
-        // request is dropped (a client that disconnects cannot free it early).
-        let verified = tokio::task::spawn_blocking(move || {
-            let verified = bcrypt::verify(&password, &hash).unwrap_or(false);
-            drop(slot);
-            verified
-        })
-        .await
-        .unwrap_or(false);
+        // The slot travels with the job: it is released when bcrypt is done, not when the request is
+        // dropped (a client that disconnects cannot free it early).
+        let (answer, verified) = tokio::sync::oneshot::channel();
+        let job = Job {
+            password: password.to_vec(),
+            hash,
+            slot,
+            answer,
+        };
+        if self.bcrypt.jobs.send(job).is_err() {
+            return Outcome::Denied;
+        }
+        let verified = verified.await.unwrap_or(false);
         if verified && bool::from(found) {
             self.remember(pair);
             Outcome::Allowed
@@ -406,7 +453,7 @@ mod tests {
     }
 
     fn auth_slots_free(auth: &BasicAuth) -> usize {
-        auth.bcrypt_slots.available_permits()
+        auth.bcrypt.slots.available_permits()
     }
 
     #[test]

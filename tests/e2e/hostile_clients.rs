@@ -277,10 +277,10 @@ fn hit_and_run_wrong_passwords_never_run_more_bcrypts_than_its_slots() {
     stop.store(true, Ordering::Relaxed);
     let peak = peak.join().unwrap();
     println!("hit-and-run wrong passwords: threads {baseline} before, peak {peak}");
-    // Two bcrypt slots: at most two more threads than before (the blocking pool's), whatever the
-    // clients do.
+    // bcrypt has two threads of its own, started with the web config (in the baseline): whatever the
+    // clients do, no thread is added (one more is left for an unrelated short-lived one).
     assert!(
-        peak <= baseline + 2,
+        peak <= baseline + 1,
         "threads: {baseline} before the attack, {peak} at its peak"
     );
     // The exporter still answers the right password.
