@@ -22,6 +22,8 @@ mod fake_libdcgm_abi;
 mod fake_libdcgm_entities_abi;
 mod gpu_operator_e2e;
 mod header_facts;
+mod hostile_clients;
+mod hostile_files;
 mod incident_logs;
 mod incident_logs_e2e;
 mod incidents_e2e;
