@@ -591,16 +591,41 @@ impl KubernetesEnricher {
     }
 }
 
-/// Attribute entities from a mapping: each entity gets the pods of its device, one series per pod
-/// when several share it.
-pub fn apply(mapping: &Mapping, id_type: GpuIdType, entities: &mut [EntityReading]) {
+/// How a device several pods hold is written on :9400.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SharedDevices {
+    /// One series, labelled with the pod dcgm-exporter chooses ([`Mapping::holder_for`]); the other
+    /// pods are co-holders (OTLP, the per-pod families). dcgm-exporter's default.
+    OneSeries,
+    /// One series per pod (`--kubernetes-virtual-gpus`).
+    SeriesPerPod,
+}
+
+/// Attribute entities from a mapping: each entity gets the pods of its device; when several share
+/// it, `shared` says whether :9400 writes it once (under its holder) or once per pod.
+pub fn apply(
+    mapping: &Mapping,
+    id_type: GpuIdType,
+    shared: SharedDevices,
+    entities: &mut [EntityReading],
+) {
     for e in entities {
         let pods = mapping.pods_for(&e.entity, id_type);
         if pods.is_empty() {
             continue;
         }
         let alternatives: Vec<Vec<Attribute>> = pods.iter().map(PodRef::attributes).collect();
-        Arc::make_mut(&mut e.attribution).split(&alternatives);
+        let attribution = Arc::make_mut(&mut e.attribution);
+        match shared {
+            SharedDevices::SeriesPerPod => attribution.split(&alternatives),
+            SharedDevices::OneSeries => {
+                let holder = mapping
+                    .holder_for(&e.entity, id_type)
+                    .and_then(|h| pods.iter().position(|p| *p == h))
+                    .unwrap_or(pods.len() - 1);
+                attribution.share(&alternatives, holder);
+            }
+        }
     }
 }
 
@@ -638,7 +663,12 @@ impl Enricher for KubernetesEnricher {
         self.processes_read = false;
         self.refresh();
         if let Some(m) = &self.mapping {
-            apply(m, self.config.rules.id_type, entities);
+            let shared = if self.config.virtual_gpus {
+                SharedDevices::SeriesPerPod
+            } else {
+                SharedDevices::OneSeries
+            };
+            apply(m, self.config.rules.id_type, shared, entities);
         }
     }
 

@@ -247,9 +247,11 @@ fn simulated(
     ctx: &ResolveContext<'_>,
 ) -> Result<Simulated, StartError> {
     let seed = flags.simulation.seed();
+    let node = crate::source::sim::node_name(ctx.host.node_name.as_deref());
     let source = SimSource::new(
         &scenario,
         seed,
+        &node,
         Arc::new(counters.clone()),
         &flags.collection.selectors(),
         ctx.interval,

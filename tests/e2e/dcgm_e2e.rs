@@ -45,8 +45,8 @@ fn ready(port: u16) -> u16 {
     get(port, "/ready").map(|r| r.status).unwrap_or(0)
 }
 
-const GPU0_LABELS: &str = "gpu=\"0\",UUID=\"GPU-08b4fda8-c892-b50e-71dc-d3d0944f065e\",pci_bus_id=\"00000000:18:00.0\",device=\"nvidia0\",modelName=\"NVIDIA H100 80GB HBM3\"";
-const GPU1_LABELS: &str = "gpu=\"1\",UUID=\"GPU-e9fd6049-d65a-f21e-f672-4c5ccb810ace\",pci_bus_id=\"00000000:2A:00.0\",device=\"nvidia1\",modelName=\"NVIDIA H100 80GB HBM3\"";
+const GPU0_LABELS: &str = "gpu=\"0\",UUID=\"GPU-1014a9ed-7550-917e-d8dc-3eef7ed5481c\",pci_bus_id=\"00000000:18:00.0\",device=\"nvidia0\",modelName=\"NVIDIA H100 80GB HBM3\"";
+const GPU1_LABELS: &str = "gpu=\"1\",UUID=\"GPU-dd3fced7-2ce4-9e7d-0b6b-9f5458ddca3d\",pci_bus_id=\"00000000:2A:00.0\",device=\"nvidia1\",modelName=\"NVIDIA H100 80GB HBM3\"";
 
 fn mem_clock_lines(host: &str) -> (String, String) {
     (
@@ -163,7 +163,11 @@ fn remote_tcp_waits_for_the_host_engine_and_labels_its_host() {
     // The first two connection attempts are refused: start-up waits and retries.
     let e = start_with(
         &["-c", "60000", "-r", "gpu-node-7:5555"],
-        &fake.ld_env(&[("FAKE_DCGM_FAULTS", "refuse_connect=2")]),
+        // The fake's fleet (the host engine's GPUs) is golden-host's; the label is the engine's host.
+        &fake.ld_env(&[
+            ("FAKE_DCGM_FAULTS", "refuse_connect=2"),
+            ("NODE_NAME", "golden-host"),
+        ]),
     );
     let body = scrape(e.port);
     let (gpu, _) = mem_clock_lines("gpu-node-7");
@@ -666,7 +670,7 @@ fn uri_forms_go_through_dcgm_connect_v3() {
     let fake = Fake::new();
     let e = start_with(
         &["-c", "60000", "-r", "tcp://gpu-node-9:5555"],
-        &fake.ld_env(&[]),
+        &fake.ld_env(&[("NODE_NAME", "golden-host")]),
     );
     let (gpu, _) = mem_clock_lines("gpu-node-9");
     assert!(scrape(e.port).lines().any(|l| l == gpu));

@@ -182,7 +182,7 @@ struct Fleet1 {
 }
 
 fn fleet(scenario: &str) -> Fleet1 {
-    let f = Fleet::new(&Scenario::load(scenario).unwrap(), 1);
+    let f = Fleet::new(&Scenario::load(scenario).unwrap(), 1, "node-a");
     Fleet1 {
         gpu_uuid: f.gpus().iter().map(|g| g.identity.uuid.clone()).collect(),
         mig: f
@@ -423,33 +423,34 @@ fn uuid_ids_do_not_match_in_device_name_mode_and_vice_versa() {
 }
 
 #[test]
-fn shared_gpu_gets_one_series_per_pod_and_unallocated_gpus_none() {
+fn a_shared_gpu_is_one_series_labelled_with_the_last_pod_listed_and_unallocated_gpus_none() {
     let dir = tempfile::tempdir().unwrap();
     let f = fleet("default");
     let sock = socket_in(dir.path());
     let u0 = &f.gpu_uuid[0];
+    // Time-sliced by two pods: as dcgm-exporter 4.5.3-4.8.2, one series, labelled with the pod whose
+    // allocation comes last in the kubelet's reply (replica-1, though replica-0 sorts first).
     let _kubelet = Kubelet::start(
         &sock,
         pods(vec![
-            pod(
-                "b-team",
-                "replica-1",
-                vec![container("w", "nvidia.com/gpu", &[&format!("{u0}::1")])],
-            ),
             pod(
                 "a-team",
                 "replica-0",
                 vec![container("w", "nvidia.com/gpu", &[&format!("{u0}::0")])],
             ),
+            pod(
+                "b-team",
+                "replica-1",
+                vec![container("w", "nvidia.com/gpu", &[&format!("{u0}::1")])],
+            ),
         ]),
     );
-    // The kubelet's device checkpoint knows replica-0's allocation (and an unrelated one); replica-1's is
-    // missing, so only replica-0 gets pod_uid.
+    // The kubelet's device checkpoint knows replica-1's allocation (and an unrelated one).
     let checkpoint = dir.path().join("kubelet_internal_checkpoint");
     std::fs::write(
         &checkpoint,
         format!(
-            r#"{{"Data":{{"PodDeviceEntries":[{{"PodUID":"7e1c2f4a-0000-4000-8000-00000000000a","ContainerName":"w","ResourceName":"nvidia.com/gpu","DeviceIDs":{{"0":["{u0}::0"]}},"AllocResp":"CgA="}},{{"PodUID":"other","ContainerName":"x","ResourceName":"nvidia.com/gpu","DeviceIDs":["{u0}::7"],"AllocResp":"CgA="}}],"RegisteredDevices":{{"nvidia.com/gpu":["{u0}::0","{u0}::1"]}}}},"Checksum":3141592653}}"#
+            r#"{{"Data":{{"PodDeviceEntries":[{{"PodUID":"7e1c2f4a-0000-4000-8000-00000000000a","ContainerName":"w","ResourceName":"nvidia.com/gpu","DeviceIDs":{{"0":["{u0}::1"]}},"AllocResp":"CgA="}},{{"PodUID":"other","ContainerName":"x","ResourceName":"nvidia.com/gpu","DeviceIDs":["{u0}::7"],"AllocResp":"CgA="}}],"RegisteredDevices":{{"nvidia.com/gpu":["{u0}::0","{u0}::1"]}}}},"Checksum":3141592653}}"#
         ),
     )
     .unwrap();
@@ -465,18 +466,26 @@ fn shared_gpu_gets_one_series_per_pod_and_unallocated_gpus_none() {
             checkpoint.to_str().unwrap(),
         ],
     );
-    let body = scrape_until(ex.port, "pod labels", |b| b.contains("pod=\"replica-0\""));
-    let uid0 = ",pod_uid=\"7e1c2f4a-0000-4000-8000-00000000000a\"";
+    let body = scrape_until(ex.port, "pod labels", |b| b.contains("pod=\"replica-1\""));
+    let uid1 = ",pod_uid=\"7e1c2f4a-0000-4000-8000-00000000000a\"";
     assert_eq!(
         series(&body, "DCGM_FI_DEV_GPU_TEMP"),
         vec![
-            temp_line(&f, 0, None, &(pod_attrs("w", "a-team", "replica-0") + uid0)),
-            temp_line(&f, 0, None, &pod_attrs("w", "b-team", "replica-1")),
+            temp_line(&f, 0, None, &(pod_attrs("w", "b-team", "replica-1") + uid1)),
             temp_line(&f, 1, Some(0), ""),
             temp_line(&f, 1, Some(1), ""),
             temp_line(&f, 1, Some(2), ""),
         ]
     );
+    // Both pods still get their share of the GPU in the per-pod cost counters.
+    for pod in ["replica-0", "replica-1"] {
+        assert!(
+            body.lines()
+                .any(|l| l.starts_with("dcgm_otel_pod_gpu_seconds_total{")
+                    && l.contains(&format!("pod=\"{pod}\""))),
+            "no cost series of {pod} in:\n{body}"
+        );
+    }
 }
 
 #[test]
@@ -1064,16 +1073,10 @@ fn simulated_cluster_serves_pods_labels_and_cost_counters_without_a_kubelet() {
             && series(b, "dcgm_otel_pod_gpu_idle_seconds_total").len() == 5
     });
     let labels = |app: &str, team: &str| format!(",app=\"{app}\",team=\"{team}\"");
+    // GPU 0, time-sliced by llm-finetune-0 and notebook-alice, is one series under the pod listed last.
     assert_eq!(
         series(&body, "DCGM_FI_DEV_GPU_TEMP"),
         vec![
-            temp_line(
-                &f,
-                0,
-                None,
-                &(labels("llm-finetune", "research")
-                    + &pod_attrs("trainer", "research", "llm-finetune-0"))
-            ),
             temp_line(
                 &f,
                 0,
@@ -2061,4 +2064,39 @@ fn virtual_gpus_write_each_pods_own_utilization_and_framebuffer() {
     }
     assert_eq!(fb, procs);
     assert_eq!(fb["train-0"], 32768.0);
+}
+
+/// Every family written with a shared device's labels is written once for it, as its DCGM fields are:
+/// the `DCGM_EXP_*` families (XID and clock-event counts, health, P2P) of the `demo` scenario's GPU 0,
+/// which two pods share, have one series per label set of their own, under one pod.
+#[test]
+fn dcgm_exp_families_of_a_shared_gpu_are_written_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let ex = exporter(dir.path(), "demo", &["-k"]);
+    let body = scrape_until(ex.port, "the incident families with pods", |b| {
+        b.contains("DCGM_EXP_GPU_HEALTH_STATUS{gpu=\"0\"") && b.contains("pod=\"")
+    });
+    let mut seen = std::collections::BTreeMap::new();
+    let mut pods = std::collections::BTreeSet::new();
+    for line in body
+        .lines()
+        .filter(|l| l.starts_with("DCGM_EXP_") && l.contains("{gpu=\"0\","))
+    {
+        let (series, _) = line.rsplit_once(' ').unwrap();
+        // The series without its pod: two pods' copies of one reading would collide here.
+        let mut without_pod = String::new();
+        for label in series.split(',') {
+            match label.split_once('=') {
+                Some(("pod", v)) => {
+                    pods.insert(v.to_string());
+                }
+                Some(("namespace" | "container", _)) => {}
+                _ => without_pod.push_str(label),
+            }
+        }
+        *seen.entry(without_pod).or_insert(0) += 1;
+    }
+    assert!(seen.len() >= 3, "{body}");
+    assert!(seen.values().all(|n| *n == 1), "{seen:#?}");
+    assert_eq!(pods.len(), 1, "{pods:?}");
 }

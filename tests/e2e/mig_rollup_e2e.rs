@@ -125,7 +125,13 @@ fn on_the_gpu_boards_otlp_resource() {
         &[],
     );
     let req = receiver.nth_or_later(2);
-    let board = "GPU-e9fd6049-d65a-f21e-f672-4c5ccb810ace";
+    // the MIG GPU: the board its instances' Resources name as their parent (UUIDs follow node and seed)
+    let board = req
+        .resource_metrics
+        .iter()
+        .find_map(|rm| attrs(&rm.resource.as_ref().unwrap().attributes).remove("hw.parent"))
+        .expect("no MIG instance Resource (hw.parent) in the request");
+    let board = board.as_str();
     let mut rollup = None;
     let mut sum = 0.0;
     for rm in &req.resource_metrics {

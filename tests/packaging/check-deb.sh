@@ -56,7 +56,7 @@ grep -q 'deb-systemd-invoke.*stop.*dcgm-otel' "$out/DEBIAN/prerm" || fail "prerm
 root="$out/root"
 dpkg-deb -x "$deb" "$root"
 for csv in packaging/dcgm-exporter/default-counters.csv src/counters/dcgm-exporter/*.csv; do
-  cmp "$csv" "tests/fixtures/dcgm/dcgm-exporter-csv/$(basename "$csv")" || fail "$csv is not dcgm-exporter's"
+  cmp "$csv" "tests/fixtures/dcgm/dcgm-exporter-csv/4.5.3-4.8.2/$(basename "$csv")" || fail "$csv is not dcgm-exporter 4.5.3-4.8.2's"
   cmp "$csv" "$root/etc/dcgm-exporter/$(basename "$csv")" || fail "$csv not packaged as is"
 done
 cmp packaging/systemd/dcgm-otel.service "$root/usr/lib/systemd/system/dcgm-otel.service" || fail "unit changed in packaging"

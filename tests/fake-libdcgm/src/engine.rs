@@ -359,7 +359,11 @@ impl Engine {
                 format!("FAKE_DCGM_SCENARIO={:?}: {e}", cfg.scenario),
             )
         })?;
-        let fleet = Fleet::new(&scenario, cfg.seed);
+        let fleet = Fleet::new(
+            &scenario,
+            cfg.seed,
+            &dcgm_otel::source::sim::node_name(std::env::var("NODE_NAME").ok().as_deref()),
+        );
         let waveforms = Waveforms::new(&scenario.waveforms, fleet.gpus().len() as u32);
         *self = Engine {
             cfg,
@@ -1543,7 +1547,7 @@ mod tests {
             Some(faults),
         )
         .unwrap();
-        let fleet = Fleet::new(&Scenario::load("default").unwrap(), 1);
+        let fleet = Fleet::new(&Scenario::load("default").unwrap(), 1, "node-a");
         Engine {
             cfg,
             initialized: true,
