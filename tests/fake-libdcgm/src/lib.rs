@@ -15,6 +15,7 @@ mod calllog;
 mod config;
 mod dbglog;
 mod engine;
+mod go_dcgm;
 
 use std::collections::HashMap;
 use std::ffi::{c_char, c_int, c_uint, c_ushort, CStr};
