@@ -1638,7 +1638,10 @@ mod tests {
             e.end_read();
             times.push(e.sim_us());
         }
-        assert_eq!(times, vec![0, 1_000_000, 2_000_000, 2_000_000, 2_000_000, 2_000_000]);
+        assert_eq!(
+            times,
+            vec![0, 1_000_000, 2_000_000, 2_000_000, 2_000_000, 2_000_000]
+        );
         assert_eq!(e.fleet().map(Fleet::collection), Some(3));
         let (all, cursor) = e.values_since(g, fg, 0).unwrap();
         assert_eq!(all.len(), 3, "one sample per collection");
