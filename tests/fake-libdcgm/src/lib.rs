@@ -2,8 +2,9 @@
 //! names, signatures and struct-version checks) served from the project's simulated fleet, with fault
 //! injection and a call log. See README.md for the environment interface and how to load it.
 //!
-//! This file only marshals C pointers (all of the crate's `unsafe` is here, each block with a
-//! `// SAFETY:` comment); every decision is made in safe Rust in [`engine`]. Each export runs inside
+//! This file only marshals C pointers (the crate's `unsafe` is here, in `go_dcgm` — the calls only
+//! dcgm-exporter makes — and one `clock_gettime` in `cpu_account`, each block with a `// SAFETY:`
+//! comment); every decision is made in safe Rust in [`engine`]. Each export runs inside
 //! `catch_unwind`, so no panic ever unwinds into C: a panic answers `DCGM_ST_GENERIC_ERROR` (or NULL).
 //! The export signatures are type-checked against `dcgm_otel::source::dcgm::ffi::fn_types` at compile
 //! time (see the `const _` block at the end).
@@ -13,6 +14,7 @@
 
 mod calllog;
 mod config;
+mod cpu_account;
 mod dbglog;
 mod engine;
 mod go_dcgm;
@@ -31,7 +33,7 @@ use engine::{engine, level_group, EntityKey, Payload, Sample};
 
 /// Run an export body; a panic becomes DCGM_ST_GENERIC_ERROR instead of unwinding into C.
 fn guard(name: &str, f: impl FnOnce() -> dcgmReturn_t) -> dcgmReturn_t {
-    match catch_unwind(AssertUnwindSafe(f)) {
+    match cpu_account::measured(|| catch_unwind(AssertUnwindSafe(f))) {
         Ok(rc) => rc,
         Err(_) => {
             calllog::line(&format!(

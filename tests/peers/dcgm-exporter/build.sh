@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Build the pinned dcgm-exporter (go.mod here: release 4.5.3-4.8.2, by module path and version, with cgo)
 # into target/peers/dcgm-exporter/dcgm-exporter, where tests/e2e/dcgm_exporter_diff.rs and
-# benches/dcgm_exporter_side_by_side.sh look for it. Once per machine: the build is kept and redone only when
+# benches/dcgm_exporter_side_by_side.py look for it. Once per machine: the build is kept and redone only when
 # go.mod, go.sum or this script change. Modules are verified against the committed go.sum (-mod=readonly,
 # GOSUMDB=off: sum.golang.org is out of reach).
 #
