@@ -167,6 +167,9 @@ enum LinkRef {
 /// `DcgmEntityStatus_t`: `DcgmEntityStatusOk`, `DcgmEntityStatusLost`.
 const ENTITY_STATUS_OK: u32 = 1;
 const ENTITY_STATUS_LOST: u32 = 4;
+/// How many collections of clock-event history the engine keeps (68 minutes at `-c 1000`: longer than
+/// any counting window, bounded for long soaks).
+const CLOCK_HISTORY_COLLECTIONS: usize = 4096;
 /// `DCGM_FI_BIND_UNBIND_EVENT`.
 const BIND_UNBIND_EVENT: u16 = 6;
 /// `DCGM_FI_DEV_XID_ERRORS`.
@@ -1035,6 +1038,9 @@ impl Engine {
             .map(|g| (g.identity.index, f.clock_mask(g.identity.index)))
             .collect();
         let at = self.sim_us();
+        if self.clock_history.len() >= CLOCK_HISTORY_COLLECTIONS {
+            self.clock_history.remove(0);
+        }
         self.clock_history.push((at, masks));
     }
 
