@@ -115,6 +115,8 @@ put("otlp_response", "http-partial", bytes([0, 200, 0, 0]) + partial)
 status = vi(1, 8) + ld(2, "slow down") + ld(3, ld(1, "type.googleapis.com/google.rpc.RetryInfo")
                                              + ld(2, ld(1, vi(1, 3) + vi(2, 500_000_000))))
 put("otlp_response", "http-503-retry-after", bytes([0, 0xF7, 0x01, 0x20 | 2]) + b"30" + status)
+put("otlp_response", "http-429-retry-after-date",
+    bytes([0, 0xAD, 0x01, 0x20 | 29]) + b"Sun, 06 Nov 1994 08:49:37 GMT" + b"busy")
 put("otlp_response", "http-400-text", bytes([0, 0x90, 0x01, 0]) + b"bad request: unknown field")
 put("otlp_response", "grpc-resource-exhausted", bytes([1, 8, 0, 4]) + b"busy" + status)
 put("otlp_response", "grpc-unavailable", bytes([1, 14, 0, 0]))

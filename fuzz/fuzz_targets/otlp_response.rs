@@ -1,7 +1,8 @@
 //! What an OTLP collector answers: HTTP status + `Retry-After` + body (ExportMetricsServiceResponse
 //! with partial success, or a google.rpc.Status), and gRPC status code + details (RetryInfo).
 //! Properties: only 2xx is delivered; only 429/502/503/504 and the OTLP gRPC codes are retried; a
-//! server delay is read only from a delay-seconds Retry-After; messages stay bounded.
+//! server delay is read only from a Retry-After that is delay-seconds or an HTTP-date (which begins
+//! with its day's name); messages stay bounded.
 #![no_main]
 use dcgm_otel::export::otel::otlp::transport::{self, SendError, MAX_MESSAGE};
 use libfuzzer_sys::fuzz_target;
@@ -38,7 +39,11 @@ fuzz_target!(|data: &[u8]| {
                 assert!(matches!(status, 429 | 502 | 503 | 504), "{status}");
                 if delay.is_some() {
                     let v = std::str::from_utf8(header).expect("a delay comes from text");
-                    assert!(v.trim().bytes().all(|b| b.is_ascii_digit()), "{v:?}");
+                    let v = v.trim_matches(|c: char| c.is_ascii_whitespace());
+                    let day = ["Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun"]
+                        .iter()
+                        .any(|d| v.starts_with(d));
+                    assert!(v.bytes().all(|b| b.is_ascii_digit()) || day, "{v:?}");
                 }
                 bounded(&message);
             }

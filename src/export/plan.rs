@@ -98,6 +98,8 @@ impl ExportPlan {
             ),
             None => None,
         };
+        // OTLP metrics: each publication wakes the export thread (each collection sent once).
+        consumers.extend(otel.as_ref().map(OtelExport::publication_consumer));
         // Incident log records: every snapshot's incidents, handed over on the collector thread.
         consumers.extend(otel.as_ref().and_then(OtelExport::incident_consumer));
         Ok(StartedExports {

@@ -26,6 +26,9 @@ use crate::support::fake_lib::Fake;
 use crate::support::kubelet::{container, pod, pods, Kubelet, Reply};
 use dcgm_otel::source::sim::{Fleet, Scenario};
 
+/// `NODE_NAME` of both exporters and both fakes: the fleet's UUIDs derive from it (and the seed).
+const NODE: &str = "golden-host";
+
 /// The collect interval both exporters run with (the fleet's step; it is stopped anyway).
 const INTERVAL_MS: &str = "200";
 
@@ -185,14 +188,14 @@ fn repo(path: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(path)
 }
 
-/// The fleet a case's scenario makes (seed 1): its GPU UUIDs and, per GPU, its MIG instances' UUIDs.
+/// The fleet a case's scenario makes (seed 1, node `NODE`): its GPU UUIDs and, per GPU, its MIG instances' UUIDs.
 fn fleet_uuids(scenario: &str) -> (Vec<String>, Vec<Vec<String>>) {
     let name = if scenario.contains('/') {
         repo(scenario).display().to_string()
     } else {
         scenario.to_string()
     };
-    let f = Fleet::new(&Scenario::load(&name).unwrap(), 1);
+    let f = Fleet::new(&Scenario::load(&name).unwrap(), 1, NODE);
     let gpus = f.gpus().iter().map(|g| g.identity.uuid.clone()).collect();
     let migs = f
         .gpus()
@@ -255,7 +258,7 @@ fn scenario_value(case: &Case) -> String {
 fn fleet_env(case: &Case) -> Vec<(String, String)> {
     let scenario = scenario_value(case);
     [
-        ("NODE_NAME", "golden-host".to_string()),
+        ("NODE_NAME", NODE.to_string()),
         ("FAKE_DCGM_SCENARIO", scenario.clone()),
         ("FAKE_DCGM_SEED", "1".to_string()),
         (

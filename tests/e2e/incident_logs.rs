@@ -61,6 +61,7 @@ fn fleet() -> (Arc<counters::CounterSet>, Snapshot) {
     let mut sim = SimSource::new(
         &scenario,
         1,
+        "golden-host",
         counters.clone(),
         &dcgm_otel::config::devices::Selectors::default(),
         Duration::from_millis(200),
@@ -375,9 +376,12 @@ fn metrics_and_logs_go_to_their_own_endpoints() {
     let registry = SelfMetrics::new();
     let export = plan.start(store.clone(), &registry).unwrap();
     let consumer = export.incident_consumer().expect("logs are on by default");
+    // As the collector thread does: the metrics export thread is told of each publication too.
+    let published = export.publication_consumer();
     for s in snapshots(&base) {
         store.publish(s.clone());
         consumer.on_snapshot(&s);
+        published.on_snapshot(&s);
     }
     assert_eq!(metrics_sink.wait_for_metrics()[0], "http /custom/metrics");
     let records = logs_sink.wait_for_records(5);

@@ -108,9 +108,11 @@ fn expected_polls(n: usize) -> Expected {
     let set = counters::parse(counters::DEFAULT_COUNTERS_CSV, "built-in default counters").unwrap();
     let counters = Arc::new(set);
     let devices = dcgm_otel::config::devices::Selectors::default();
+    // The exporters of these tests run as node `test-node` (tests/support/common.rs).
     let mut sim = SimSource::new(
         &scenario,
         1,
+        "test-node",
         counters.clone(),
         &devices,
         Duration::from_millis(200),
@@ -120,6 +122,7 @@ fn expected_polls(n: usize) -> Expected {
     for _ in 0..n {
         let reading = sim.poll().unwrap();
         let mut poll = HashMap::new();
+        let mut rollups: BTreeMap<String, Option<f64>> = BTreeMap::new();
         for e in &reading.entities {
             if e.entity.kind == EntityKind::NvLink {
                 continue;
@@ -143,8 +146,20 @@ fn expected_polls(n: usize) -> Expected {
             if e.entity.kind == EntityKind::GpuInstance {
                 poll.entry((key.0.clone(), None))
                     .or_insert_with(|| values.clone());
+                // The MIG roll-up on the board: the instances' GR_ENGINE_ACTIVE weighted by their
+                // share of the GPU, summed in reading order.
+                let share = values
+                    .get("DCGM_FI_PROF_GR_ENGINE_ACTIVE")
+                    .map(|v| v * dcgm_otel::enrich::kubernetes::cost::device_fraction(&e.entity));
+                let sum = rollups.entry(key.0.clone()).or_insert(Some(0.0));
+                *sum = sum.zip(share).map(|(a, b)| a + b);
             }
             poll.insert(key, values);
+        }
+        for (uuid, sum) in rollups {
+            if let (Some(sum), Some(board)) = (sum, poll.get_mut(&(uuid, None))) {
+                board.insert("nvidia.gpu.mig.utilization".into(), sum.clamp(0.0, 1.0));
+            }
         }
         out.push(poll);
     }
@@ -355,7 +370,7 @@ fn grpc_per_entity_otel_attributes_case(pipeline: &str) {
     };
     let sm = metric("DCGM_FI_DEV_SM_CLOCK");
     assert_eq!(sm.unit, "MHz");
-    assert_eq!(sm.description, "Streaming multiprocessor clock in MHz.");
+    assert_eq!(sm.description, "SM clock frequency (in MHz).");
     assert!(matches!(sm.data, Some(Data::Gauge(_))));
     assert_eq!(metric("DCGM_FI_DEV_GPU_TEMP").unit, "Cel");
     assert_eq!(metric("DCGM_FI_DEV_POWER_USAGE").unit, "W");
@@ -1375,7 +1390,8 @@ fn semconv_resources_carry_serial_and_vbios_from_dcgm_and_nvml() {
     let dir = tempfile::tempdir().unwrap();
     let dcgm = fake_lib::link(dir.path(), "libfake_libdcgm.so", "libdcgm.so.4");
     let nvml = fake_lib::link(dir.path(), "libfake_libnvml.so", "libnvidia-ml.so.1");
-    let fleet = dcgm_otel::source::sim::Fleet::new(&Scenario::load("default").unwrap(), 1);
+    let fleet =
+        dcgm_otel::source::sim::Fleet::new(&Scenario::load("default").unwrap(), 1, "test-node");
     let want: BTreeMap<String, (String, String)> = fleet
         .gpus()
         .iter()
@@ -1742,4 +1758,83 @@ fn per_pod_sums_over_otlp_equal_the_scrape() {
         }
     }
     drop(exporter);
+}
+
+/// One holder, one Resource (`--collect-processes --kubernetes-virtual-gpus` on the built-in
+/// scenario's cluster): each pod's cost counters, its split of a shared GPU and its processes travel
+/// on one Resource of the pod, whose identity is the pod's (`k8s.namespace.name`, `k8s.pod.name`);
+/// what differs within the pod (`k8s.container.name`, the GPU replica) is on the points. Before: two
+/// Resources per pod, one with `k8s.container.name` for the cost counters, one without for the split
+/// and the processes.
+#[test]
+fn a_pod_is_one_resource_for_its_cost_split_and_processes() {
+    let sink = Sink::grpc(0, None);
+    let endpoint = format!("http://{}", sink.addr);
+    let _exporter = common::start_as_user(
+        &[
+            "--simulate",
+            "--collect-processes",
+            "--kubernetes-virtual-gpus",
+            "-c",
+            "300",
+            "--otlp-endpoint",
+            &endpoint,
+        ],
+        &[],
+    );
+    // The cost counters start at the second collection.
+    let deadline = Instant::now() + WAIT;
+    let req = loop {
+        let req = sink.nth_or_later(1);
+        if flatten(&req)
+            .iter()
+            .any(|(_, _, m, _)| m.name == "nvidia.pod.gpu.time")
+        {
+            break req;
+        }
+        assert!(Instant::now() < deadline, "no cost counters arrived");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    // The pods' own Resources (no hardware identity): (namespace, pod) → their metric names.
+    let mut pods: BTreeMap<(String, String), Vec<std::collections::BTreeSet<String>>> =
+        BTreeMap::new();
+    for rm in &req.resource_metrics {
+        let r = attrs(&rm.resource.as_ref().unwrap().attributes);
+        if r.contains_key("hw.id") || !r.contains_key("k8s.pod.name") {
+            continue;
+        }
+        assert!(
+            !r.contains_key("k8s.container.name") && !r.contains_key("nvidia.gpu.replica"),
+            "a pod's Resource names what differs within the pod: {r:?}"
+        );
+        let names = rm
+            .scope_metrics
+            .iter()
+            .flat_map(|s| s.metrics.iter().map(|m| m.name.clone()))
+            .collect();
+        pods.entry((r["k8s.namespace.name"].clone(), r["k8s.pod.name"].clone()))
+            .or_default()
+            .push(names);
+    }
+    assert!(!pods.is_empty());
+    for (pod, resources) in &pods {
+        assert_eq!(resources.len(), 1, "{pod:?}: {resources:#?}");
+    }
+    // A pod sharing a GPU through its processes has all three on its one Resource, the container
+    // on the cost counters' points.
+    let shared: Vec<_> = pods
+        .iter()
+        .filter(|(_, r)| r[0].contains("nvidia.pod.gpu.utilization"))
+        .collect();
+    assert!(!shared.is_empty(), "{pods:#?}");
+    for (pod, r) in shared {
+        for name in ["nvidia.pod.gpu.time", "nvidia.process.gpu.memory.usage"] {
+            assert!(r[0].contains(name), "{pod:?} lacks {name}: {r:#?}");
+        }
+    }
+    for (r, p, m, _) in flatten(&req) {
+        if m.name == "nvidia.pod.gpu.time" && !r.contains_key("hw.id") {
+            assert!(p.contains_key("k8s.container.name"), "{r:?} {p:?}");
+        }
+    }
 }

@@ -18,6 +18,49 @@ fn expect(args: &[&str], env: &[(&str, &str)], code: i32, stderr: &str) {
     );
 }
 
+/// [`expect`] exit code 2 with `stderr`, for a start-up that may instead run: stopped after 20 s
+/// (on a free port), which fails the test.
+fn expect_bounded(args: &[&str], env: &[(&str, &str)], stderr: &str) {
+    use std::io::Read as _;
+    use std::time::{Duration, Instant};
+    let mut cmd = std::process::Command::new(common::binary());
+    cmd.args(args)
+        .args(["-a", &format!("127.0.0.1:{}", common::free_port())])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped());
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let mut child = cmd.spawn().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let code = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status.code().unwrap_or(-1);
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            break -1;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let mut got = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut got)
+        .unwrap();
+    assert_eq!(
+        (code, got.lines().last().unwrap_or("")),
+        (2, format!("dcgm-otel: {stderr}").as_str()),
+        "args {args:?}, env {env:?} (-1: still running after 20 s): {got}"
+    );
+    assert_eq!(got.lines().count(), 1, "one line: {got}");
+}
+
+const SDK_REFUSED: &str = "--otlp-pipeline sdk: the OpenTelemetry SDK pipeline is no longer built: it kept the Resource model of dcgm-otel 0.1, which counts a shared device's and a MIG GPU's measurements more than once; drop the flag (the direct pipeline is the only one)";
+
 #[test]
 fn bad_flags_and_variables() {
     expect(
@@ -195,8 +238,18 @@ fn bad_otlp_settings() {
         &["--simulate", "--otlp", "--otlp-pipeline", "sdk"],
         &[],
         2,
-        "--otlp-pipeline sdk: the OpenTelemetry SDK pipeline is no longer built: it kept the Resource model of dcgm-otel 0.1, which counts a shared device's and a MIG GPU's measurements more than once; drop the flag (the direct pipeline is the only one)",
+        SDK_REFUSED,
     );
+    // Refused whether OTLP is on or not, by flag or variable (it was accepted silently with OTLP off,
+    // and the exporter ran: bounded here, so that a regression fails instead of hanging).
+    expect_bounded(&["--simulate", "--otlp-pipeline", "sdk"], &[], SDK_REFUSED);
+    for otlp in [None, Some(("DCGM_OTEL_OTLP", "true"))] {
+        let env: Vec<(&str, &str)> = [("DCGM_OTEL_OTLP_PIPELINE", "sdk")]
+            .into_iter()
+            .chain(otlp)
+            .collect();
+        expect_bounded(&["--simulate"], &env, SDK_REFUSED);
+    }
 }
 
 #[test]
@@ -412,5 +465,26 @@ fn bad_distributions() {
         &[],
         2,
         &format!("{config}:5:5: collection.distributions[0] DCGM_FI_DEV_POWER_USAGE@1s: the sample interval must be shorter than the collect interval (1s)"),
+    );
+}
+
+/// `run_to_exit` (every test above) fails instead of hanging when the binary does not exit: here a
+/// serving exporter (the situation a bad input that stopped being fatal would cause) is killed after
+/// the limit, and the failure names the arguments and shows the output so far.
+#[test]
+fn run_to_exit_kills_a_binary_that_keeps_running_and_fails() {
+    let args = ["--simulate", "-a", "127.0.0.1:0", "-c", "200"];
+    let failure = std::panic::catch_unwind(|| {
+        common::run_to_exit_within(&args, &[], std::time::Duration::from_secs(2))
+    })
+    .expect_err("run_to_exit returned although the exporter was still serving");
+    let message = failure
+        .downcast_ref::<String>()
+        .cloned()
+        .unwrap_or_default();
+    assert!(
+        message.contains("did not exit within 2s: killed")
+            && message.contains("\"--simulate\", \"-a\", \"127.0.0.1:0\""),
+        "{message}"
     );
 }

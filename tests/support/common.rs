@@ -196,18 +196,74 @@ pub fn terminate(mut e: Exporter) -> String {
     err
 }
 
-/// Run the binary to completion with `args`; returns (exit code, stderr).
+/// How long [`run_to_exit`] lets the binary run. Every call is a command that exits by itself in
+/// well under a second (a bad flag, `--help`, a missing library); the margin is for a loaded CI
+/// machine. One still running then (say a bad input stopped being fatal and it serves on :9400)
+/// fails the test instead of hanging it.
+pub const RUN_TO_EXIT_LIMIT: Duration = Duration::from_secs(10);
+
+/// Run the binary to completion with `args`; returns (exit code, stderr then stdout). Kills it and
+/// fails the test, with the arguments and the output so far, when it has not exited within
+/// [`RUN_TO_EXIT_LIMIT`].
 pub fn run_to_exit(args: &[&str], env: &[(&str, &str)]) -> (i32, String) {
+    run_to_exit_within(args, env, RUN_TO_EXIT_LIMIT)
+}
+
+/// [`run_to_exit`] with another limit.
+pub fn run_to_exit_within(args: &[&str], env: &[(&str, &str)], limit: Duration) -> (i32, String) {
     let mut cmd = Command::new(binary());
-    cmd.args(args).stdout(Stdio::piped()).stderr(Stdio::piped());
+    cmd.args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
     for (k, v) in env {
         cmd.env(k, v);
     }
-    let out = cmd.output().expect("cannot run dcgm-otel");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stderr).into_owned() + &String::from_utf8_lossy(&out.stdout),
-    )
+    let mut child = cmd.spawn().expect("cannot run dcgm-otel");
+    // Both pipes are drained on threads, so a chatty child never blocks on a full pipe and the
+    // output so far can be shown when it has to be killed.
+    let drain = |pipe: Option<Box<dyn Read + Send>>| {
+        let buf = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let sink = std::sync::Arc::clone(&buf);
+        let reader = std::thread::spawn(move || {
+            let Some(mut pipe) = pipe else { return };
+            let mut chunk = [0u8; 4096];
+            while let Ok(n) = pipe.read(&mut chunk) {
+                if n == 0 {
+                    break;
+                }
+                sink.lock().unwrap().extend_from_slice(&chunk[..n]);
+            }
+        });
+        (buf, reader)
+    };
+    let (stderr, err_reader) = drain(child.stderr.take().map(|p| Box::new(p) as _));
+    let (stdout, out_reader) = drain(child.stdout.take().map(|p| Box::new(p) as _));
+    let deadline = Instant::now() + limit;
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait for dcgm-otel") {
+            break Some(status);
+        }
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    let _ = err_reader.join();
+    let _ = out_reader.join();
+    let text = |b: &std::sync::Arc<std::sync::Mutex<Vec<u8>>>| {
+        String::from_utf8_lossy(&b.lock().unwrap()).into_owned()
+    };
+    let output = text(&stderr) + &text(&stdout);
+    let Some(status) = status else {
+        panic!(
+            "dcgm-otel {args:?} (env {env:?}) did not exit within {limit:?}: killed. A command \
+             expected to end by itself is still running (serving?). Its output so far:\n{output}"
+        );
+    };
+    (status.code().unwrap_or(-1), output)
 }
 
 /// Data copied from NVIDIA's DCGM and dcgm-exporter into the repository (`tests/fixtures/dcgm/README.md`).

@@ -90,6 +90,17 @@ fn kv(key: &'static str, value: impl Into<Arc<str>>) -> KeyValue {
     )
 }
 
+/// A holder's attributes ([`Naming::holder_attributes`]), each sorted by key.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct HolderAttributes {
+    /// What tells holders apart (key, value): the pod's namespace and name, or the job.
+    pub identity: Vec<(String, String)>,
+    /// The holder's Resource: its identity and what describes it whole (pod uid, pod labels).
+    pub resource: Vec<KeyValue>,
+    /// What differs within the holder (a container, a device replica): on its data points.
+    pub within: Vec<KeyValue>,
+}
+
 /// Attribute naming for one run.
 pub struct Naming {
     style: OtelAttributeStyle,
@@ -348,6 +359,44 @@ impl Naming {
         out
     }
 
+    /// A holder's attribution in this style, split as its own Resource needs it: one Resource per pod
+    /// (or job) whatever it holds and however it was seen (the cost counters' sets name the container
+    /// and the device replica, a process's set only the pod). A set that names no pod or job is its
+    /// own identity, whole.
+    pub fn holder_attributes(&self, attributes: &[crate::snapshot::Attribute]) -> HolderAttributes {
+        use crate::snapshot::attribution::HolderPart;
+        let named = |a: &crate::snapshot::Attribute| {
+            KeyValue::new(
+                self.attribute_key(&a.key),
+                Value::String(StringValue::from(a.value.clone())),
+            )
+        };
+        let has_identity = attributes
+            .iter()
+            .any(|a| a.key.holder_part() == HolderPart::Identity);
+        let mut out = HolderAttributes::default();
+        for a in attributes {
+            let part = if has_identity {
+                a.key.holder_part()
+            } else {
+                HolderPart::Identity
+            };
+            let kv = named(a);
+            if part == HolderPart::Identity {
+                out.identity
+                    .push((kv.key.as_str().to_string(), kv.value.as_str().into_owned()));
+            }
+            match part {
+                HolderPart::Identity | HolderPart::Whole => out.resource.push(kv),
+                HolderPart::Within => out.within.push(kv),
+            }
+        }
+        out.identity.sort();
+        out.resource.sort_by(|a, b| a.key.cmp(&b.key));
+        out.within.sort_by(|a, b| a.key.cmp(&b.key));
+        out
+    }
+
     /// Whether [`Naming::value_attributes`] can give the points of a field attributes.
     pub fn has_value_attributes(field_id: u16) -> bool {
         field_id == crate::fields::xid::XID_FIELD_ID
@@ -591,6 +640,56 @@ mod tests {
             .iter()
             .find(|kv| kv.key.as_str() == k)
             .map(|kv| kv.value.to_string())
+    }
+
+    #[test]
+    fn a_holder_is_its_pod_whatever_else_its_set_names() {
+        use crate::snapshot::attribution::{CONTAINER, HPC_JOB, NAMESPACE, POD, POD_UID};
+        use crate::snapshot::{Attribute, AttributeKey, Placement};
+        let replica = AttributeKey::new("vgpu", "nvidia.gpu.replica", Placement::Attributes);
+        let team = AttributeKey::new("label_team", "k8s.pod.label.team", Placement::Labels);
+        let naming = Naming::new(
+            OtelAttributeStyle::Otel,
+            LabelStyle::default(),
+            &CounterSet::default(),
+        );
+        let names = |kvs: &[KeyValue]| -> Vec<String> {
+            kvs.iter()
+                .map(|kv| format!("{}={}", kv.key, kv.value))
+                .collect()
+        };
+        // The cost counters' set (container, replica, uid, a label) and a process's (the pod only).
+        let cost = naming.holder_attributes(&[
+            Attribute::new(&POD, "p"),
+            Attribute::new(&NAMESPACE, "ns"),
+            Attribute::new(&CONTAINER, "c"),
+            Attribute::new(&replica, "1"),
+            Attribute::new(&POD_UID, "u"),
+            Attribute::new(&team, "ml"),
+        ]);
+        let process = naming
+            .holder_attributes(&[Attribute::new(&NAMESPACE, "ns"), Attribute::new(&POD, "p")]);
+        assert_eq!(cost.identity, process.identity);
+        assert_eq!(
+            names(&cost.resource),
+            [
+                "k8s.namespace.name=ns",
+                "k8s.pod.label.team=ml",
+                "k8s.pod.name=p",
+                "k8s.pod.uid=u"
+            ]
+        );
+        assert_eq!(
+            names(&cost.within),
+            ["k8s.container.name=c", "nvidia.gpu.replica=1"]
+        );
+        assert!(process.within.is_empty());
+        // A job is a holder too; a set naming neither is its own holder, whole.
+        let job = naming.holder_attributes(&[Attribute::new(&HPC_JOB, "j1")]);
+        assert_eq!(job.identity, [("hpc.job.id".to_string(), "j1".to_string())]);
+        let other = naming.holder_attributes(&[Attribute::new(&CONTAINER, "c")]);
+        assert_eq!(names(&other.resource), ["k8s.container.name=c"]);
+        assert!(other.within.is_empty() && other.identity.len() == 1);
     }
 
     #[test]

@@ -2,8 +2,9 @@
 //! (and per pod or job when attributed), to any OpenTelemetry collector or vendor.
 //!
 //! In data-flow order:
-//! - [`request`]: the newest snapshot → the request, built on its own export thread with per-entity
-//!   resources cached between exports; no OpenTelemetry SDK state.
+//! - [`request`]: the newest snapshot → the request, with per-entity resources cached between
+//!   exports; no OpenTelemetry SDK state. [`schedule`]: its export thread, woken by each publication
+//!   (every collection sent once when the export interval is the collect interval).
 //! - [`queue`]: the bounded queue of encoded requests (oldest dropped, counted) and the sender loop
 //!   with retries, backoff and `Retry-After`; the export self-metrics.
 //! - [`transport`]: gRPC (tonic) and HTTP/protobuf (hyper + rustls), TLS and mTLS, gzip.
@@ -29,6 +30,7 @@ mod process_points_tests;
 pub mod proto;
 pub mod queue;
 pub mod request;
+pub mod schedule;
 pub mod settings;
 pub mod severity;
 pub mod transport;
@@ -86,6 +88,8 @@ pub struct OtlpPlan {
     counters: Arc<CounterSet>,
     names: MetricNames,
     describe: String,
+    /// The collect interval (`-c`): which collections an export interval sends ([`schedule`]).
+    collect_interval: Duration,
     /// The incident log records' settings and builder (`None` with `--otlp-logs=false`, or when no
     /// endpoint for them is configured).
     logs: Option<(OtlpConfig, log_records::RecordBuilder)>,
@@ -123,12 +127,13 @@ impl OtlpPlan {
         collect_interval: Duration,
         env: &dyn Fn(&str) -> Option<String>,
     ) -> Result<Option<OtlpPlan>, OtelError> {
-        let Some(settings) = settings::resolve(args, collect_interval, env)? else {
-            return Ok(None);
-        };
+        // Refused whether OTLP is on or not: a configuration naming it expects what it no longer does.
         if args.otlp_pipeline == OtlpPipeline::Sdk {
             return Err(OtelError::SdkPipelineRemoved);
         }
+        let Some(settings) = settings::resolve(args, collect_interval, env)? else {
+            return Ok(None);
+        };
         if let Some(e) = metric_names_conflict(args) {
             return Err(e);
         }
@@ -170,6 +175,7 @@ impl OtlpPlan {
             counters: Arc::new(ctx.counters.clone()),
             names: args.otel_metric_names,
             describe,
+            collect_interval,
             logs,
             logs_unrouted,
         }))
@@ -207,13 +213,15 @@ impl OtlpPlan {
         )
         .with_metric_names(self.names);
         let n = builder.instrument_count();
-        let producer = match request::spawn(builder, store, queue.clone(), metrics, cfg.interval) {
-            Ok(e) => e,
-            Err(e) => {
-                queue.close();
-                return Err(OtelError::Thread(e.to_string()));
-            }
-        };
+        let intervals = (cfg.interval, self.collect_interval);
+        let (producer, trigger) =
+            match schedule::spawn(builder, store, queue.clone(), metrics, intervals) {
+                Ok(e) => e,
+                Err(e) => {
+                    queue.close();
+                    return Err(OtelError::Thread(e.to_string()));
+                }
+            };
         tracing::info!(
             endpoint = %cfg.endpoint,
             protocol,
@@ -226,6 +234,7 @@ impl OtlpPlan {
         );
         Ok(OtelExport {
             producer,
+            trigger: Arc::new(trigger),
             logs,
             queue,
             done,
@@ -285,7 +294,8 @@ fn spawn_sender(
 
 /// A running OTLP export; [`OtelExport::shutdown`] sends the last collection and stops.
 pub struct OtelExport {
-    producer: request::DirectExport,
+    producer: schedule::DirectExport,
+    trigger: Arc<schedule::PublicationTrigger>,
     logs: Option<logs::LogsExport>,
     queue: Arc<queue::Queue>,
     done: mpsc::Receiver<()>,
@@ -293,6 +303,11 @@ pub struct OtelExport {
 }
 
 impl OtelExport {
+    /// What tells the export thread of each publication, for the collector thread's consumers.
+    pub fn publication_consumer(&self) -> Arc<dyn SnapshotConsumer> {
+        self.trigger.clone()
+    }
+
     /// The incident log exporter, for the collector thread's consumers (`None` with
     /// `--otlp-logs=false`).
     pub fn incident_consumer(&self) -> Option<Arc<dyn SnapshotConsumer>> {

@@ -6,11 +6,18 @@
 //! Nothing here runs on the collector thread or on the HTTP server's runtime, so a slow or down
 //! collector never delays a scrape of :9400 nor a collection. The queue holds at most `max_pending`
 //! requests; when full, the oldest is dropped (cumulative data is superseded by newer data anyway) and
-//! counted in `dcgm_otel_otlp_dropped_exports_total`. A retryable failure is retried with capped
-//! exponential backoff and jitter (250 ms doubling to 5 s but never past one export interval, times a
-//! random factor in [0.5, 1]: a collector that returns gets the next attempt within an interval), or after
-//! the delay the server asked for (capped at 60 s), at most [`MAX_RETRIES`] times per request; a
-//! permanent failure is not retried. Failures are logged when the state changes, not on every attempt.
+//! counted in `dcgm_otel_otlp_dropped_exports_total`. A retryable failure is retried at most
+//! [`MAX_RETRIES`] times per request; a permanent failure is not retried. Failures are logged when the
+//! state changes, not on every attempt.
+//!
+//! The retry schedule ([`crate::retry::Backoff`]): after a retryable failure the next attempt — a retry,
+//! or the first attempt of the next request — waits, counted from the moment the failure was known (the
+//! answer arrived, or the request timed out), the capped exponential backoff of the consecutive failures
+//! (250 ms doubling to 5 s but never past one export interval, times a random factor in [0.5, 1]: a
+//! collector that returns gets the next attempt within an interval), or the delay the server asked for
+//! (gRPC `RetryInfo`, HTTP `Retry-After`; capped at 60 s) when that is longer. So a collector that
+//! answers late, or accepts and never answers, gets no attempts back to back; a request queued during a
+//! wait does not shorten it (only shutdown does: the last attempts go at once).
 //!
 //! A queue of log records ([`Queue::for_records`]) differs in one way: records are events, not a state a
 //! later request supersedes, so its request in flight is retried until the collector answers (or the
@@ -25,7 +32,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
-use super::transport::{SendError, Transport};
+use super::transport::{Delivered, SendError, Transport};
 use crate::lock::LockExt;
 use crate::retry::Backoff;
 use crate::telemetry::self_metrics::{Metric, SelfMetrics};
@@ -58,6 +65,8 @@ pub struct ExportMetrics {
     /// Log records in requests the queue dropped and records the incident buffer dropped (the log
     /// exporter only: metrics requests supersede each other, so their points are not counted).
     pub dropped_items: Option<Arc<Metric>>,
+    /// The log exporter's: a partial success counts rejected log records, not data points.
+    pub records: bool,
 }
 
 /// What one exporter's self-metrics are called: the metrics exporter's `dcgm_otel_otlp_*` or the log
@@ -187,6 +196,7 @@ impl ExportMetrics {
                     &p,
                 )
             }),
+            records: count_drops,
         }
     }
 }
@@ -201,6 +211,8 @@ struct QueueInner {
 pub struct Queue {
     inner: Mutex<QueueInner>,
     notify: tokio::sync::Notify,
+    /// Told once when the queue closes: ends a wait between attempts.
+    closing: tokio::sync::Notify,
     max: usize,
     metrics: Arc<ExportMetrics>,
     /// Longest backoff between retries, ms ([`Queue::cap_retry_delay`]).
@@ -228,6 +240,7 @@ impl Queue {
                 closed: false,
             }),
             notify: tokio::sync::Notify::new(),
+            closing: tokio::sync::Notify::new(),
             max: max.max(1),
             metrics,
             retry_cap_ms: AtomicU64::new(BACKOFF_MAX.as_millis() as u64),
@@ -301,6 +314,19 @@ impl Queue {
     pub fn close(&self) {
         self.lock().closed = true;
         self.notify.notify_one();
+        self.closing.notify_one();
+    }
+
+    /// Wait until `at`, or until the queue closes (a new request does not end the wait).
+    async fn wait_until(&self, at: Instant) {
+        if self.is_closed() {
+            return;
+        }
+        // `close` after the check leaves a permit: this wait ends at once.
+        tokio::select! {
+            _ = tokio::time::sleep_until(tokio::time::Instant::from_std(at)) => {}
+            _ = self.closing.notified() => {}
+        }
     }
 
     fn is_closed(&self) -> bool {
@@ -325,6 +351,75 @@ impl Queue {
     }
 }
 
+/// What the sender remembers between attempts.
+struct SenderState {
+    endpoint: String,
+    /// A retryable failure is being retried (logged once until a delivery).
+    failing: bool,
+    /// The last permanent error logged (an identical one is only counted).
+    last_permanent: Option<String>,
+    /// Retryable failures in a row, across requests: the backoff step.
+    failures: u32,
+    /// No attempt before this (after a retryable failure).
+    resume_at: Option<Instant>,
+}
+
+impl SenderState {
+    /// A delivery: counted, a partial success logged, a failing state ended.
+    fn delivered(&mut self, queue: &Queue, metrics: &ExportMetrics, d: Delivered, took: Duration) {
+        let endpoint = &self.endpoint;
+        metrics.exports.inc();
+        metrics.sent_bytes.add(d.body_bytes as f64);
+        metrics.send_seconds.set(took.as_secs_f64());
+        if d.rejected_data_points > 0 || !d.message.is_empty() {
+            metrics.partial.inc();
+            metrics
+                .rejected_points
+                .add(d.rejected_data_points.max(0) as f64);
+            let (rejected, text) = (d.rejected_data_points, &d.message);
+            if metrics.records {
+                tracing::warn!(%endpoint, rejected_log_records = rejected, receiver_message = %text, "OTLP receiver accepted the export only partly");
+            } else {
+                tracing::warn!(%endpoint, rejected_data_points = rejected, receiver_message = %text, "OTLP receiver accepted the export only partly");
+            }
+        }
+        if self.failing || self.last_permanent.is_some() {
+            tracing::info!(%endpoint, "OTLP exports delivered again");
+        }
+        self.answered(queue);
+        self.last_permanent = None;
+    }
+
+    /// A permanent failure: counted, logged once per distinct error, not retried.
+    fn rejected(&mut self, queue: &Queue, metrics: &ExportMetrics, message: String, items: usize) {
+        metrics.failed_permanent.inc();
+        queue.lost(items);
+        self.answered(queue);
+        if self.last_permanent.as_deref() != Some(message.as_str()) {
+            tracing::error!(endpoint = %self.endpoint, error = %message, "OTLP export rejected; not retried (further identical errors are only counted)");
+            self.last_permanent = Some(message);
+        }
+    }
+
+    /// The collector answered (delivered or rejected): no more waiting.
+    fn answered(&mut self, queue: &Queue) {
+        self.failing = false;
+        self.failures = 0;
+        self.resume_at = None;
+        queue.failing.store(false, Ordering::Relaxed);
+    }
+
+    /// A retryable failure known at `at` (its answer, or the timeout): the next attempt waits for the
+    /// backoff of the failures in a row, or the server's delay when longer, from `at`. Returns the wait.
+    fn retryable(&mut self, queue: &Queue, at: Instant, server: Option<Duration>) -> Duration {
+        self.failures = self.failures.saturating_add(1);
+        let backoff = queue.backoff().jittered(self.failures);
+        let delay = server.map_or(backoff, |d| d.min(SERVER_DELAY_MAX).max(backoff));
+        self.resume_at = Some(at + delay);
+        delay
+    }
+}
+
 /// Deliver the queue until it is closed and drained.
 pub async fn run_sender(
     transport: Transport,
@@ -332,77 +427,52 @@ pub async fn run_sender(
     metrics: Arc<ExportMetrics>,
     endpoint: String,
 ) {
-    let mut failing = false;
-    let mut last_permanent: Option<String> = None;
+    let mut state = SenderState {
+        endpoint,
+        failing: false,
+        last_permanent: None,
+        failures: 0,
+        resume_at: None,
+    };
     while let Some((body, items)) = queue.next().await {
         let mut retry = 0u32;
         loop {
+            if let Some(at) = state.resume_at {
+                queue.wait_until(at).await;
+            }
             let started = Instant::now();
-            match transport.send(&body).await {
+            let sent = transport.send(&body).await;
+            let ended = Instant::now();
+            let (message, retry_after) = match sent {
                 Ok(d) => {
-                    metrics.exports.inc();
-                    metrics.sent_bytes.add(d.body_bytes as f64);
-                    metrics.send_seconds.set(started.elapsed().as_secs_f64());
-                    if d.rejected_data_points > 0 || !d.message.is_empty() {
-                        metrics.partial.inc();
-                        metrics
-                            .rejected_points
-                            .add(d.rejected_data_points.max(0) as f64);
-                        tracing::warn!(%endpoint, rejected_data_points = d.rejected_data_points, message = %d.message, "OTLP receiver accepted the export only partly");
-                    }
-                    if failing || last_permanent.is_some() {
-                        tracing::info!(%endpoint, "OTLP exports delivered again");
-                    }
-                    failing = false;
-                    queue.failing.store(false, Ordering::Relaxed);
-                    last_permanent = None;
+                    state.delivered(&queue, &metrics, d, ended - started);
                     break;
                 }
                 Err(SendError::Permanent(message)) => {
-                    metrics.failed_permanent.inc();
-                    queue.lost(items);
-                    queue.failing.store(false, Ordering::Relaxed);
-                    if last_permanent.as_deref() != Some(message.as_str()) {
-                        tracing::error!(%endpoint, error = %message, "OTLP export rejected; not retried (further identical errors are only counted)");
-                        last_permanent = Some(message);
-                    }
+                    state.rejected(&queue, &metrics, message, items);
                     break;
                 }
                 Err(SendError::Retryable {
                     message,
                     retry_after,
-                }) => {
-                    if (retry >= MAX_RETRIES && !queue.persistent) || queue.is_closed() {
-                        metrics.failed_exhausted.inc();
-                        queue.lost(items);
-                        tracing::debug!(%endpoint, error = %message, retries = retry, "OTLP export given up");
-                        break;
-                    }
-                    queue.failing.store(true, Ordering::Relaxed);
-                    retry += 1;
-                    metrics.retries.inc();
-                    let delay = match retry_after {
-                        Some(d) => d.min(SERVER_DELAY_MAX),
-                        None => queue.backoff().jittered(retry),
-                    };
-                    if !failing {
-                        tracing::warn!(%endpoint, error = %message, retry_in_ms = delay.as_millis() as u64, "OTLP export failed; retrying with backoff (further failures are only counted until it recovers)");
-                        failing = true;
-                    } else {
-                        tracing::debug!(%endpoint, error = %message, retry, "OTLP export failed again");
-                    }
-                    tokio::select! {
-                        _ = tokio::time::sleep(delay) => {}
-                        _ = queue.notify.notified() => {
-                            // A new request or shutdown: keep the wake-up for the queue and stop waiting
-                            // only when closing (a new request does not cut the backoff short).
-                            queue.notify.notify_one();
-                            if !queue.is_closed() {
-                                tokio::time::sleep(delay.saturating_sub(started.elapsed())).await;
-                            }
-                        }
-                    }
-                }
+                }) => (message, retry_after),
+            };
+            let delay = state.retryable(&queue, ended, retry_after);
+            let endpoint = &state.endpoint;
+            if (retry >= MAX_RETRIES && !queue.persistent) || queue.is_closed() {
+                metrics.failed_exhausted.inc();
+                queue.lost(items);
+                tracing::debug!(%endpoint, error = %message, retries = retry, "OTLP export given up");
+                break;
+            }
+            queue.failing.store(true, Ordering::Relaxed);
+            retry += 1;
+            metrics.retries.inc();
+            if !state.failing {
+                tracing::warn!(%endpoint, error = %message, retry_in_ms = delay.as_millis() as u64, "OTLP export failed; retrying with backoff (further failures are only counted until it recovers)");
+                state.failing = true;
+            } else {
+                tracing::debug!(%endpoint, error = %message, retry, retry_in_ms = delay.as_millis() as u64, "OTLP export failed again");
             }
         }
     }
@@ -432,6 +502,70 @@ mod tests {
         assert_eq!(q.backoff().delay(9), Duration::from_secs(5));
         q.cap_retry_delay(Duration::from_millis(10));
         assert_eq!(q.backoff().delay(9), Duration::from_millis(250));
+    }
+
+    #[test]
+    fn a_wait_counts_from_the_failure_and_is_the_longer_of_backoff_and_server_delay() {
+        let m = Arc::new(ExportMetrics::new(&SelfMetrics::default(), "grpc"));
+        let q = Queue::new(2, m);
+        q.cap_retry_delay(Duration::from_secs(1));
+        let mut state = SenderState {
+            endpoint: String::new(),
+            failing: false,
+            last_permanent: None,
+            failures: 0,
+            resume_at: None,
+        };
+        let at = Instant::now();
+        // The server's 2 s is longer than any backoff step: from the answer, 2 s.
+        assert_eq!(
+            state.retryable(&q, at, Some(Duration::from_secs(2))),
+            Duration::from_secs(2)
+        );
+        assert_eq!(state.resume_at, Some(at + Duration::from_secs(2)));
+        // A shorter (or zero) server delay does not cut the backoff: step 2 is 500 ms × [0.5, 1].
+        let d = state.retryable(&q, at, Some(Duration::ZERO));
+        assert!((Duration::from_millis(250)..=Duration::from_millis(500)).contains(&d));
+        // Steps grow across failures (capped at the export interval); a huge delay is capped at 60 s.
+        let d = state.retryable(&q, at, None);
+        assert!((Duration::from_millis(500)..=Duration::from_secs(1)).contains(&d));
+        assert_eq!(
+            state.retryable(&q, at, Some(Duration::from_secs(3600))),
+            SERVER_DELAY_MAX
+        );
+        // An answer ends the wait and restarts the schedule.
+        state.answered(&q);
+        assert_eq!((state.failures, state.resume_at), (0, None));
+    }
+
+    #[test]
+    fn a_wait_ends_at_close_not_at_a_new_request() {
+        let m = Arc::new(ExportMetrics::new(&SelfMetrics::default(), "grpc"));
+        let q = Queue::new(2, m);
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let far = Instant::now() + Duration::from_secs(600);
+            // A request pushed before and during the wait leaves it running.
+            q.push(Bytes::from_static(b"x"));
+            let wait = q.wait_until(far);
+            tokio::pin!(wait);
+            let push = async {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                q.push(Bytes::from_static(b"y"));
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            };
+            tokio::select! {
+                _ = &mut wait => panic!("a new request ended the wait"),
+                _ = push => {}
+            }
+            // Closing ends it at once (the 60 s only bounds a failure).
+            q.close();
+            let ended = tokio::time::timeout(Duration::from_secs(60), wait).await;
+            assert!(ended.is_ok());
+        });
     }
 
     #[test]

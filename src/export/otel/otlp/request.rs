@@ -36,16 +36,14 @@
 //! `Metric`s too, prost-encoded inside each entity's Resource's `ScopeMetrics` after its field,
 //! derived and semantic-convention metrics; in host resource mode they join the one Resource.
 //!
-//! [`spawn`] runs the exports on their own thread at the export interval; encoded requests go to the
-//! bounded queue and sender ([`queue`](super::queue)). Never on the collector thread or the
-//! HTTP server.
+//! [`schedule`](super::schedule) runs the exports on their own thread as collections are published;
+//! encoded requests go to the bounded queue and sender ([`queue`](super::queue)). Never on the
+//! collector thread or the HTTP server.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::mpsc;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use bytes::Bytes;
 use opentelemetry::KeyValue;
 use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
 use opentelemetry_proto::tonic::common::v1::{InstrumentationScope, KeyValue as PKeyValue};
@@ -57,13 +55,11 @@ use opentelemetry_proto::tonic::resource::v1::Resource;
 use opentelemetry_sdk::metrics::Temporality;
 
 use super::proto::{entity_resource, pkv};
-use super::queue::{ExportMetrics, Queue};
 use crate::counters::{CounterSet, MetricKind};
 use crate::export::otel::naming::{Naming, OtelAttributeStyle, ResourceSplit};
 use crate::export::otel::semconv::{self, MetricNames};
 use crate::export::otel::units::unit_for;
 use crate::fields::{FieldId, ValueType};
-use crate::snapshot::SnapshotStore;
 use crate::snapshot::{
     Attribution, DerivedKind, DerivedSubject, Entity, EntityKind, FieldValue, Snapshot,
 };
@@ -97,6 +93,11 @@ struct Instrument {
     head: Vec<u8>,
 }
 
+/// Whether a row's field is a rate: its DCGM unit is per second (`MB/s`, `KB/s`).
+fn is_rate(c: &crate::counters::Counter) -> bool {
+    crate::export::otel::units::field_unit(&c.field).is_some_and(|u| u.ends_with("/s"))
+}
+
 /// The instruments of a counter set, but for rows of the fields in `replaced` (`semconv` names only).
 fn instruments(counters: &CounterSet, replaced: &[FieldId]) -> Vec<Instrument> {
     let mut seen: HashSet<&str> = HashSet::new();
@@ -111,6 +112,10 @@ fn instruments(counters: &CounterSet, replaced: &[FieldId]) -> Vec<Instrument> {
         }
         let kind = match c.kind {
             MetricKind::Gauge => Kind::Gauge,
+            // A rate (a DCGM unit per second: NVLink bandwidth in MB/s) is a gauge whatever the CSV
+            // says: dcgm-exporter 4.5.3-4.8.2 types DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL `counter`, which
+            // :9400 keeps, but a monotonic Sum of a rate would be read as totals.
+            MetricKind::Counter if is_rate(c) => Kind::Gauge,
             MetricKind::Counter if c.field.value_type == ValueType::Int64 => Kind::IntCounter,
             MetricKind::Counter => Kind::DoubleCounter,
             MetricKind::Label => continue,
@@ -918,15 +923,18 @@ impl DirectBuilder {
             let Some(v) = observe(kind, &FieldValue::Double(sample.value)) else {
                 continue;
             };
-            let holder = self.naming.attribution_attributes(&sample.attributes);
+            let holder = self.naming.holder_attributes(&sample.attributes);
             let device = self.naming.device_attributes(&sample.entity);
             let mut point: Vec<KeyValue> = device;
+            point.extend(holder.within.iter().cloned());
             if holders.host_mode() {
-                point.extend(holder.iter().cloned());
+                point.extend(holder.resource.iter().cloned());
             }
             point.sort_by(|a, b| a.key.cmp(&b.key));
             let mut full = point.clone();
-            full.extend(holder.iter().cloned());
+            if !holders.host_mode() {
+                full.extend(holder.resource.iter().cloned());
+            }
             full.sort_by(|a, b| a.key.cmp(&b.key));
             let set = SetLayout {
                 resource: 0,
@@ -1398,109 +1406,6 @@ fn difference(
         (AsInt(now), AsInt(before)) if now >= before => AsInt(now - before),
         (AsDouble(now), AsDouble(before)) if now >= before => AsDouble(now - before),
         (now, _) => now,
-    }
-}
-
-/// The export thread of the direct pipeline; [`DirectExport::shutdown`] exports once more and stops.
-pub struct DirectExport {
-    stop: mpsc::Sender<()>,
-    thread: std::thread::JoinHandle<()>,
-}
-
-/// What one export reports to the self-metrics and the queue.
-struct Exporter {
-    builder: DirectBuilder,
-    store: Arc<SnapshotStore>,
-    queue: Arc<Queue>,
-    metrics: Arc<ExportMetrics>,
-    /// The snapshot exported last (not exported twice).
-    last_seq: Option<u64>,
-}
-
-impl Exporter {
-    fn export(&mut self) {
-        let Some(snap) = self.store.latest() else {
-            return;
-        };
-        if self.last_seq == Some(snap.seq) {
-            return;
-        }
-        self.last_seq = Some(snap.seq);
-        let encoded = self.builder.build_encoded(&snap);
-        if encoded.data_points == 0 {
-            return;
-        }
-        self.metrics
-            .collect_seconds
-            .set(encoded.build_time.as_secs_f64());
-        self.metrics
-            .encode_seconds
-            .set(encoded.encode_time.as_secs_f64());
-        self.metrics.request_bytes.set(encoded.body.len() as f64);
-        self.metrics.data_points.set(encoded.data_points as f64);
-        self.metrics.resources.set(encoded.resources as f64);
-        self.queue.push(Bytes::from(encoded.body));
-    }
-
-    /// One export; a panic (a bug) skips this export instead of ending all of them.
-    fn export_guarded(&mut self) {
-        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.export()));
-        if r.is_err() {
-            tracing::error!("building the OTLP request panicked; this export is skipped");
-        }
-    }
-}
-
-/// Start the export thread: an export every `interval` (the first one `interval` after start).
-pub fn spawn(
-    builder: DirectBuilder,
-    store: Arc<SnapshotStore>,
-    queue: Arc<Queue>,
-    metrics: Arc<ExportMetrics>,
-    interval: Duration,
-) -> std::io::Result<DirectExport> {
-    let (stop, stop_rx) = mpsc::channel::<()>();
-    let mut exporter = Exporter {
-        builder,
-        store,
-        queue,
-        metrics,
-        last_seq: None,
-    };
-    let thread = std::thread::Builder::new()
-        .name("otlp-direct".into())
-        .spawn(move || {
-            let mut next = Instant::now() + interval;
-            loop {
-                let wait = next.saturating_duration_since(Instant::now());
-                match stop_rx.recv_timeout(wait) {
-                    Err(mpsc::RecvTimeoutError::Timeout) => {
-                        exporter.export_guarded();
-                        next += interval;
-                        let now = Instant::now();
-                        if next < now {
-                            // Behind (a long stall): skip the missed ticks instead of bursting.
-                            next = now + interval;
-                        }
-                    }
-                    // Shutdown: the last export, then stop.
-                    Ok(()) | Err(mpsc::RecvTimeoutError::Disconnected) => {
-                        exporter.export_guarded();
-                        return;
-                    }
-                }
-            }
-        })?;
-    Ok(DirectExport { stop, thread })
-}
-
-impl DirectExport {
-    /// Export the newest snapshot (if not exported yet) and end the thread.
-    pub fn shutdown(self) {
-        let _ = self.stop.send(());
-        if self.thread.join().is_err() {
-            tracing::warn!("the OTLP export thread ended with a panic");
-        }
     }
 }
 

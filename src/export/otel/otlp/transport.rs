@@ -5,11 +5,12 @@
 //! roots plus the configured CA; a client certificate and key give mTLS. Each send reports whether a
 //! failure is worth retrying (OTLP spec: gRPC UNAVAILABLE, CANCELLED, DEADLINE_EXCEEDED, ABORTED,
 //! OUT_OF_RANGE, DATA_LOSS, and RESOURCE_EXHAUSTED with RetryInfo; HTTP 429, 502, 503, 504 and
-//! connection errors) and the server's requested delay (gRPC `RetryInfo`, HTTP `Retry-After` seconds).
+//! connection errors) and the server's requested delay (gRPC `RetryInfo`, HTTP `Retry-After` in
+//! delay-seconds or as an HTTP-date), as a delay from the moment the answer was read.
 
 use std::io::Write as _;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use bytes::{Buf, BufMut, Bytes};
 use http_body_util::{BodyExt, Full};
@@ -419,9 +420,21 @@ pub fn grpc_failure(code: tonic::Code, message: &str, details: &[u8]) -> SendErr
     }
 }
 
-/// What an OTLP/HTTP collector's reply means: its status, `Retry-After` value (delay-seconds) and body
-/// (an `Export{Metrics,Logs}ServiceResponse` on success, a `google.rpc.Status` or text otherwise).
-/// `sent_bytes` is the request body's size, reported back in [`Delivered`].
+/// The delay a `Retry-After` value asks for, read at `now` (RFC 9110 10.2.3): delay-seconds (1*DIGIT;
+/// `+3`, `-0` or `1.5` are none), or an HTTP-date in any of its three forms (IMF-fixdate, RFC 850,
+/// asctime), the time from `now` until it (zero when it has passed).
+pub fn retry_after_delay(value: &[u8], now: SystemTime) -> Option<Duration> {
+    let v = std::str::from_utf8(value.trim_ascii()).ok()?;
+    if !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit()) {
+        return v.parse::<u64>().ok().map(Duration::from_secs);
+    }
+    let date = httpdate::parse_http_date(v).ok()?;
+    Some(date.duration_since(now).unwrap_or(Duration::ZERO))
+}
+
+/// What an OTLP/HTTP collector's reply means: its status, `Retry-After` value ([`retry_after_delay`],
+/// read now) and body (an `Export{Metrics,Logs}ServiceResponse` on success, a `google.rpc.Status` or
+/// text otherwise). `sent_bytes` is the request body's size, reported back in [`Delivered`].
 pub fn http_reply(
     status: u16,
     retry_after: Option<&[u8]>,
@@ -432,12 +445,8 @@ pub fn http_reply(
         let resp = ExportResponse::decode(body).unwrap_or_default();
         return Ok(delivered(resp, sent_bytes));
     }
-    // `Retry-After: delay-seconds` is 1*DIGIT (RFC 9110 10.2.3); `+3`, `-0` or an HTTP-date give none.
-    let retry_after = retry_after
-        .map(<[u8]>::trim_ascii)
-        .filter(|v| !v.is_empty() && v.iter().all(u8::is_ascii_digit))
-        .and_then(|v| std::str::from_utf8(v).ok()?.parse::<u64>().ok())
-        .map(Duration::from_secs);
+    let now = SystemTime::now();
+    let retry_after = retry_after.and_then(|v| retry_after_delay(v, now));
     let detail = RpcStatus::decode(body)
         .ok()
         .map(|s| s.message)
@@ -634,14 +643,15 @@ mod tests {
             other => panic!("{other:?}"),
         }
         // "+30" found by fuzz/ (otlp_response): u64's parser takes a sign that delay-seconds does not.
-        for not_seconds in [
-            &b"Wed, 21 Oct 2015 07:28:00 GMT"[..],
-            b"+30",
+        for not_a_delay in [
+            &b"+30"[..],
             b"",
             b"-0",
             b"1.5",
+            b"Wed, 21 Oct 2015",
+            b"soon",
         ] {
-            match http_reply(429, Some(not_seconds), b"busy", 1) {
+            match http_reply(429, Some(not_a_delay), b"busy", 1) {
                 Err(SendError::Retryable { retry_after, .. }) => assert_eq!(retry_after, None),
                 other => panic!("{other:?}"),
             }
@@ -652,6 +662,35 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
+    }
+
+    #[test]
+    fn retry_after_is_seconds_or_an_http_date_in_any_form() {
+        // 1994-11-06 08:49:37 UTC, RFC 9110's example, in its three forms.
+        let date = std::time::UNIX_EPOCH + Duration::from_secs(784_111_777);
+        let now = date - Duration::from_millis(2500);
+        for form in [
+            &b"Sun, 06 Nov 1994 08:49:37 GMT"[..],
+            b"Sunday, 06-Nov-94 08:49:37 GMT",
+            b"Sun Nov  6 08:49:37 1994",
+        ] {
+            assert_eq!(
+                retry_after_delay(form, now),
+                Some(Duration::from_millis(2500)),
+                "{}",
+                String::from_utf8_lossy(form)
+            );
+        }
+        // A date that has passed: no wait; seconds as they are.
+        assert_eq!(
+            retry_after_delay(
+                b"Sun, 06 Nov 1994 08:49:37 GMT",
+                date + Duration::from_secs(9)
+            ),
+            Some(Duration::ZERO)
+        );
+        assert_eq!(retry_after_delay(b" 7 ", now), Some(Duration::from_secs(7)));
+        assert_eq!(retry_after_delay(b"Sun, 06 Nov 1994", now), None);
     }
 
     #[test]

@@ -7,6 +7,13 @@
 //! `k8s.namespace.name`, `k8s.container.name`, ...), with the device's identity (`hw.id`, ...) on the
 //! data points. Processes that belong to no pod go on the host's own Resource the same way. In host
 //! resource mode there is one Resource, and the holder attributes go onto the points too.
+//!
+//! One holder, one Resource: a pod is told apart by its namespace and name (a job by its id), as the
+//! per-pod split keys it ([`crate::snapshot::pod_split::PodKey`]), whichever family names it — the
+//! cost counters' sets carry the container and the device replica, a process's set only the pod.
+//! The Resource carries what describes the pod whole (its uid and labels, from whichever set names
+//! them); what differs within it (`k8s.container.name`, `nvidia.gpu.replica`, DRA claims) goes on the
+//! points ([`Naming::holder_attributes`](crate::export::otel::naming::Naming::holder_attributes)).
 
 use std::collections::HashMap;
 
@@ -16,6 +23,7 @@ use opentelemetry_proto::tonic::metrics::v1::{metric::Data, Gauge, Metric, Numbe
 use opentelemetry_proto::tonic::resource::v1::Resource;
 
 use super::{temporality, Kind};
+use crate::export::otel::naming::HolderAttributes;
 use crate::export::otel::otlp::proto::entity_resource;
 
 /// What a holder metric is, besides its points.
@@ -27,12 +35,18 @@ pub(crate) struct HolderMetric<'a> {
     pub delta: bool,
 }
 
+/// One holder's Resource attributes (gathered from every set that names it) and metrics.
+struct Holder {
+    attributes: Vec<KeyValue>,
+    metrics: Vec<Metric>,
+}
+
 /// The holders' Resources and their metrics, in first-seen order.
 pub(crate) struct Holders {
     base: Vec<PKeyValue>,
     host_mode: bool,
     index: HashMap<Vec<(String, String)>, usize>,
-    list: Vec<(Resource, Vec<Metric>)>,
+    list: Vec<Holder>,
 }
 
 impl Holders {
@@ -50,33 +64,41 @@ impl Holders {
         self.host_mode
     }
 
-    /// Add a point of `metric` to the Resource of `holder` (its attribution attributes, sorted).
-    pub fn push(&mut self, holder: &[KeyValue], metric: HolderMetric<'_>, point: NumberDataPoint) {
-        let key: Vec<(String, String)> = if self.host_mode {
+    /// Add a point of `metric` to the Resource of `holder` (its identity keys the Resource; in host
+    /// mode there is one).
+    pub fn push(
+        &mut self,
+        holder: &HolderAttributes,
+        metric: HolderMetric<'_>,
+        point: NumberDataPoint,
+    ) {
+        let key = if self.host_mode {
             Vec::new()
         } else {
-            holder
-                .iter()
-                .map(|kv| (kv.key.as_str().to_string(), kv.value.as_str().into_owned()))
-                .collect()
+            holder.identity.clone()
         };
         let slot = match self.index.get(&key) {
             Some(&slot) => slot,
             None => {
-                let identity: Vec<&KeyValue> = if self.host_mode {
-                    Vec::new()
-                } else {
-                    holder.iter().collect()
-                };
-                self.list
-                    .push((entity_resource(&self.base, &identity), Vec::new()));
+                self.list.push(Holder {
+                    attributes: Vec::new(),
+                    metrics: Vec::new(),
+                });
                 self.index.insert(key, self.list.len() - 1);
                 self.list.len() - 1
             }
         };
-        let Some((_, metrics)) = self.list.get_mut(slot) else {
+        let Some(h) = self.list.get_mut(slot) else {
             return;
         };
+        if !self.host_mode {
+            for kv in &holder.resource {
+                if !h.attributes.iter().any(|a| a.key == kv.key) {
+                    h.attributes.push(kv.clone());
+                }
+            }
+        }
+        let metrics = &mut h.metrics;
         if !metrics.iter().any(|m| m.name == metric.name) {
             let data = if metric.kind == Kind::Gauge {
                 Data::Gauge(Gauge {
@@ -110,6 +132,14 @@ impl Holders {
     /// The Resources and their metrics (emptied).
     pub fn take(&mut self) -> Vec<(Resource, Vec<Metric>)> {
         self.index.clear();
+        let base = &self.base;
         std::mem::take(&mut self.list)
+            .into_iter()
+            .map(|mut h| {
+                h.attributes.sort_by(|a, b| a.key.cmp(&b.key));
+                let identity: Vec<&KeyValue> = h.attributes.iter().collect();
+                (entity_resource(base, &identity), h.metrics)
+            })
+            .collect()
     }
 }

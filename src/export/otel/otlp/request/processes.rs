@@ -17,7 +17,7 @@ use opentelemetry_proto::tonic::common::v1::KeyValue as PKeyValue;
 use opentelemetry_proto::tonic::metrics::v1::{number_data_point, NumberDataPoint};
 
 use super::holders::{HolderMetric, Holders};
-use crate::export::otel::naming::{Naming, OtelAttributeStyle};
+use crate::export::otel::naming::{HolderAttributes, Naming, OtelAttributeStyle};
 use crate::export::otel::otlp::proto::pkv;
 use crate::export::process_series::{FAMILIES, SPLIT_FAMILIES};
 use crate::snapshot::{pod_split, Snapshot};
@@ -66,7 +66,7 @@ pub(crate) fn emit(ctx: &Context, snap: &Snapshot, holders: &mut Holders) {
             .attribution
             .sets()
             .next()
-            .map(|set| ctx.naming.attribution_attributes(set))
+            .map(|set| ctx.naming.holder_attributes(set))
             .unwrap_or_default();
         let mut point = ctx.naming.device_attributes(&p.entity);
         if let Some(pid) = p.pid {
@@ -108,7 +108,7 @@ pub(crate) fn emit(ctx: &Context, snap: &Snapshot, holders: &mut Holders) {
             else {
                 continue;
             };
-            let holder = ctx.naming.attribution_attributes(holder_set);
+            let holder = ctx.naming.holder_attributes(holder_set);
             let point = ctx.naming.device_attributes(&device);
             let values = SPLIT_FAMILIES.iter().zip(OTEL_SPLIT_FAMILIES).map(
                 |((_, help, value), (name, unit, divisor))| {
@@ -121,16 +121,18 @@ pub(crate) fn emit(ctx: &Context, snap: &Snapshot, holders: &mut Holders) {
 }
 
 /// One gauge point per (name, help, unit, value) with a finite value, on `holder`'s Resource: `point`
-/// (the device's identity, a process's pid and name) plus, in host mode, the holder's attributes.
+/// (the device's identity, a process's pid and name) plus what differs within the holder and, in host
+/// mode, the holder's own attributes.
 fn push_gauges<'a>(
     ctx: &Context,
     holders: &mut Holders,
-    holder: &[KeyValue],
+    holder: &HolderAttributes,
     mut point: Vec<KeyValue>,
     values: impl Iterator<Item = (&'a str, &'a str, &'a str, Option<f64>)>,
 ) {
+    point.extend(holder.within.iter().cloned());
     if holders.host_mode() {
-        point.extend(holder.iter().cloned());
+        point.extend(holder.resource.iter().cloned());
     }
     point.sort_by(|a, b| a.key.cmp(&b.key));
     let attributes: Vec<PKeyValue> = point.iter().map(pkv).collect();
