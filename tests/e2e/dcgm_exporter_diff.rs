@@ -13,7 +13,7 @@
 //! Both exporters read the same values: the fake's `stop_at_collection` fault stops the simulated
 //! fleet at a given collection, so dcgm-exporter (one DCGM read per scrape) and dcgm-otel (one per
 //! collect interval) end up on the same state however often each polled. `DCGM_EXPORTER_LOG=1` prints
-//! dcgm-exporter's log of each case.
+//! dcgm-exporter's log of each case, `DCGM_EXPORTER_DIFFS=1` every difference and the entry covering it.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail loudly on purpose
 
 use std::path::{Path, PathBuf};
@@ -522,11 +522,17 @@ fn every_difference_from_dcgm_exporter_is_on_the_list_and_every_entry_occurs() {
                 .collect::<Vec<_>>()
         })
         .collect();
+    // DCGM_EXPORTER_DIFFS=1: every difference with the entry that covers it (for reviewing the list).
+    let show_all = std::env::var_os("DCGM_EXPORTER_DIFFS").is_some();
     let mut unlisted = Vec::new();
     for (case, diffs) in &results {
         eprintln!("case {}: {} difference(s)", case.name, diffs.len());
         for d in diffs {
-            if list.covering(case.name, d).is_none() {
+            let entry = list.covering(case.name, d);
+            if show_all {
+                eprintln!("  [{}] {d}", entry.map_or("NOT LISTED", |e| e.id.as_str()));
+            }
+            if entry.is_none() {
                 unlisted.push(format!("  {}: {d}", case.name));
             }
         }

@@ -517,9 +517,6 @@ pub struct Entry {
     /// Cases it may occur in (none: any).
     #[serde(default)]
     pub cases: Vec<String>,
-    /// Not deliberate yet: the branch that removes it (the entry goes when that branch is merged).
-    #[serde(default)]
-    pub pending: Option<String>,
     #[serde(rename = "match")]
     pub matches: Vec<Match>,
 }
@@ -556,13 +553,9 @@ impl DifferenceList {
     pub fn markdown(&self) -> String {
         let mut out = String::from("| What differs | Why |\n|---|---|\n");
         for e in &self.0 {
-            let what = match &e.pending {
-                Some(branch) => format!("{} (until {branch} is merged)", e.what),
-                None => e.what.clone(),
-            };
             out.push_str(&format!(
                 "| {} | {} |\n",
-                what.replace('|', "\\|"),
+                e.what.replace('|', "\\|"),
                 e.why.replace('|', "\\|")
             ));
         }
