@@ -16,7 +16,10 @@ Measured per run, after a 3 s warm-up, over the window:
     the body it made (its collections from `dcgm_otel_collects_total`); the fake libdcgm runs in each process:
     the CPU it spends inside its calls (FAKE_DCGM_CPU_FILE) is shown apart, and the exporter's own CPU is the
     rest; also the CPU share at 10 scrapes/s;
-  - steady RSS: the median of VmRSS sampled every second;
+  - steady RSS: the median of VmRSS sampled every second, and at the window's end how much of it is the fake
+    libdcgm's (the Rss of its mapped library in /proc/<pid>/smaps, plus the heap its own allocator holds,
+    FAKE_DCGM_HEAP_FILE) and how much is the exporter's program code (the Rss of its binary's mappings);
+    the exporter's own RSS is the rest once the fake's is taken out;
   - scrape latency p50 / p99 (request sent to body read);
   - start-up: from spawning the process to the first /metrics carrying every series it will carry.
 Rounds interleave the exporters (A B, then B A) so that the machine's drift touches both. The machine is shared:
@@ -128,6 +131,7 @@ def run_one(kind, binary, fake_dir, scenario, seconds):
         "FAKE_DCGM_SEED": "1",
         "NODE_NAME": "bench-node",
         "FAKE_DCGM_CPU_FILE": os.path.join(fake_dir, f"cpu-{port}"),
+        "FAKE_DCGM_HEAP_FILE": os.path.join(fake_dir, f"heap-{port}"),
     }
     args = [binary, "-a", f"127.0.0.1:{port}", "-c", "1000", "-f", COUNTERS]
     if kind == "dcgm-exporter":
@@ -137,7 +141,13 @@ def run_one(kind, binary, fake_dir, scenario, seconds):
     spawned = time.perf_counter()
     proc = subprocess.Popen(args, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        return measure(kind, proc, port, spawned, seconds, env["FAKE_DCGM_CPU_FILE"])
+        files = {
+            "cpu": env["FAKE_DCGM_CPU_FILE"],
+            "heap": env["FAKE_DCGM_HEAP_FILE"],
+            "fake_lib": os.path.realpath(os.path.join(fake_dir, "libdcgm.so.4")),
+            "binary": os.path.realpath(binary),
+        }
+        return measure(kind, proc, port, spawned, seconds, files)
     finally:
         proc.terminate()
         try:
@@ -172,6 +182,36 @@ def startup(proc, port, spawned):
     return next(t for t, n in seen if n == full), full
 
 
+def mapped_rss_kib(pid, paths):
+    """Rss (KiB) of the mappings of these files in /proc/<pid>/smaps, and the process's thread count."""
+    total, current = 0, None
+    with open(f"/proc/{pid}/smaps") as f:
+        for line in f:
+            head = line.split()
+            if head and "-" in head[0] and len(head) >= 5 and head[0][0] in "0123456789abcdef":
+                current = head[5] if len(head) >= 6 else None
+            elif head and head[0] == "Rss:" and current in paths:
+                total += int(head[1])
+    return total
+
+
+def threads(pid):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("Threads:"):
+                return int(line.split()[1])
+    return 0
+
+
+def fake_heap_kib(path):
+    """The heap the fake's own allocator holds now (FAKE_DCGM_HEAP_FILE: `live peak` in bytes), KiB."""
+    try:
+        with open(path) as f:
+            return int(f.read().split()[0]) / 1024
+    except (OSError, ValueError, IndexError):
+        return 0.0
+
+
 def fake_cpu_s(path):
     """CPU seconds the fake libdcgm spent inside its calls so far (FAKE_DCGM_CPU_FILE)."""
     try:
@@ -181,7 +221,7 @@ def fake_cpu_s(path):
         return 0.0
 
 
-def measure(kind, proc, port, spawned, seconds, cpu_file):
+def measure(kind, proc, port, spawned, seconds, files):
     """Scrape 10 times a second; the window opens and closes at scrapes (for dcgm-otel: at scrapes that
     show a new collection, so that the window holds whole collections, the fake's included)."""
     start_s, full = startup(proc, port, spawned)
@@ -204,7 +244,7 @@ def measure(kind, proc, port, spawned, seconds, cpu_file):
             c = collects(body)
             boundary = kind == "dcgm-exporter" or (last_collects is not None and c != last_collects)
             last_collects = c
-            mark = (cpu_ticks(proc.pid), fake_cpu_s(cpu_file), time.perf_counter(), c, scrapes)
+            mark = (cpu_ticks(proc.pid), fake_cpu_s(files["cpu"]), time.perf_counter(), c, scrapes)
             if begin is None:
                 if boundary:
                     begin = mark
@@ -214,6 +254,9 @@ def measure(kind, proc, port, spawned, seconds, cpu_file):
             if boundary and mark[2] - begin[2] >= seconds:
                 end = mark
         time.sleep(max(0.0, min(next_scrape, next_rss if begin else next_scrape) - time.perf_counter()))
+    fake_rss = mapped_rss_kib(proc.pid, {files["fake_lib"]}) + fake_heap_kib(files["heap"])
+    code_rss = mapped_rss_kib(proc.pid, {files["binary"]})
+    rss_mib = statistics.median(rss) / 1024 if rss else 0.0
     cpu_s = (end[0] - begin[0]) / TICK
     fake_s = end[1] - begin[1]
     if kind == "dcgm-exporter":
@@ -229,7 +272,11 @@ def measure(kind, proc, port, spawned, seconds, cpu_file):
         "own_ms_per_collection": 1000 * max(cpu_s - fake_s, 0.0) / n,
         "cpu_share": 100 * cpu_s / (end[2] - begin[2]),
         "collections": collections,
-        "rss_mib": statistics.median(rss) / 1024 if rss else 0.0,
+        "rss_mib": rss_mib,
+        "fake_rss_mib": fake_rss / 1024,
+        "own_rss_mib": max(rss_mib - fake_rss / 1024, 0.0),
+        "code_rss_mib": code_rss / 1024,
+        "threads": threads(proc.pid),
         "p50_ms": 1000 * latencies[len(latencies) // 2],
         "p99_ms": 1000 * latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))],
         "start_ms": 1000 * start_s,
@@ -250,6 +297,9 @@ def table(results, rounds):
         ("the exporter's own, ms", "own_ms_per_collection", ms),
         ("CPU at 10 scrapes/s, %", "cpu_share", lambda v: f"{v:.1f}"),
         ("steady RSS, MiB", "rss_mib", lambda v: f"{v:.1f}"),
+        ("of it the fake libdcgm's, MiB", "fake_rss_mib", lambda v: f"{v:.1f}"),
+        ("the exporter's own, MiB", "own_rss_mib", lambda v: f"{v:.1f}"),
+        ("of that its program code, MiB", "code_rss_mib", lambda v: f"{v:.1f}"),
         ("scrape p50, ms", "p50_ms", lambda v: f"{v:.2f}"),
         ("scrape p99, ms", "p99_ms", lambda v: f"{v:.2f}"),
         ("start to first full body, ms", "start_ms", lambda v: f"{v:.0f}"),
@@ -270,7 +320,7 @@ def table(results, rounds):
                 num = statistics.median(r[key] for r in e)
                 den = statistics.median(r[key] for r in o)
                 return f"**{num / den:.1f}×**" if den > 0 else "n/a"
-            shown = ("cpu_ms_per_collection", "own_ms_per_collection", "rss_mib", "cpu_share")
+            shown = ("cpu_ms_per_collection", "own_ms_per_collection", "rss_mib", "own_rss_mib", "cpu_share")
             cells = [ratio(key) if key in shown else "" for _, key, _ in cols]
             lines.append(f"| {fleet} | dcgm-exporter ÷ dcgm-otel | " + " | ".join(cells) + " |")
     lines.append("")
