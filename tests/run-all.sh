@@ -196,6 +196,13 @@ log "every built-in scenario through the collector's file exporter: all accepted
 .venv/bin/python tests/collector/collector_test.py file-export "$OTELCOL" target/debug/dcgm-otel
 log "a collector whose memory_limiter refuses: retries and drops as documented (tests/collector)"
 .venv/bin/python tests/collector/collector_test.py memory-limiter "$OTELCOL" target/debug/dcgm-otel
+# ---- issue 36: the dcgm receiver inside the collector built above (tests/collector/receiver_checks.py) ----
+# The receiver loads target/debug/libdcgm_otel_engine.so (and, for the DCGM cases, the fake libdcgm built beside
+# it), so the cached collector always runs this checkout's engine.
+log "dcgm receiver in the collector: its first request (file exporter) equals the binary's through the otlp receiver, timestamps aside (tests/collector)"
+.venv/bin/python tests/collector/collector_test.py receiver "$OTELCOL" target/debug/dcgm-otel
+log "dcgm receiver faults: reloads through none / one / two receivers leak no thread or memory, a panic is an error, a hung DCGM call does not hold shutdown (tests/collector)"
+.venv/bin/python tests/collector/collector_test.py receiver-faults "$OTELCOL" target/debug/dcgm-otel
 
 log "kubernetes manifests: kubernetes-validate --strict, kustomize base and components, ServiceMonitor, ConfigMap (tests/kubernetes)"
 ./tests/kubernetes/check-manifests.sh target/debug/dcgm-otel

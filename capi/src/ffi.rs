@@ -257,7 +257,7 @@ pub unsafe extern "C" fn dcgm_otel_engine_free(engine: *mut Engine) {
     // SAFETY: the pointer came from Box::into_raw in start and is freed once (the caller's promise).
     let engine = unsafe { Box::from_raw(engine) };
     let _ = guarded(|| {
-        let _ = engine.stop(std::time::Duration::from_secs(5)); std::mem::forget(engine);
+        drop(engine);
         Ok(())
     });
 }

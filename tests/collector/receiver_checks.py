@@ -203,8 +203,8 @@ def compare_case(otelcol, binary, case, engine, fake, work):
     resources, points = counts(got)
     histograms = json.dumps(got).count('"exponentialHistogram"')
     print(f"ok: {case['name']}: the receiver's first request equals the binary's ({resources} Resources, "
-          f"{points} data points, {histograms} exponential histograms" + (f", the first {records} incident log records" if records else "") +
-          ", timestamps aside)")
+          f"{points} data points, {histograms} exponential histograms"
+          + (f", the first {records} incident log records" if records else "") + ", timestamps aside)")
 
 
 def cmd_receiver(otelcol, binary):
@@ -292,7 +292,6 @@ def lifecycle(otelcol, engine, work):
             go_sys = sum(v for m, _, v in parse_prometheus(http_get(f"http://127.0.0.1:{telemetry}/metrics"))
                          if m == "otelcol_process_runtime_total_sys_memory_bytes") / 1024
             samples.append((kind, total, named, rss_kib(p.pid), go_sys))
-            print("DEBUG", n, kind, total, named, rss_kib(p.pid) // 1024, int(go_sys // 1024), (rss_kib(p.pid) - go_sys) // 1024)
         procs.stop(p)
     errors = []
     first = {}
@@ -315,7 +314,7 @@ def lifecycle(otelcol, engine, work):
     grown = (samples[-1][3] - samples[WARM_ROUND][3]) / 1024
     if grown > LEAK_MARGIN_MIB:
         errors.append(f"RSS grew by {grown:.1f} MiB from round {WARM_ROUND} to the end (margin {LEAK_MARGIN_MIB} MiB): "
-                      + ", ".join(f"{k} {r // 1024}" for k, _, _, r, _ in samples))
+                      + ", ".join(f"{k} {r // 1024} (Go runtime {g // 1024:.0f})" for k, _, _, r, g in samples))
     if errors:
         fail("\n".join(errors))
     print(f"ok: lifecycle: {len(ROUNDS) - 1} reloads (SIGHUP) through {' -> '.join(ROUNDS)}: engine threads "
