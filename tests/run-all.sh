@@ -217,6 +217,8 @@ cargo test --bench exposition --bench cycle --bench nvml --bench kubernetes_mapp
 DCGM_OTEL_BIN=target/debug/dcgm-otel ./benches/load.sh --short
 # dcgm-exporter beside dcgm-otel (issue 33; dcgm-otel's half only without a dcgm-exporter binary, which it says)
 DCGM_OTEL_BIN=target/debug/dcgm-otel FAKE_LIBDCGM=target/debug/libfake_libdcgm.so ./benches/dcgm_exporter_side_by_side.py --smoke
+# the collector with the dcgm receiver beside the standalone + OTLP path (issue 36; figures in docs/performance.md)
+.venv/bin/python benches/collector_receiver_cost.py "$OTELCOL" target/debug --smoke
 
 # Every fuzz target briefly, from its committed seeds, so they keep compiling and finding nothing; the
 # long campaign and its figures: docs/reliability.md ("Fuzzing"). FUZZ_SECONDS=0 skips the step.
