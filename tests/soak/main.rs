@@ -208,7 +208,6 @@ fn soak() {
     );
 
     // ---- peers
-    let epoch = Instant::now();
     let scenario = dir.join("soak-scenario.yaml");
     std::fs::write(&scenario, storm_scenario()).unwrap();
     let fleet = Fleet::new(
@@ -244,6 +243,14 @@ fn soak() {
     }
     let mut kubelet = Kubelet::start(&socket, pods(list));
     let kubeconfig = api.kubeconfig(dir);
+    // What may take a while (the fake libdcgm is built if needed, waiting for cargo's lock when
+    // another build holds it) comes before the schedule's clock starts: the first SIGHUP must not
+    // find an exporter that has not started yet.
+    let bin = binary();
+    let help = Command::new(&bin).arg("--help").output().unwrap();
+    let logs = String::from_utf8_lossy(&help.stdout).contains("--otlp-logs");
+    let lib = fake_dir(dir);
+    let epoch = Instant::now();
     let mut collector = peers::Collector::start(epoch);
 
     // ---- files the exporter reloads
@@ -258,11 +265,7 @@ fn soak() {
     std::fs::write(dir.join("web.yml"), &web_configs[0]).unwrap();
 
     // ---- the exporter
-    let bin = binary();
-    let help = Command::new(&bin).arg("--help").output().unwrap();
-    let logs = String::from_utf8_lossy(&help.stdout).contains("--otlp-logs");
     let port = free_port();
-    let lib = fake_dir(dir);
     let mut args: Vec<String> = [
         "-c",
         "1000",
