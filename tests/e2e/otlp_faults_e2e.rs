@@ -4,8 +4,9 @@
 //! that accepts and never answers gets no back-to-back attempts; a delay the collector asks for
 //! (gRPC `RetryInfo`, HTTP `Retry-After` in seconds or as an HTTP-date) is honoured from its answer,
 //! and requests queued meanwhile do not shorten it. Also: each collection is exported exactly once
-//! when the export interval is the collect interval, and a partial success is one JSON log line
-//! with one key per field.
+//! when the export interval is the collect interval, a partial success is one JSON log line with
+//! one key per field, and a malformed gRPC failure (status details that are not base64) is a failed
+//! export, retried, not the end of exporting.
 //!
 //! Timing is read from the collector's side and only as lower bounds with margins (an attempt must
 //! not come earlier than the schedule allows; on a loaded machine it may come later).
@@ -320,4 +321,32 @@ fn a_partial_success_is_one_json_line_with_one_key_per_field() {
             assert!(v.get("rejected_data_points").is_none(), "{line}");
         }
     }
+}
+
+/// A collector whose gRPC failure carries a `grpc-status-details-bin` that is not base64: tonic's
+/// status parsing panics on it (`expect`), which before stopped the sender for good (no attempt after
+/// the first). Now it is a failed export: retried, and the next answer is accepted.
+#[test]
+fn a_malformed_grpc_status_is_a_failed_export_not_the_end_of_exporting() {
+    let collector = FaultCollector::grpc();
+    collector.script(Signal::Metrics, [Reply::BadStatusDetails; 2]);
+    let mut exporter = exporter(&collector, &["-c", "500"]);
+    let got = collector.wait_for(Signal::Metrics, 4, WAIT);
+    assert!(
+        got.iter().skip(2).any(|a| a.reply == Reply::OK),
+        "no export accepted after the malformed failures: {got:?}"
+    );
+    assert!(
+        exporter.child.try_wait().unwrap().is_none(),
+        "the exporter exited"
+    );
+    let body = common::scrape(exporter.port);
+    let retries = body
+        .lines()
+        .find_map(|l| l.strip_prefix("dcgm_otel_otlp_retries_total{protocol=\"grpc\"} "))
+        .and_then(|v| v.parse::<f64>().ok());
+    assert!(
+        retries.is_some_and(|r| r >= 2.0),
+        "the two malformed failures are not counted as retries: {retries:?}"
+    );
 }

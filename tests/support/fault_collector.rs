@@ -64,6 +64,9 @@ pub enum Reply {
     },
     /// Read the request and never answer (the connection stays open).
     Hang,
+    /// gRPC `UNAVAILABLE` whose `grpc-status-details-bin` is not base64 (a broken or hostile
+    /// collector); over HTTP a plain 503.
+    BadStatusDetails,
 }
 
 impl Reply {
@@ -271,6 +274,8 @@ async fn answer(
     };
     let (response, not_before) = match reply {
         Reply::Hang => std::future::pending().await,
+        Reply::BadStatusDetails if grpc => (bad_status_details(), None),
+        Reply::BadStatusDetails => fail(false, tonic::Code::Unavailable, 503, None),
         Reply::Accept { rejected, message } => (accept(grpc, signal, rejected, message), None),
         Reply::Fail {
             after,
@@ -372,6 +377,18 @@ fn fail(
         .body(Full::new(Bytes::from_static(b"fault collector")).boxed())
         .unwrap();
     (response, not_before)
+}
+
+/// A trailers-only gRPC failure whose status details header is not base64.
+fn bad_status_details() -> hyper::Response<Body> {
+    hyper::Response::builder()
+        .status(200)
+        .header("content-type", "application/grpc")
+        .header("grpc-status", "14")
+        .header("grpc-message", "fault collector")
+        .header("grpc-status-details-bin", "%%% not base64 %%%")
+        .body(Full::new(Bytes::new()).boxed())
+        .unwrap()
 }
 
 /// `google.rpc.Status` with one `google.rpc.RetryInfo` detail, encoded.

@@ -202,15 +202,29 @@ impl Transport {
                 headers,
                 timeout,
             } => {
-                send_grpc(
+                // Its own task: tonic panics (`expect`) on a failure whose `grpc-status-details-bin`
+                // is not base64, which a broken or hostile collector can send. Caught here, that is a
+                // failed export to retry, not the end of the sender.
+                let call = tokio::spawn(send_grpc(
                     channel.clone(),
                     path.clone(),
                     *gzip,
-                    headers,
+                    headers.clone(),
                     *timeout,
                     body.clone(),
-                )
-                .await
+                ));
+                match call.await {
+                    Ok(result) => result,
+                    Err(e) => Err(SendError::Retryable {
+                        message: if e.is_panic() {
+                            "the collector's gRPC answer could not be read (malformed status)"
+                                .to_string()
+                        } else {
+                            format!("the gRPC call was cancelled: {e}")
+                        },
+                        retry_after: None,
+                    }),
+                }
             }
             Transport::Http {
                 client,
@@ -335,10 +349,10 @@ async fn send_grpc(
     channel: Channel,
     path: http::uri::PathAndQuery,
     gzip: bool,
-    headers: &[(
+    headers: Vec<(
         tonic::metadata::MetadataKey<tonic::metadata::Ascii>,
         tonic::metadata::AsciiMetadataValue,
-    )],
+    )>,
     timeout: Duration,
     body: Bytes,
 ) -> Result<Delivered, SendError> {
@@ -355,7 +369,7 @@ async fn send_grpc(
         let mut req = tonic::Request::new(body);
         req.set_timeout(timeout);
         for (k, v) in headers {
-            req.metadata_mut().insert(k.clone(), v.clone());
+            req.metadata_mut().insert(k, v);
         }
         grpc.unary(req, path, RawCodec)
             .await
