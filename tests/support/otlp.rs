@@ -217,9 +217,29 @@ impl Receiver {
     /// gRPC on `port` (0: any free one), metrics and logs services.
     pub fn grpc(port: u16, tls: Option<ServerTls>) -> Receiver {
         let runtime = Self::new_runtime();
+        let listener = bind(&runtime, port);
+        Self::grpc_with(runtime, listener, tls)
+    }
+
+    /// gRPC on a listener the test bound (and kept) beforehand: a port that refused connections
+    /// until now starts answering, never free for another process in between.
+    pub fn grpc_on(listener: std::net::TcpListener, tls: Option<ServerTls>) -> Receiver {
+        let runtime = Self::new_runtime();
+        listener.set_nonblocking(true).unwrap();
+        let listener = {
+            let _entered = runtime.enter();
+            tokio::net::TcpListener::from_std(listener).unwrap()
+        };
+        Self::grpc_with(runtime, listener, tls)
+    }
+
+    fn grpc_with(
+        runtime: tokio::runtime::Runtime,
+        listener: tokio::net::TcpListener,
+        tls: Option<ServerTls>,
+    ) -> Receiver {
         let store: Store = Arc::default();
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-        let listener = bind(&runtime, port);
         let addr = listener.local_addr().unwrap();
         let metrics = MetricsServiceServer::new(Grpc(store.clone()))
             .accept_compressed(tonic::codec::CompressionEncoding::Gzip);
