@@ -62,11 +62,15 @@ fn self_metric(body: &str, name: &str) -> Option<f64> {
         .and_then(|l| l.rsplit_once(' ')?.1.parse().ok())
 }
 
-/// One scrape per collection, by collection number (1..=COLLECTIONS): series → value. A collection
-/// the loop did not see is `None`.
+/// One body per collection, by collection number (1..=COLLECTIONS): series → value. The bodies are
+/// the exporter's own debug dump (`--dump-enabled`: every collection's /metrics body, written as it is
+/// made), so none is missed however late a scrape would have come on a loaded machine; a collection
+/// missing from the dump (its writer still busy with the one before, counted in
+/// `dcgm_otel_dump_skipped_total`) fails the recording.
 fn record() -> Vec<Option<BTreeMap<String, String>>> {
     let dir = tempfile::tempdir().unwrap();
     let csv = counters(dir.path());
+    let dump = dir.path().join("dump");
     let scenario = format!("--simulate={}", fixtures_path("scenarios/alerts.yaml"));
     let e = start(
         &[
@@ -79,39 +83,75 @@ fn record() -> Vec<Option<BTreeMap<String, String>>> {
             WINDOW_MS,
             "--clock-events-count-window-size",
             WINDOW_MS,
+            "--dump-enabled",
+            "--dump-directory",
+            dump.to_str().unwrap(),
+            "--dump-compression=false",
         ],
         &[("NODE_NAME", "gpu-node-1")],
     );
-    let mut out: Vec<Option<BTreeMap<String, String>>> = vec![None; COLLECTIONS + 1];
-    let mut last_published = None;
+    // A deadline on the condition (COLLECTIONS collections dumped), generous for a loaded machine.
     let started = Instant::now();
-    loop {
-        let body = get(e.port, "/metrics").unwrap().text();
-        let n = self_metric(&body, "dcgm_otel_collects_total").unwrap_or(0.0) as usize;
-        let published = self_metric(&body, "dcgm_otel_last_collect_success_timestamp_seconds");
-        if published != last_published && (1..=COLLECTIONS).contains(&n) && out[n].is_none() {
-            last_published = published;
-            let series = body
-                .lines()
-                .filter(|l| RECORDED.iter().any(|p| l.starts_with(p)))
-                .filter_map(|l| {
-                    let (series, value) = l.rsplit_once(' ')?;
-                    let (name, labels) = series.split_once('{')?;
-                    Some((format!("{name}{{{JOB}{labels}"), value.to_string()))
-                })
-                .collect();
-            out[n] = Some(series);
-        }
-        if n >= COLLECTIONS {
-            break;
+    let bodies = loop {
+        let bodies = dumped_bodies(&dump);
+        let newest = bodies
+            .iter()
+            .filter_map(|b| self_metric(b, "dcgm_otel_collects_total"))
+            .fold(0.0, f64::max) as usize;
+        if newest >= COLLECTIONS {
+            break bodies;
         }
         assert!(
-            started.elapsed() < Duration::from_secs(120),
-            "no {COLLECTIONS} collections in two minutes"
+            started.elapsed() < Duration::from_secs(300),
+            "no {COLLECTIONS} collections in five minutes (newest {newest})"
         );
-        std::thread::sleep(Duration::from_millis(10));
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let skipped = self_metric(
+        &get(e.port, "/metrics").unwrap().text(),
+        "dcgm_otel_dump_skipped_total",
+    );
+    drop(e);
+    let mut out: Vec<Option<BTreeMap<String, String>>> = vec![None; COLLECTIONS + 1];
+    for body in bodies {
+        let n = self_metric(&body, "dcgm_otel_collects_total").unwrap_or(0.0) as usize;
+        if !(1..=COLLECTIONS).contains(&n) {
+            continue;
+        }
+        assert!(out[n].is_none(), "collection {n} dumped twice");
+        let series = body
+            .lines()
+            .filter(|l| RECORDED.iter().any(|p| l.starts_with(p)))
+            .filter_map(|l| {
+                let (series, value) = l.rsplit_once(' ')?;
+                let (name, labels) = series.split_once('{')?;
+                Some((format!("{name}{{{JOB}{labels}"), value.to_string()))
+            })
+            .collect();
+        out[n] = Some(series);
     }
+    let missing: Vec<usize> = (1..=COLLECTIONS).filter(|n| out[*n].is_none()).collect();
+    assert!(
+        missing.is_empty(),
+        "collections {missing:?} not dumped (dcgm_otel_dump_skipped_total {skipped:?})"
+    );
     out
+}
+
+/// The bodies `--dump-enabled --dump-compression=false` wrote into `dir` (`metrics-<time>-<n>.prom`).
+fn dumped_bodies(dir: &Path) -> Vec<String> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    entries
+        .filter_map(|e| {
+            let path = e.ok()?.path();
+            let name = path.file_name()?.to_str()?;
+            (name.starts_with("metrics-") && name.ends_with(".prom"))
+                .then(|| std::fs::read_to_string(&path).ok())
+                .flatten()
+        })
+        .collect()
 }
 
 /// promtool's expanding notation for one series: `_` before it appears and where a scrape was not
