@@ -15,6 +15,7 @@ mod configmap_e2e;
 mod containers_e2e;
 mod dcgm_e2e;
 mod dcgm_header_facts;
+mod device_selection_e2e;
 mod distributions_e2e;
 mod docs_e2e;
 mod entities_e2e;
