@@ -36,6 +36,7 @@ mod otlp_faults_e2e;
 mod pod_cost;
 mod reload_e2e;
 mod rules_recorded;
+mod scrape_load_e2e;
 mod simulated_e2e;
 mod startup_errors;
 mod systemd_e2e;
