@@ -22,6 +22,7 @@ mod entities_e2e;
 mod fake_libdcgm_abi;
 mod fake_libdcgm_entities_abi;
 mod gpu_operator_e2e;
+mod hung_peers_e2e;
 mod header_facts;
 mod incident_logs;
 mod incident_logs_e2e;
