@@ -35,6 +35,7 @@ mod open_attribution;
 mod otlp_e2e;
 mod otlp_faults_e2e;
 mod pod_cost;
+mod pod_energy_e2e;
 mod reload_e2e;
 mod rules_recorded;
 mod scrape_load_e2e;
