@@ -38,6 +38,8 @@ RUN set -eu; mkdir -p /skeleton; \
       | while read -r f; do mkdir -p "/skeleton/$(dirname "$f")"; \
           printf '#![allow(dead_code)]\nfn main() {}\n' > "/skeleton/$f"; done
 
+# Both images carry the licence (/usr/share/doc/dcgm-otel/LICENSE) and the third-party notices of every crate
+# in the binary (/usr/share/doc/dcgm-otel/THIRD-PARTY-NOTICES, packaging/third_party_notices.py).
 # Counters files at dcgm-exporter's paths: /etc/dcgm-exporter/default-counters.csv (ours: same fields and
 # types as dcgm-exporter's), dcp-metrics-included.csv and 1.x-compatibility-metrics.csv (dcgm-exporter's,
 # verbatim: the GPU Operator sets DCGM_EXPORTER_COLLECTORS=/etc/dcgm-exporter/dcp-metrics-included.csv).
@@ -56,7 +58,9 @@ RUN find . -path ./target -prune -o -name '*.rs' -exec touch {} + \
  && install -D -m 0644 src/counters/default-counters.csv /out/etc/dcgm-exporter/default-counters.csv \
  && install -D -m 0644 src/counters/dcgm-exporter/dcp-metrics-included.csv /out/etc/dcgm-exporter/dcp-metrics-included.csv \
  && install -D -m 0644 src/counters/dcgm-exporter/1.x-compatibility-metrics.csv /out/etc/dcgm-exporter/1.x-compatibility-metrics.csv \
- && install -D -m 0644 deploy/counters/alerts.csv /out/etc/dcgm-otel/alerts-counters.csv
+ && install -D -m 0644 deploy/counters/alerts.csv /out/etc/dcgm-otel/alerts-counters.csv \
+ && install -D -m 0644 LICENSE /out/usr/share/doc/dcgm-otel/LICENSE \
+ && install -D -m 0644 packaging/THIRD-PARTY-NOTICES /out/usr/share/doc/dcgm-otel/THIRD-PARTY-NOTICES
 
 # ---------------------------------------------------------------------------------------------------------------
 # GPU image: NVIDIA's DCGM image ships libdcgm.so.4, the DCGM modules (including the closed-source profiling

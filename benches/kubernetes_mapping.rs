@@ -32,6 +32,7 @@ use dcgm_otel::enrich::kubernetes::podresources::{
 };
 use dcgm_otel::enrich::kubernetes::{
     apply, GpuIdType, KubernetesConfig, KubernetesEnricher, Mapping, MatchRules, PodRef,
+    SharedDevices,
 };
 use dcgm_otel::enrich::Enricher;
 use dcgm_otel::snapshot::{Attribution, EntityReading};
@@ -124,6 +125,7 @@ fn main() {
     let mut source = SimSource::new(
         &scenario,
         1,
+        "bench-node",
         counter_set,
         &devices::Selectors::default(),
         Duration::from_secs(1),
@@ -150,7 +152,7 @@ fn main() {
         reset(&mut e);
         let t = Instant::now();
         let m = Mapping::build(&reply, &rules, None);
-        apply(&m, GpuIdType::Uid, &mut e);
+        apply(&m, GpuIdType::Uid, SharedDevices::OneSeries, &mut e);
         wall.push(t.elapsed());
         std::hint::black_box(&e);
     }

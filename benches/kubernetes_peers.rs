@@ -25,7 +25,7 @@ use support::kubelet::{container, pod, pods, Kubelet};
 
 /// The simulated node's GPU UUIDs and, flattened, its MIG slices' UUIDs.
 fn devices() -> (Vec<String>, Vec<String>) {
-    let f = Fleet::new(&Scenario::load("dgx-h100-mig").unwrap(), 1);
+    let f = Fleet::new(&Scenario::load("dgx-h100-mig").unwrap(), 1, "node-a");
     let gpus = f.gpus().iter().map(|g| g.identity.uuid.clone()).collect();
     let slices = f
         .gpus()

@@ -59,6 +59,8 @@ pub struct CollectorStatus {
     last_cycle_ms: AtomicU64,
     /// How long the collector may go without finishing a cycle before `/health` asks for a restart.
     restart_limit: Duration,
+    /// Why the source, although it answered, is not ready (DCGM reports fewer GPUs than the node has).
+    not_ready: Mutex<Option<String>>,
 }
 
 impl CollectorStatus {
@@ -75,6 +77,7 @@ impl CollectorStatus {
             stuck: AtomicBool::new(false),
             last_cycle_ms: AtomicU64::new(1),
             restart_limit: Self::restart_limit_for(interval),
+            not_ready: Mutex::new(None),
         })
     }
 
@@ -119,11 +122,15 @@ impl CollectorStatus {
     }
 
     /// `/ready`: `Ok(())` once the first collection has been published and while the last one
-    /// succeeded and is fresh (younger than [`CollectorStatus::freshness_limit`]); otherwise the reason.
+    /// succeeded, is fresh (younger than [`CollectorStatus::freshness_limit`]) and the source did not
+    /// say it is blind ([`Source::not_ready`]); otherwise the reason.
     pub fn ready(&self) -> Result<(), String> {
         self.fresh()?;
         if !self.ever_succeeded.load(Ordering::Acquire) {
             return Err("first collection pending".to_string());
+        }
+        if let Some(why) = self.not_ready.lock_unpoisoned().clone() {
+            return Err(why);
         }
         Ok(())
     }
@@ -210,7 +217,8 @@ impl CollectorStatus {
         Ok(())
     }
 
-    fn record_success(&self) {
+    fn record_success(&self, not_ready: Option<String>) {
+        *self.not_ready.lock_unpoisoned() = not_ready;
         self.last_success_ms.store(self.now_ms(), Ordering::Release);
         self.stuck.store(false, Ordering::Release);
         self.source_up.store(true, Ordering::Release);
@@ -381,6 +389,15 @@ pub struct Pipeline {
     pub waker: Option<Waker>,
 }
 
+/// How a collection ended, as the health status records it.
+enum Outcome {
+    /// The source was read; it may still say why it is not ready.
+    Read {
+        not_ready: Option<String>,
+    },
+    Failed(String),
+}
+
 /// Publication: the store, the consumers and the health status change together, under one lock, from
 /// the collector thread and from the watchdog.
 struct Publisher {
@@ -417,19 +434,19 @@ impl Publisher {
 
     /// Hand a snapshot to the store and the consumers; then record the outcome in the status (so a
     /// 503 never coexists with the previous series, and a 200 never with an empty body).
-    fn publish_locked(&self, mut snapshot: Snapshot, failure: Option<&str>) {
+    fn publish_locked(&self, mut snapshot: Snapshot, outcome: Outcome) {
         snapshot.seq = self.seq.fetch_add(1, Ordering::AcqRel) + 1;
         let snapshot = Arc::new(snapshot);
         self.store.publish(snapshot.clone());
         for c in &self.consumers {
             c.on_snapshot(&snapshot);
         }
-        match failure {
-            None => {
-                self.status.record_success();
+        match outcome {
+            Outcome::Read { not_ready } => {
+                self.status.record_success(not_ready);
                 self.status.mark_ready();
             }
-            Some(msg) => self.status.record_failure(msg),
+            Outcome::Failed(msg) => self.status.record_failure(&msg),
         }
     }
 
@@ -508,15 +525,19 @@ impl Pipeline {
             self.status.poll_begins();
             let polled = self.source.poll();
             self.status.poll_ended();
-            let (snapshot, failure) = match polled {
+            if let Some(set) = self.source.counters_changed() {
+                self.source_changed_counters(set, &publisher, &mut metrics);
+            }
+            let (snapshot, outcome) = match polled {
                 Ok(reading) => {
                     let snapshot = self.snapshot(reading, &mut metrics, &mut process_state);
                     self.source_answered(&mut metrics, &mut was_down);
-                    (snapshot, None)
+                    let not_ready = self.source.not_ready();
+                    (snapshot, Outcome::Read { not_ready })
                 }
                 Err(err) => {
                     let msg = self.source_failed(&err, &mut metrics, &mut was_down);
-                    (publisher.empty_snapshot(0), Some(msg))
+                    (publisher.empty_snapshot(0), Outcome::Failed(msg))
                 }
             };
             {
@@ -527,7 +548,7 @@ impl Pipeline {
                         "the stuck collection returned; collection resumes"
                     );
                 }
-                publisher.publish_locked(snapshot, failure.as_deref());
+                publisher.publish_locked(snapshot, outcome);
             }
             self.status.cycle_done();
             // Poll, enrichment, publication and rendering: shown in the next body.
@@ -789,6 +810,26 @@ impl Pipeline {
         }
     }
 
+    /// The source reads other rows from this poll on (profiling came back or went away): the
+    /// snapshots carry the new set, as after a reload.
+    fn source_changed_counters(
+        &mut self,
+        set: Arc<CounterSet>,
+        publisher: &Publisher,
+        metrics: &mut PipelineMetrics,
+    ) {
+        tracing::info!(
+            source = self.source.name(),
+            rows = set.len(),
+            previous_rows = self.counters.len(),
+            "the source changed the rows it reads"
+        );
+        self.counters = set.clone();
+        publisher.counters.store(set);
+        // Absent-value counters are keyed by row index, which the new set renumbers.
+        metrics.absent.clear();
+    }
+
     fn count_absent(&self, reading: &crate::snapshot::Reading, metrics: &mut PipelineMetrics) {
         const REASONS: [Absent; 6] = [
             Absent::Blank,
@@ -891,7 +932,7 @@ mod tests {
             Err("source down: connection refused".to_string())
         );
         s.poll_begins();
-        s.record_success();
+        s.record_success(None);
         s.mark_ready();
         s.poll_ended();
         s.cycle_done();
@@ -906,7 +947,7 @@ mod tests {
             "{err}"
         );
         s.poll_ended();
-        s.record_success();
+        s.record_success(None);
         s.cycle_done();
         assert_eq!(s.health(), Ok(()));
         assert_eq!(s.ready(), Ok(()));

@@ -90,6 +90,7 @@ pub fn source(scenario: &Scenario, counters: &Arc<CounterSet>) -> SimSource {
     SimSource::new(
         scenario,
         1,
+        "bench-node",
         counters.clone(),
         &dcgm_otel::config::devices::Selectors::default(),
         Duration::from_secs(30),

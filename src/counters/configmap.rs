@@ -10,9 +10,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use serde_json::Value;
-
 use super::{parse, CounterSet};
+use crate::enrich::kubernetes::api::objects::ConfigMap;
 use crate::enrich::kubernetes::api::{self, ApiConfig, Watcher};
 use crate::telemetry::self_metrics::SelfMetrics;
 
@@ -60,12 +59,8 @@ impl ConfigMapRef {
 }
 
 /// The `metrics` text of a ConfigMap object, if it has one.
-fn metrics_of(object: &Value) -> Option<String> {
-    object
-        .get("data")
-        .and_then(|d| d.get(KEY))
-        .and_then(Value::as_str)
-        .map(str::to_string)
+fn metrics_of(object: ConfigMap) -> Option<String> {
+    object.data.and_then(|d| d.metrics)
 }
 
 /// Read the counters from the ConfigMap now: absent, without the key, or not a valid CSV is an error
@@ -73,7 +68,7 @@ fn metrics_of(object: &Value) -> Option<String> {
 /// compares updates with.
 pub fn load(cfg: &ApiConfig, r: &ConfigMapRef) -> Result<(CounterSet, String), String> {
     let path = format!("/api/v1/namespaces/{}/configmaps/{}", r.namespace, r.name);
-    let object = api::get_object(cfg, &path, START_TIMEOUT)
+    let object: ConfigMap = api::get_object(cfg, &path, START_TIMEOUT)
         .map_err(|e| {
             format!(
                 "cannot read {} from the Kubernetes API ({}): {e}",
@@ -87,7 +82,7 @@ pub fn load(cfg: &ApiConfig, r: &ConfigMapRef) -> Result<(CounterSet, String), S
                 r.namespace, r.name, cfg.server
             )
         })?;
-    let text = metrics_of(&object).ok_or_else(|| {
+    let text = metrics_of(object).ok_or_else(|| {
         format!(
             "ConfigMap {}/{} (--configmap-data) has no key '{KEY}' with the counters CSV",
             r.namespace, r.name
@@ -126,11 +121,14 @@ impl ConfigMapFollower {
             name: "configmaps",
             path: format!("/api/v1/namespaces/{}/configmaps", r.namespace),
             field_selector: Some(format!("metadata.name={}", r.name)),
-            parse: |object: &Value| {
-                let name = object.get("metadata")?.get("name")?.as_str()?.to_string();
+            parse: |object: ConfigMap| {
+                let name = object.metadata.name.clone()?;
                 Some((name, metrics_of(object)))
             },
+            weight: |text: &Option<String>| text.as_ref().map_or(0, String::len),
+            node: None,
             stale_after: api::stale_after(interval),
+            watch_deadline: api::WATCH_DEADLINE,
         };
         let watcher = api::watch::start(cfg, resource, registry)?;
         Ok(ConfigMapFollower {

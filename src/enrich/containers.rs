@@ -12,8 +12,11 @@
 //!
 //! The Docker Engine API is asked (list running containers, inspect each) on a thread of its own, woken
 //! once per collection; the enricher reads the last answer, so an absent or slow socket never delays a
-//! collection. Each call is bounded by [`TIMEOUT`]; a failed refresh is logged once per outage, counted
-//! in `dcgm_otel_container_runtime_errors_total`, and keeps the last answer.
+//! collection. The runtime is trusted with container names, not with the exporter's memory or time:
+//! each call has an overall deadline ([`TIMEOUT`], however the answer trickles in) and a size cap
+//! ([`MAX_ANSWER`]), a whole refresh a deadline ([`REFRESH_DEADLINE`]), and answers are decoded into
+//! typed structs holding only what is read. A failed refresh is logged once per outage, counted in
+//! `dcgm_otel_container_runtime_errors_total`, and keeps the last answer.
 
 use std::collections::HashMap;
 use std::io::{Read, Write};
@@ -21,20 +24,22 @@ use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 use std::sync::{Arc, LazyLock};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
-use serde_json::Value;
+use serde::Deserialize;
 
 use super::Enricher;
 use crate::snapshot::attribution::{Attribute, AttributeKey, Placement};
 use crate::snapshot::{EntityReading, ProcessReading};
 use crate::telemetry::self_metrics::{Metric, SelfMetrics};
 
-/// Read and write limit of one API call.
+/// The longest one API call (connect, request, the whole answer) may take.
 pub const TIMEOUT: Duration = Duration::from_secs(2);
-/// Largest API answer read.
-const MAX_ANSWER: u64 = 16 * 1024 * 1024;
+/// The longest a whole refresh (the list and every inspect) may take.
+pub const REFRESH_DEADLINE: Duration = Duration::from_secs(10);
+/// Largest API answer read: a list of a thousand containers is about 1.5 MiB, an inspect a few KiB.
+pub const MAX_ANSWER: usize = 4 << 20;
 
 /// `container`, `container.name`.
 pub static CONTAINER_NAME: LazyLock<Arc<AttributeKey>> =
@@ -97,13 +102,68 @@ pub struct Claim {
     pub devices: Devices,
 }
 
-/// The claim in a container's inspect answer (`GET /containers/{id}/json`), if it has one.
-pub fn claim(inspect: &Value) -> Option<Claim> {
-    let name = inspect["Name"]
-        .as_str()
+/// A container's inspect answer (`GET /containers/{id}/json`), as far as it is read.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default)]
+pub struct Inspect {
+    #[serde(rename = "Id")]
+    pub id: Option<String>,
+    #[serde(rename = "Name")]
+    pub name: Option<String>,
+    #[serde(rename = "HostConfig")]
+    pub host_config: Option<HostConfig>,
+    #[serde(rename = "Config")]
+    pub config: Option<ContainerConfig>,
+}
+
+/// `HostConfig`: the device requests (`--gpus`).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default)]
+pub struct HostConfig {
+    #[serde(rename = "DeviceRequests")]
+    pub device_requests: Option<Vec<DeviceRequest>>,
+}
+
+/// One device request.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default)]
+pub struct DeviceRequest {
+    #[serde(rename = "Driver")]
+    pub driver: Option<String>,
+    #[serde(rename = "Count")]
+    pub count: Option<i64>,
+    #[serde(rename = "DeviceIDs")]
+    pub device_ids: Option<Vec<String>>,
+    #[serde(rename = "Capabilities")]
+    pub capabilities: Option<Vec<Vec<String>>>,
+}
+
+/// `Config`: the environment.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default)]
+pub struct ContainerConfig {
+    #[serde(rename = "Env")]
+    pub env: Option<Vec<String>>,
+}
+
+/// One running container of a list answer (`GET /containers/json`).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default)]
+struct Listed {
+    #[serde(rename = "Id")]
+    id: Option<String>,
+    #[serde(rename = "Names")]
+    names: Option<Vec<String>>,
+}
+
+/// The claim in a container's inspect answer, if it has one.
+pub fn claim(inspect: &Inspect) -> Option<Claim> {
+    let name = inspect
+        .name
+        .as_deref()
         .unwrap_or("")
         .trim_start_matches('/');
-    let id = inspect["Id"].as_str().unwrap_or("");
+    let id = inspect.id.as_deref().unwrap_or("");
     let container = if name.is_empty() {
         id.chars().take(12).collect()
     } else {
@@ -112,8 +172,14 @@ pub fn claim(inspect: &Value) -> Option<Claim> {
     if container.is_empty() {
         return None;
     }
-    let devices = requested(&inspect["HostConfig"]["DeviceRequests"])
-        .or_else(|| visible_devices(&inspect["Config"]["Env"]))?;
+    let requests = inspect
+        .host_config
+        .as_ref()
+        .and_then(|h| h.device_requests.as_deref());
+    let env = inspect.config.as_ref().and_then(|c| c.env.as_deref());
+    let devices = requests
+        .and_then(requested)
+        .or_else(|| env.and_then(visible_devices))?;
     Some(Claim {
         container,
         id: id.to_string(),
@@ -122,30 +188,28 @@ pub fn claim(inspect: &Value) -> Option<Claim> {
 }
 
 /// `--gpus`: a device request for GPUs naming devices, or asking for all (count -1).
-fn requested(requests: &Value) -> Option<Devices> {
+fn requested(requests: &[DeviceRequest]) -> Option<Devices> {
     let mut listed = Vec::new();
-    for r in requests.as_array()? {
-        let nvidia = r["Driver"].as_str() == Some("nvidia")
-            || r["Capabilities"].as_array().is_some_and(|sets| {
-                sets.iter()
-                    .filter_map(Value::as_array)
-                    .any(|caps| caps.iter().any(|c| c.as_str() == Some("gpu")))
-            });
+    for r in requests {
+        let nvidia = r.driver.as_deref() == Some("nvidia")
+            || r.capabilities
+                .iter()
+                .flatten()
+                .any(|caps| caps.iter().any(|c| c == "gpu"));
         if !nvidia {
             continue;
         }
-        let ids: Vec<String> = r["DeviceIDs"]
-            .as_array()
-            .into_iter()
+        let ids: Vec<String> = r
+            .device_ids
+            .iter()
             .flatten()
-            .filter_map(Value::as_str)
             .flat_map(|s| s.split(','))
             .map(|s| s.trim().to_string())
             .filter(|s| !s.is_empty())
             .collect();
         if !ids.is_empty() {
             listed.extend(ids);
-        } else if r["Count"].as_i64() == Some(-1) {
+        } else if r.count == Some(-1) {
             return Some(Devices::All);
         }
     }
@@ -153,11 +217,9 @@ fn requested(requests: &Value) -> Option<Devices> {
 }
 
 /// `NVIDIA_VISIBLE_DEVICES=all|0,1|GPU-...` in the container's environment.
-fn visible_devices(env: &Value) -> Option<Devices> {
+fn visible_devices(env: &[String]) -> Option<Devices> {
     let value = env
-        .as_array()?
         .iter()
-        .filter_map(Value::as_str)
         .find_map(|kv| kv.strip_prefix("NVIDIA_VISIBLE_DEVICES="))?
         .trim();
     match value {
@@ -212,16 +274,63 @@ pub enum ApiError {
     Status { path: String, status: String },
     #[error("{path}: {message}")]
     Answer { path: String, message: String },
+    #[error("{path}: no complete answer within {limit:?} (cut off)")]
+    Deadline { path: String, limit: Duration },
+    #[error("{path}: answer larger than {MAX_ANSWER} bytes (cut off)")]
+    TooLarge { path: String },
 }
 
-/// `GET path` on the API socket (HTTP/1.0: one request per connection, no chunked answer).
-fn get(socket: &Path, path: &str) -> Result<Value, ApiError> {
+/// The raw answer to `GET path`, read until the runtime closes the connection, by `deadline`, at most
+/// [`MAX_ANSWER`] bytes.
+fn read_answer(socket: &Path, path: &str, deadline: Instant) -> Result<Vec<u8>, ApiError> {
+    let left = |now: Instant| {
+        deadline
+            .checked_duration_since(now)
+            .filter(|d| !d.is_zero())
+    };
+    let cut = || ApiError::Deadline {
+        path: path.to_string(),
+        limit: TIMEOUT,
+    };
     let mut s = UnixStream::connect(socket)?;
-    s.set_read_timeout(Some(TIMEOUT))?;
-    s.set_write_timeout(Some(TIMEOUT))?;
+    s.set_write_timeout(Some(left(Instant::now()).ok_or_else(cut)?))?;
     s.write_all(format!("GET {path} HTTP/1.0\r\nHost: docker\r\n\r\n").as_bytes())?;
     let mut raw = Vec::new();
-    s.take(MAX_ANSWER).read_to_end(&mut raw)?;
+    let mut buf = [0u8; 16 * 1024];
+    loop {
+        // The read timeout is what is left of the call's deadline, however the bytes trickle in.
+        s.set_read_timeout(Some(left(Instant::now()).ok_or_else(cut)?))?;
+        let n = match s.read(&mut buf) {
+            Ok(0) => return Ok(raw),
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                return Err(cut())
+            }
+            Err(e) => return Err(e.into()),
+        };
+        if raw.len() + n > MAX_ANSWER {
+            return Err(ApiError::TooLarge {
+                path: path.to_string(),
+            });
+        }
+        raw.extend_from_slice(&buf[..n]);
+    }
+}
+
+/// `GET path` on the API socket (HTTP/1.0: one request per connection, no chunked answer), within
+/// [`TIMEOUT`] and the refresh's `deadline`, decoded as a `T`.
+fn get<T: serde::de::DeserializeOwned>(
+    socket: &Path,
+    path: &str,
+    deadline: Instant,
+) -> Result<T, ApiError> {
+    let raw = read_answer(socket, path, deadline.min(Instant::now() + TIMEOUT))?;
     let answer = |message: &str| ApiError::Answer {
         path: path.to_string(),
         message: message.to_string(),
@@ -254,30 +363,33 @@ pub struct Known {
     pub names: HashMap<String, String>,
 }
 
-/// Ask the runtime for the running containers and their claims.
+/// Ask the runtime for the running containers and their claims, within [`REFRESH_DEADLINE`].
 pub fn known(socket: &Path) -> Result<Known, ApiError> {
-    let list = get(socket, "/containers/json")?;
+    let deadline = Instant::now() + REFRESH_DEADLINE;
+    let list: Vec<Listed> = get(socket, "/containers/json", deadline)?;
     let mut names = HashMap::new();
-    for c in list.as_array().into_iter().flatten() {
-        let Some(id) = c["Id"].as_str() else { continue };
-        let name = c["Names"][0]
-            .as_str()
+    for c in &list {
+        let Some(id) = c.id.as_deref() else { continue };
+        let name = c
+            .names
+            .as_ref()
+            .and_then(|n| n.first())
             .map(|n| n.trim_start_matches('/').to_string())
             .filter(|n| !n.is_empty())
             .unwrap_or_else(|| id.chars().take(12).collect());
         names.insert(id.to_string(), name);
     }
     Ok(Known {
-        claims: claims(socket, &list)?,
+        claims: claims(socket, &list, deadline)?,
         names,
     })
 }
 
 /// The claims of the containers in a list answer, from their inspect answers.
-fn claims(socket: &Path, list: &Value) -> Result<Vec<Claim>, ApiError> {
+fn claims(socket: &Path, list: &[Listed], deadline: Instant) -> Result<Vec<Claim>, ApiError> {
     let mut out = Vec::new();
-    for c in list.as_array().into_iter().flatten() {
-        let Some(id) = c["Id"].as_str().filter(|id| {
+    for c in list {
+        let Some(id) = c.id.as_deref().filter(|id| {
             !id.is_empty()
                 && id
                     .bytes()
@@ -285,7 +397,7 @@ fn claims(socket: &Path, list: &Value) -> Result<Vec<Claim>, ApiError> {
         }) else {
             continue;
         };
-        match get(socket, &format!("/containers/{id}/json")) {
+        match get::<Inspect>(socket, &format!("/containers/{id}/json"), deadline) {
             Ok(inspect) => out.extend(claim(&inspect)),
             // Gone between the list and the inspect.
             Err(ApiError::Status { status, .. }) if status == "404" => {}
@@ -416,7 +528,7 @@ impl Enricher for ContainerEnricher {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
+    use serde_json::{json, Value};
 
     #[test]
     fn container_ids_from_cgroups() {
@@ -438,7 +550,7 @@ mod tests {
 
     #[test]
     fn claims_from_inspect_answers() {
-        let c = |v: Value| claim(&v);
+        let c = |v: Value| claim(&serde_json::from_value(v).unwrap());
         let listed = |ids: &[&str]| Devices::Listed(ids.iter().map(|s| s.to_string()).collect());
         assert_eq!(
             c(

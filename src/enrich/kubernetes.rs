@@ -37,7 +37,7 @@ pub mod processes;
 pub mod simulated;
 pub mod virtual_gpus;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -112,51 +112,51 @@ pub enum DraTarget {
 /// The GPU devices of one ResourceSlice: (pool, device name, what it is).
 pub type DraSlice = Vec<(String, String, DraTarget)>;
 
-/// A pod object's key and metadata (`namespace/name`).
-pub fn parse_pod(v: &serde_json::Value) -> Option<(String, PodMeta)> {
-    let m = v.get("metadata")?;
-    let ns = m.get("namespace")?.as_str()?;
-    let name = m.get("name")?.as_str()?;
-    let uid = m
-        .get("uid")
-        .and_then(|u| u.as_str())
-        .unwrap_or_default()
-        .to_string();
+/// Longest label key Kubernetes accepts: a DNS-subdomain prefix (253), `/` and a name (63).
+pub const MAX_LABEL_KEY: usize = 253 + 1 + 63;
+/// Longest label value Kubernetes accepts.
+pub const MAX_LABEL_VALUE: usize = 63;
+
+/// A pod object's key (`namespace/name`) and metadata. Labels outside Kubernetes' own limits (a key over
+/// [`MAX_LABEL_KEY`], a value over [`MAX_LABEL_VALUE`] bytes), which no real API server stores, are left out.
+pub fn parse_pod(pod: api::objects::Pod) -> Option<(String, PodMeta)> {
+    let m = pod.metadata;
+    let (ns, name) = (m.namespace?, m.name?);
     let labels = m
-        .get("labels")
-        .and_then(|l| l.as_object())
-        .map(|l| {
-            l.iter()
-                .filter_map(|(k, v)| v.as_str().map(|v| (k.clone(), v.to_string())))
-                .collect()
-        })
-        .unwrap_or_default();
-    Some((format!("{ns}/{name}"), PodMeta { uid, labels }))
+        .labels
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|(k, v)| k.len() <= MAX_LABEL_KEY && v.len() <= MAX_LABEL_VALUE)
+        .collect();
+    Some((
+        format!("{ns}/{name}"),
+        PodMeta {
+            uid: m.uid.unwrap_or_default(),
+            labels,
+        },
+    ))
 }
 
 /// A ResourceSlice's NVIDIA GPU devices (`resource.k8s.io` v1, or v1beta1's `basic` layout).
-pub fn parse_resource_slice(v: &serde_json::Value) -> Option<(String, DraSlice)> {
-    let name = v.get("metadata")?.get("name")?.as_str()?.to_string();
-    let spec = v.get("spec")?;
-    if spec.get("driver")?.as_str()? != DRA_GPU_DRIVER {
+pub fn parse_resource_slice(slice: api::objects::ResourceSlice) -> Option<(String, DraSlice)> {
+    let name = slice.metadata.name?;
+    let spec = slice.spec;
+    if spec.driver.as_deref()? != DRA_GPU_DRIVER {
         return None;
     }
-    let pool = spec.get("pool")?.get("name")?.as_str()?.to_string();
+    let pool = spec.pool?.name?;
     let mut out = Vec::new();
-    for d in spec.get("devices")?.as_array()? {
-        let Some(dev) = d.get("name").and_then(|n| n.as_str()) else {
+    for d in spec.devices? {
+        let Some(dev) = d.name else {
             continue;
         };
-        let attrs = d
-            .get("attributes")
-            .or_else(|| d.get("basic").and_then(|b| b.get("attributes")));
+        let attrs = d.attributes.or_else(|| d.basic.and_then(|b| b.attributes));
         let attr = |k: &str| -> String {
             attrs
-                .and_then(|a| a.get(k).or_else(|| a.get(format!("{DRA_GPU_DRIVER}/{k}"))))
-                .and_then(|a| a.get("string"))
-                .and_then(|s| s.as_str())
+                .as_ref()
+                .and_then(|a| a.get(k).or_else(|| a.get(&format!("{DRA_GPU_DRIVER}/{k}"))))
+                .and_then(|a| a.string.clone())
                 .unwrap_or_default()
-                .to_string()
         };
         let uuid = attr("uuid");
         let target = match attr("type").as_str() {
@@ -168,9 +168,27 @@ pub fn parse_resource_slice(v: &serde_json::Value) -> Option<(String, DraSlice)>
             },
             _ => continue,
         };
-        out.push((pool.clone(), dev.to_string(), target));
+        out.push((pool.clone(), dev, target));
     }
     Some((name, out))
+}
+
+/// The bytes of text a slice's devices hold (the API cache's bound).
+fn slice_weight(slice: &DraSlice) -> usize {
+    slice
+        .iter()
+        .map(|(pool, dev, target)| {
+            let strings = match target {
+                DraTarget::Gpu { uuid } => uuid.len(),
+                DraTarget::Mig {
+                    uuid,
+                    parent_uuid,
+                    profile,
+                } => uuid.len() + parent_uuid.len() + profile.len(),
+            };
+            pool.len() + dev.len() + strings + 64
+        })
+        .sum()
 }
 
 impl KubernetesConfig {
@@ -316,7 +334,7 @@ impl KubernetesEnricher {
     /// The enricher over a pod source; `api`: the Kubernetes API server, when configured (pod UIDs and
     /// labels, DRA ResourceSlices).
     pub fn with_source(
-        config: KubernetesConfig,
+        mut config: KubernetesConfig,
         source: PodSource,
         api: Option<&api::ApiConfig>,
         registry: &SelfMetrics,
@@ -338,6 +356,9 @@ impl KubernetesEnricher {
             ),
         }
         let simulated = matches!(source, PodSource::Simulated(_));
+        if let Some(labels) = &config.pod_labels {
+            labels.count_refused_in(registry);
+        }
         let wants_pods = config.pod_labels.is_some() || config.pod_uid;
         let (mut pods_api, mut slices_api) = (None, None);
         match api.filter(|_| !simulated) {
@@ -350,9 +371,12 @@ impl KubernetesEnricher {
                     let resource = api::Resource {
                         name: "pods",
                         path: "/api/v1/pods".into(),
-                        field_selector: node.map(|n| format!("spec.nodeName={n}")),
+                        field_selector: node.as_ref().map(|n| format!("spec.nodeName={n}")),
                         parse: parse_pod,
+                        weight: PodMeta::weight,
+                        node,
                         stale_after: api::stale_after(config.interval),
+                        watch_deadline: api::WATCH_DEADLINE,
                     };
                     match api::watch::start(cfg, resource, registry) {
                         Ok(w) => {
@@ -372,7 +396,10 @@ impl KubernetesEnricher {
                         path: "/apis/resource.k8s.io/v1/resourceslices".into(),
                         field_selector: Some(selector),
                         parse: parse_resource_slice,
+                        weight: slice_weight,
+                        node: config.node_name.clone(),
                         stale_after: api::stale_after(config.interval),
+                        watch_deadline: api::WATCH_DEADLINE,
                     };
                     match api::watch::start(cfg, resource, registry) {
                         Ok(w) => slices_api = Some(w.cache),
@@ -384,6 +411,16 @@ impl KubernetesEnricher {
                 "no Kubernetes API configuration (in-cluster service account or KUBECONFIG): no pod labels, no DRA attribution; pod UIDs from the kubelet checkpoint only"
             ),
             None => {}
+        }
+        // UIDs from the API: the checkpoint only where it is (the manifests do not mount its directory).
+        if pods_api.is_some()
+            && config
+                .pod_uid_checkpoint
+                .as_ref()
+                .is_some_and(|p| p == Path::new(checkpoint::DEFAULT_CHECKPOINT) && !p.exists())
+        {
+            tracing::info!("pod UIDs from the Kubernetes API (no kubelet device checkpoint at its default path)");
+            config.pod_uid_checkpoint = None;
         }
         let cost = CostAccumulator::new(config.cost, registry);
         if let Some(path) = &config.pod_uid_checkpoint {
@@ -549,7 +586,7 @@ impl KubernetesEnricher {
             }
             Err(e) => {
                 if !self.checkpoint_failing {
-                    tracing::warn!(error = %e, "pod UIDs unavailable: series carry no pod_uid label until the kubelet device checkpoint can be read (mount /var/lib/kubelet/device-plugins read-only)");
+                    tracing::warn!(error = %e, "pod UIDs unavailable from the kubelet device checkpoint: series whose pod the Kubernetes API does not give carry no pod_uid label until it can be read");
                     self.checkpoint_failing = true;
                 }
                 None
@@ -558,16 +595,41 @@ impl KubernetesEnricher {
     }
 }
 
-/// Attribute entities from a mapping: each entity gets the pods of its device, one series per pod
-/// when several share it.
-pub fn apply(mapping: &Mapping, id_type: GpuIdType, entities: &mut [EntityReading]) {
+/// How a device several pods hold is written on :9400.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SharedDevices {
+    /// One series, labelled with the pod dcgm-exporter chooses ([`Mapping::holder_for`]); the other
+    /// pods are co-holders (OTLP, the per-pod families). dcgm-exporter's default.
+    OneSeries,
+    /// One series per pod (`--kubernetes-virtual-gpus`).
+    SeriesPerPod,
+}
+
+/// Attribute entities from a mapping: each entity gets the pods of its device; when several share
+/// it, `shared` says whether :9400 writes it once (under its holder) or once per pod.
+pub fn apply(
+    mapping: &Mapping,
+    id_type: GpuIdType,
+    shared: SharedDevices,
+    entities: &mut [EntityReading],
+) {
     for e in entities {
         let pods = mapping.pods_for(&e.entity, id_type);
         if pods.is_empty() {
             continue;
         }
         let alternatives: Vec<Vec<Attribute>> = pods.iter().map(PodRef::attributes).collect();
-        Arc::make_mut(&mut e.attribution).split(&alternatives);
+        let attribution = Arc::make_mut(&mut e.attribution);
+        match shared {
+            SharedDevices::SeriesPerPod => attribution.split(&alternatives),
+            SharedDevices::OneSeries => {
+                let holder = mapping
+                    .holder_for(&e.entity, id_type)
+                    .and_then(|h| pods.iter().position(|p| *p == h))
+                    .unwrap_or(pods.len() - 1);
+                attribution.share(&alternatives, holder);
+            }
+        }
     }
 }
 
@@ -605,7 +667,12 @@ impl Enricher for KubernetesEnricher {
         self.processes_read = false;
         self.refresh();
         if let Some(m) = &self.mapping {
-            apply(m, self.config.rules.id_type, entities);
+            let shared = if self.config.virtual_gpus {
+                SharedDevices::SeriesPerPod
+            } else {
+                SharedDevices::OneSeries
+            };
+            apply(m, self.config.rules.id_type, shared, entities);
         }
     }
 
@@ -673,24 +740,27 @@ mod tests {
 
     #[test]
     fn pods_and_resource_slices_from_api_objects() {
-        let pod: serde_json::Value = serde_json::from_str(
-            r#"{"metadata":{"name":"p","namespace":"n","uid":"u-1","labels":{"team":"a","n":"1"}}}"#,
-        )
+        let long_value = "v".repeat(MAX_LABEL_VALUE + 1);
+        let pod: api::objects::Pod = serde_json::from_str(&format!(
+            r#"{{"metadata":{{"name":"p","namespace":"n","uid":"u-1","labels":{{"team":"a","n":"1","big":"{long_value}"}}}},"spec":{{"nodeName":"node-a","containers":[{{"name":"c"}}]}}}}"#,
+        ))
         .unwrap();
-        let (key, meta) = parse_pod(&pod).unwrap();
+        assert_eq!(api::stream::ApiObject::node_name(&pod), Some("node-a"));
+        let (key, meta) = parse_pod(pod).unwrap();
         assert_eq!(key, "n/p");
         assert_eq!(meta.uid, "u-1");
+        // Kubernetes' own limits: a value over 63 bytes is no label an API server stores.
         assert_eq!(meta.labels.len(), 2);
         // v1 (attributes on the device) and v1beta1 (under `basic`), qualified or not; other drivers
         // and unknown types are skipped.
-        let v1: serde_json::Value = serde_json::from_str(
+        let v1: api::objects::ResourceSlice = serde_json::from_str(
             r#"{"metadata":{"name":"s"},"spec":{"driver":"gpu.nvidia.com","pool":{"name":"node-a"},"devices":[
                 {"name":"gpu-0","attributes":{"type":{"string":"gpu"},"uuid":{"string":"GPU-1"}}},
                 {"name":"mig-0","basic":{"attributes":{"gpu.nvidia.com/type":{"string":"mig"},"uuid":{"string":"MIG-2"},"profile":{"string":"1g.10gb"},"parentUUID":{"string":"GPU-1"}}}},
                 {"name":"odd","attributes":{"type":{"string":"vfio"}}}]}}"#,
         )
         .unwrap();
-        let (name, devices) = parse_resource_slice(&v1).unwrap();
+        let (name, devices) = parse_resource_slice(v1).unwrap();
         assert_eq!(name, "s");
         assert_eq!(
             devices,
@@ -713,10 +783,10 @@ mod tests {
                 ),
             ]
         );
-        let other: serde_json::Value = serde_json::from_str(
+        let other: api::objects::ResourceSlice = serde_json::from_str(
             r#"{"metadata":{"name":"s"},"spec":{"driver":"x","pool":{"name":"p"},"devices":[]}}"#,
         )
         .unwrap();
-        assert!(parse_resource_slice(&other).is_none());
+        assert!(parse_resource_slice(other).is_none());
     }
 }

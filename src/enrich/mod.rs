@@ -6,6 +6,7 @@ pub mod containers;
 pub mod exp;
 pub mod hpc;
 pub mod kubernetes;
+pub mod mig_rollup;
 pub mod plan;
 
 use crate::counters::CounterSet;

@@ -1,7 +1,8 @@
 //! The enrichers' construction, in the order they run: the `DCGM_EXP_*` stage first (its families
 //! follow the DCGM ones, as in dcgm-exporter), then Kubernetes (`-k`), HPC jobs (`--hpc-job-mapping-dir`)
-//! and containers (`--container-labels`). Resolved from their flags without side effects; started with
-//! the self-metrics.
+//! and containers (`--container-labels`), then the MIG roll-up (always: one utilization per GPU in MIG
+//! mode, after every stage that attributes). Resolved from their flags without side effects; started
+//! with the self-metrics.
 
 use std::path::PathBuf;
 
@@ -11,6 +12,7 @@ use crate::enrich::exp::ExpStage;
 use crate::enrich::hpc::{HpcArgs, HpcEnricher};
 use crate::enrich::kubernetes::args::KubernetesArgs;
 use crate::enrich::kubernetes::plan::{flags_needing_k, KubernetesPlan};
+use crate::enrich::mig_rollup::MigRollup;
 use crate::enrich::Enricher;
 use crate::source::plan::SourcePlan;
 use crate::startup::{ResolveContext, StartContext, StartError};
@@ -94,6 +96,7 @@ impl EnrichPlan {
             }
             None => {}
         }
+        enrichers.push(Box::new(MigRollup));
         Ok(enrichers)
     }
 }

@@ -5,7 +5,9 @@
 //! core; MIG series carry the parent GPU's identity), then the `label`-type fields sorted by name, then
 //! the attributes (`container, hpc_job, namespace, pod, pod_uid`) sorted by name. One `# HELP`/`# TYPE`
 //! per family, families by field id. Absent values (blank and not-supported sentinels, errors) are never
-//! written, nor are NaN or infinities. A field the snapshot gives per attribute set
+//! written, nor are NaN or infinities. An entity gets one series per attribute set it has on :9400
+//! (`Attribution::exposition_sets`): a device several pods share is written once, under the pod
+//! dcgm-exporter would choose, unless each pod's series is asked for. A field the snapshot gives per attribute set
 //! (`Snapshot::per_set`: each sharing pod's own `DCGM_FI_DEV_GPU_UTIL`/`DCGM_FI_DEV_FB_USED`) is written
 //! as the device's series without attribution, then each set's series with its own value.
 //!
@@ -168,8 +170,11 @@ struct EntityLabels {
     attribution: Arc<Attribution>,
     /// Text of each label row (in `RenderCache::label_rows` order) when the strings were built.
     label_values: Vec<Option<Box<str>>>,
-    /// One per attribute set (one when unattributed): `labels} `, ready to follow `name{`.
+    /// One per attribute set written on :9400 (`Attribution::exposition_sets`; one when unattributed):
+    /// `labels} `, ready to follow `name{`.
     sets: Vec<String>,
+    /// The index of each of `sets` in `Attribution::sets` (where `PerSetValues` are aligned).
+    set_index: Vec<usize>,
     /// The identity part of the sets, and each set's sorted label-class and attribute-class pairs:
     /// for families whose samples add attributes of their own (XID).
     base: String,
@@ -455,8 +460,10 @@ fn write_per_set(
     fmt: &mut ValueFormatter,
 ) -> usize {
     let mut samples = 0;
-    for (set, v) in labels.sets.iter().zip(&per_set.per_set) {
-        let Some(value) = fmt.format(v) else { continue };
+    for (set, &i) in labels.sets.iter().zip(&labels.set_index) {
+        let Some(value) = per_set.per_set.get(i).and_then(|v| fmt.format(v)) else {
+            continue;
+        };
         out.push_str(&fam.open);
         out.push_str(set);
         out.push_str(value);
@@ -678,6 +685,7 @@ impl Renderer {
             let built = EntityLabels {
                 entity: e.entity.clone(),
                 attribution: e.attribution.clone(),
+                set_index: e.attribution.exposition_sets().map(|(i, _)| i).collect(),
                 label_values: cache
                     .label_rows
                     .iter()
@@ -726,7 +734,7 @@ impl Renderer {
         s
     }
 
-    /// Per attribute set of an entity, what follows its identity labels.
+    /// Per attribute set of an entity written on :9400, what follows its identity labels.
     fn tails_of(&self, e: &EntityReading, base: String, snap: &Snapshot) -> (String, Vec<SetTail>) {
         // label-type fields (first row per name)
         let mut label_fields: Vec<(&str, &str)> = snap
@@ -745,8 +753,8 @@ impl Renderer {
         let identity = label_names(&base);
         let tails = e
             .attribution
-            .sets()
-            .map(|set| {
+            .exposition_sets()
+            .map(|(_, set)| {
                 let mut attributes: Vec<(Box<str>, Box<str>)> = set
                     .iter()
                     .filter(|a| a.key.placement == Placement::Attributes)

@@ -4,11 +4,16 @@
 //! An [`Attribute`] is a value under an [`AttributeKey`], and the key says how each exporter spells it
 //! (the Prometheus label name, its dcgm-exporter 1.x spelling under `-o`, the OpenTelemetry attribute
 //! key) and where dcgm-exporter puts it among the labels ([`Placement`]). An entity's [`Attribution`]
-//! is a list of attribute sets, one per series: a device shared by three pods has three sets, and each
-//! exporter writes one series (or one OTLP resource) per set. An enricher either adds attributes to
-//! every set ([`Attribution::add`]) or splits the entity into alternatives ([`Attribution::split`]:
-//! the cross product with the sets already there). Within a set each key appears once, the last write
-//! winning; sets keep insertion order and the exporters sort by the name they write.
+//! is a list of attribute sets, one per party using it: a device shared by three pods has three sets.
+//! An enricher either adds attributes to every set ([`Attribution::add`]), splits the entity into
+//! alternatives that each get their own series ([`Attribution::split`]: the cross product with the sets
+//! already there; HPC jobs, `--kubernetes-virtual-gpus`), or records parties that share the device while
+//! :9400 writes it once, under one of them ([`Attribution::share`]: dcgm-exporter's default for a GPU
+//! several pods share, one series labelled with the pod it chose). Every set is a holder for OTLP and the
+//! per-pod families ([`Attribution::sets`]); :9400 writes one series per set of
+//! [`Attribution::exposition_sets`], so one measurement is never written twice there. Within a set each
+//! key appears once, the last write winning; sets keep insertion order and the exporters sort by the name
+//! they write.
 
 use std::borrow::Cow;
 use std::sync::{Arc, LazyLock};
@@ -131,11 +136,14 @@ impl Attribute {
     }
 }
 
-/// Who uses an entity: one attribute set per series. Empty means not attributed — one series with no
+/// Who uses an entity: one attribute set per party. Empty means not attributed — one series with no
 /// attributes at all.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Attribution {
     sets: Vec<Vec<Attribute>>,
+    /// Per set: whether it stands for a party that shares the device with the one :9400 writes it
+    /// under ([`Attribution::share`]); such a set has no series of its own on :9400.
+    co_holder: Vec<bool>,
 }
 
 /// The one set of an unattributed entity.
@@ -146,13 +154,24 @@ impl Attribution {
         self.sets.is_empty()
     }
 
-    /// The attribute sets, one per series; a single empty set when nothing was attributed.
+    /// The attribute sets, one per party using the entity (OTLP's holders, the per-pod families); a
+    /// single empty set when nothing was attributed.
     pub fn sets(&self) -> impl Iterator<Item = &[Attribute]> {
         let none = self.sets.is_empty().then_some(NO_ATTRIBUTES);
         none.into_iter().chain(self.sets.iter().map(Vec::as_slice))
     }
 
-    /// Number of series the entity gets (at least one).
+    /// The sets :9400 writes a series for, each with its index in [`Attribution::sets`]: every set but
+    /// the co-holders of a shared device ([`Attribution::share`]); a single empty set when nothing was
+    /// attributed.
+    pub fn exposition_sets(&self) -> impl Iterator<Item = (usize, &[Attribute])> {
+        let co_holder = &self.co_holder;
+        self.sets()
+            .enumerate()
+            .filter(move |(i, _)| !co_holder.get(*i).copied().unwrap_or(false))
+    }
+
+    /// Number of parties the entity has (at least one).
     pub fn series(&self) -> usize {
         self.sets.len().max(1)
     }
@@ -164,6 +183,7 @@ impl Attribution {
         }
         if self.sets.is_empty() {
             self.sets.push(Vec::new());
+            self.co_holder.push(false);
         }
         for set in &mut self.sets {
             for a in attributes {
@@ -172,40 +192,72 @@ impl Attribution {
         }
     }
 
-    /// The entity is used by several parties at once (pods sharing a GPU, several HPC jobs): every
-    /// series it has so far becomes one series per alternative. No alternatives: nothing changes.
+    /// The entity is used by several parties at once, each written as its own series (several HPC
+    /// jobs, pods with `--kubernetes-virtual-gpus`): every set it has so far becomes one set per
+    /// alternative. No alternatives: nothing changes.
     pub fn split(&mut self, alternatives: &[Vec<Attribute>]) {
+        self.cross(alternatives, None);
+    }
+
+    /// The entity is used by several parties at once and measured once (pods time-slicing a GPU): every
+    /// set it has so far becomes one set per alternative, as [`Attribution::split`], but :9400 writes
+    /// only those of the alternative `holder` (dcgm-exporter's one series per device, labelled with the
+    /// holder it chose); the others are co-holders, kept for OTLP and the per-pod families.
+    pub fn share(&mut self, alternatives: &[Vec<Attribute>], holder: usize) {
+        self.cross(alternatives, Some(holder));
+    }
+
+    /// The cross product of the sets with `alternatives`; with `holder`, the sets of the other
+    /// alternatives are co-holders.
+    fn cross(&mut self, alternatives: &[Vec<Attribute>], holder: Option<usize>) {
         match alternatives {
             [] => {}
             [only] => self.add(only),
             _ => {
-                let existing = if self.sets.is_empty() {
-                    vec![Vec::new()]
+                let (existing, marks) = if self.sets.is_empty() {
+                    (vec![Vec::new()], vec![false])
                 } else {
-                    std::mem::take(&mut self.sets)
+                    (
+                        std::mem::take(&mut self.sets),
+                        std::mem::take(&mut self.co_holder),
+                    )
                 };
-                let mut out = Vec::with_capacity(existing.len() * alternatives.len());
-                for set in &existing {
-                    for alt in alternatives {
+                let n = existing.len() * alternatives.len();
+                let (mut out, mut out_marks) = (Vec::with_capacity(n), Vec::with_capacity(n));
+                for (set, &mark) in existing.iter().zip(&marks) {
+                    for (k, alt) in alternatives.iter().enumerate() {
                         let mut s = set.clone();
                         for a in alt {
                             put(&mut s, a.clone());
                         }
                         out.push(s);
+                        out_marks.push(mark || holder.is_some_and(|h| h != k));
                     }
                 }
                 self.sets = out;
+                self.co_holder = out_marks;
             }
         }
     }
 
     /// Forget every attribute under `key` (an enricher replacing what an earlier run wrote).
     pub fn remove(&mut self, key: &AttributeKey) {
-        for set in &mut self.sets {
+        let mut kept: Vec<(Vec<Attribute>, bool)> = Vec::with_capacity(self.sets.len());
+        for (mut set, mark) in std::mem::take(&mut self.sets)
+            .into_iter()
+            .zip(std::mem::take(&mut self.co_holder))
+        {
             set.retain(|a| *a.key != *key);
+            if set.is_empty() {
+                continue;
+            }
+            // Sets made equal: one set, written when any of them was.
+            match kept.iter_mut().find(|(k, _)| *k == set) {
+                Some((_, kept_mark)) => *kept_mark &= mark,
+                None => kept.push((set, mark)),
+            }
         }
-        self.sets.retain(|s| !s.is_empty());
-        self.sets.dedup();
+        (self.sets, self.co_holder) = kept.into_iter().unzip();
     }
 }
 
@@ -265,6 +317,46 @@ mod tests {
             .all(|s| s.iter().filter(|x| x.key.prometheus == "team").count() == 1));
         a.remove(&HPC_JOB);
         assert_eq!(a.series(), 2);
+    }
+
+    /// A shared device: every pod is a party (`sets`), :9400 writes the holder's set only; a later
+    /// split (HPC jobs) keeps that, per job.
+    #[test]
+    fn share_writes_the_holder_only_on_9400() {
+        let pods = [
+            vec![Attribute::new(&POD, "p1")],
+            vec![Attribute::new(&POD, "p2")],
+            vec![Attribute::new(&POD, "p3")],
+        ];
+        let mut a = Attribution::default();
+        a.share(&pods, 1);
+        assert_eq!(a.series(), 3);
+        let written = |a: &Attribution| -> Vec<(usize, String)> {
+            a.exposition_sets()
+                .map(|(i, s)| (i, s.iter().map(|x| x.value.to_string()).collect()))
+                .collect()
+        };
+        assert_eq!(written(&a), vec![(1, "p2".to_string())]);
+        a.split(&[
+            vec![Attribute::new(&HPC_JOB, "j1")],
+            vec![Attribute::new(&HPC_JOB, "j2")],
+        ]);
+        assert_eq!(a.series(), 6);
+        assert_eq!(
+            written(&a),
+            vec![(2, "p2j1".to_string()), (3, "p2j2".to_string())]
+        );
+        // Without a share every set is written; nothing attributed: one empty set.
+        let mut b = Attribution::default();
+        assert_eq!(written(&b), vec![(0, String::new())]);
+        b.split(&pods);
+        assert_eq!(written(&b).len(), 3);
+        // Removing the key that told the pods apart leaves one set, written.
+        a.remove(&POD);
+        assert_eq!(
+            written(&a),
+            vec![(0, "j1".to_string()), (1, "j2".to_string())]
+        );
     }
 
     #[test]

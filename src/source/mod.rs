@@ -55,6 +55,20 @@ pub trait Source: Send {
         )))
     }
 
+    /// The rows the source reads changed by themselves since the last call (DCGM's profiling module
+    /// came back or went away): the pipeline reads the next snapshots with this set. Called after
+    /// every poll, before its reading is used; `None` when nothing changed (most sources never
+    /// change).
+    fn counters_changed(&mut self) -> Option<Arc<CounterSet>> {
+        None
+    }
+
+    /// Why the source, although it answers, should not be called ready (DCGM reports fewer GPUs than
+    /// the node has): `/ready` answers 503 with it. Called after every successful poll.
+    fn not_ready(&self) -> Option<String> {
+        None
+    }
+
     /// A handle the source may keep to ask the collector for a collection before the next tick (a GPU
     /// was bound or unbound). Given once, before the first poll.
     fn attach_waker(&mut self, waker: Waker) {

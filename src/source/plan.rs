@@ -139,20 +139,20 @@ impl SourcePlan {
         }
     }
 
-    /// Open the library or connect the host engine. Rows the source cannot serve (DCP without the
-    /// profiling module) leave `counters` here, before any exporter is built.
-    pub fn start(
+    /// Load what the source reads through (the simulated fleet, libdcgm, NVML): the part of
+    /// starting that fails on a missing library, before anything is served. The host engine is
+    /// reached by [`OpenedSource::start`].
+    pub fn open(
         self,
         mut counters: CounterSet,
         ctx: &StartContext<'_>,
-    ) -> Result<StartedSource, StartError> {
-        let mut nvml = None;
+    ) -> Result<OpenedSource, StartError> {
         if !self.distributions.is_empty() && matches!(self.kind, Kind::Nvml(_)) {
             tracing::warn!(
                 "--distribution is read through DCGM (or the simulated fleet) only; the NVML source exports no distribution"
             );
         }
-        let source: Box<dyn Source> = match self.kind {
+        let state = match self.kind {
             Kind::Simulated(mut sim) => {
                 sim.source
                     .sample_distributions(self.distributions.clone(), Some(ctx.self_metrics));
@@ -165,19 +165,69 @@ impl SourcePlan {
                     seed = sim.seed,
                     "SIMULATED METRICS: no GPU is being read; every value comes from the simulated fleet (--simulate)"
                 );
-                Box::new(sim.source)
+                Loaded::Ready(Box::new(sim.source), None)
             }
-            Kind::Dcgm(opts) => Box::new(connect_dcgm(*opts, &mut counters, ctx)?),
-            Kind::Nvml(opts) => {
-                let s = NvmlSource::open(opts, &mut counters)
+            Kind::Dcgm(opts) => Loaded::Dcgm(Box::new(open_dcgm(*opts, &counters)?), None),
+            Kind::Nvml(opts) => open_nvml(opts, &mut counters)?,
+            Kind::Auto(dcgm_opts, nvml_opts) => match DcgmSource::open(*dcgm_opts, &counters) {
+                Ok(s) => Loaded::Dcgm(Box::new(s), Some(nvml_opts)),
+                Err(e) if e.is_bad_input() => return Err(StartError::input(e)),
+                Err(e) => open_auto_nvml(nvml_opts, &mut counters, &auto_reason(&e))?,
+            },
+        };
+        Ok(OpenedSource { state, counters })
+    }
+}
+
+/// What [`SourcePlan::open`] loaded.
+enum Loaded {
+    /// A source that needs nothing more (simulated, NVML) and the NVML library it opened.
+    Ready(Box<dyn Source>, Option<Arc<Nvml>>),
+    /// libdcgm, not connected yet; with `--source auto`, NVML's options for when DCGM does not answer.
+    Dcgm(Box<DcgmSource>, Option<NvmlOptions>),
+}
+
+/// The source chosen and the NVML library it opened (shared with the per-process collection).
+type Chosen = (Box<dyn Source>, Option<Arc<Nvml>>);
+
+/// A source whose library is loaded; [`OpenedSource::start`] connects it.
+pub struct OpenedSource {
+    state: Loaded,
+    counters: CounterSet,
+}
+
+impl OpenedSource {
+    /// Reach the host engine once (DCGM). A host engine that does not answer is no error: the
+    /// collections try again (with `--source auto`, NVML is read instead when it loads). Rows the
+    /// source cannot serve (DCP without the profiling module) leave the counters here, before any
+    /// exporter reads them. `Err` only for bad input (`-d` naming absent devices).
+    pub fn start(self, ctx: &StartContext<'_>) -> Result<StartedSource, StartError> {
+        let OpenedSource {
+            state,
+            mut counters,
+        } = self;
+        let (source, nvml): Chosen = match state {
+            Loaded::Ready(source, nvml) => (source, nvml),
+            Loaded::Dcgm(mut s, auto) => {
+                let full = counters.clone();
+                s.connect_first(&mut counters)
                     .map_err(|e| StartError::classify(e.is_bad_input(), e))?;
-                nvml = Some(s.library());
-                Box::new(s)
-            }
-            Kind::Auto(dcgm_opts, nvml_opts) => {
-                let opened = start_auto(*dcgm_opts, nvml_opts, &mut counters, ctx)?;
-                nvml = opened.nvml;
-                opened.source
+                s.count_in(ctx.self_metrics);
+                match auto {
+                    Some(nvml_opts) if !s.connected() => {
+                        counters = full;
+                        start_auto_fallback(s, nvml_opts, &mut counters)?
+                    }
+                    Some(_) => {
+                        tracing::info!("--source auto: DCGM answers; reading GPUs through DCGM");
+                        let nvml = s.nvml();
+                        (s, nvml)
+                    }
+                    None => {
+                        let nvml = s.nvml();
+                        (s, nvml)
+                    }
+                }
             }
         };
         counters.rows.shrink_to_fit();
@@ -197,9 +247,11 @@ fn simulated(
     ctx: &ResolveContext<'_>,
 ) -> Result<Simulated, StartError> {
     let seed = flags.simulation.seed();
+    let node = crate::source::sim::node_name(ctx.host.node_name.as_deref());
     let source = SimSource::new(
         &scenario,
         seed,
+        &node,
         Arc::new(counters.clone()),
         &flags.collection.selectors(),
         ctx.interval,
@@ -240,6 +292,7 @@ fn real(
         needs.incident_events,
     ));
     dcgm_options.distributions = ctx.distributions.clone();
+    dcgm_options.nvml_library = flags.source.nvml_library.clone();
     let nvml_options = NvmlOptions {
         library: flags.source.nvml_library.clone(),
         devices: flags.collection.devices.clone(),
@@ -252,63 +305,60 @@ fn real(
     })
 }
 
-fn connect_dcgm(
-    opts: DcgmOptions,
-    counters: &mut CounterSet,
-    ctx: &StartContext<'_>,
-) -> Result<DcgmSource, StartError> {
-    let mut s = DcgmSource::connect(opts, counters)
-        .map_err(|e| StartError::classify(e.is_bad_input(), e))?;
-    s.count_incident_errors(ctx.self_metrics);
-    s.count_distribution_drops(ctx.self_metrics);
-    Ok(s)
+fn open_dcgm(opts: DcgmOptions, counters: &CounterSet) -> Result<DcgmSource, StartError> {
+    DcgmSource::open(opts, counters).map_err(|e| StartError::classify(e.is_bad_input(), e))
 }
 
-/// A source opened by `--source auto` and the NVML library when it opened one.
-struct Opened {
-    source: Box<dyn Source>,
-    nvml: Option<Arc<Nvml>>,
+fn open_nvml(opts: NvmlOptions, counters: &mut CounterSet) -> Result<Loaded, StartError> {
+    let s =
+        NvmlSource::open(opts, counters).map_err(|e| StartError::classify(e.is_bad_input(), e))?;
+    let nvml = Some(s.library());
+    Ok(Loaded::Ready(Box::new(s), nvml))
 }
 
-/// `--source auto`: DCGM when it answers, else NVML (and its library); both failing is one line
-/// naming both reasons.
-fn start_auto(
-    dcgm_opts: DcgmOptions,
+/// `--source auto` without libdcgm: NVML, or one line naming both reasons.
+fn open_auto_nvml(
     nvml_opts: NvmlOptions,
     counters: &mut CounterSet,
-    ctx: &StartContext<'_>,
-) -> Result<Opened, StartError> {
-    let sampled = !dcgm_opts.distributions.is_empty();
-    let dcgm_error = match DcgmSource::connect(dcgm_opts, counters) {
-        Ok(mut s) => {
-            s.count_incident_errors(ctx.self_metrics);
-            s.count_distribution_drops(ctx.self_metrics);
-            tracing::info!("--source auto: DCGM answers; reading GPUs through DCGM");
-            return Ok(Opened {
-                source: Box::new(s),
-                nvml: None,
-            });
-        }
-        Err(e) if e.is_bad_input() => return Err(StartError::input(e)),
-        Err(e) => e,
-    };
+    dcgm_reason: &str,
+) -> Result<Loaded, StartError> {
     match NvmlSource::open(nvml_opts, counters) {
         Ok(s) => {
-            tracing::warn!(dcgm = %auto_reason(&dcgm_error), "--source auto: DCGM is not usable here; reading GPUs through NVML (fields only DCGM has stay absent)");
-            if sampled {
-                tracing::warn!("--distribution is read through DCGM only; the NVML source exports no distribution");
-            }
-            Ok(Opened {
-                nvml: Some(s.library()),
-                source: Box::new(s),
-            })
+            warn_auto_nvml(dcgm_reason);
+            let nvml = Some(s.library());
+            Ok(Loaded::Ready(Box::new(s), nvml))
         }
         Err(e) if e.is_bad_input() => Err(StartError::input(e)),
         Err(nvml_error) => Err(StartError::environment(format!(
-            "--source auto: neither DCGM nor NVML is usable: DCGM: {}; NVML: {}; install the NVIDIA driver (it brings libnvidia-ml.so.1) and, for all fields, DCGM 4.x (datacenter-gpu-manager-4-core), or run with --simulate",
-            auto_reason(&dcgm_error),
+            "--source auto: neither DCGM nor NVML is usable: DCGM: {dcgm_reason}; NVML: {}; install the NVIDIA driver (it brings libnvidia-ml.so.1) and, for all fields, DCGM 4.x (datacenter-gpu-manager-4-core), or run with --simulate",
             nvml_reason(&nvml_error)
         ))),
+    }
+}
+
+fn warn_auto_nvml(dcgm_reason: &str) {
+    tracing::warn!(dcgm = %dcgm_reason, "--source auto: DCGM is not usable here; reading GPUs through NVML (fields only DCGM has stay absent)");
+}
+
+/// `--source auto` with a libdcgm whose host engine did not answer the first attempt: NVML when it
+/// loads, else the DCGM source, which keeps trying (as `--source dcgm` does).
+fn start_auto_fallback(
+    dcgm: Box<DcgmSource>,
+    nvml_opts: NvmlOptions,
+    counters: &mut CounterSet,
+) -> Result<Chosen, StartError> {
+    match NvmlSource::open(nvml_opts, counters) {
+        Ok(s) => {
+            warn_auto_nvml("libdcgm loaded but the host engine does not answer");
+            let nvml = Some(s.library());
+            Ok((Box::new(s), nvml))
+        }
+        Err(e) if e.is_bad_input() => Err(StartError::input(e)),
+        Err(e) => {
+            tracing::warn!(nvml = %nvml_reason(&e), "--source auto: NVML is not usable either; waiting for the DCGM host engine");
+            let nvml = dcgm.nvml();
+            Ok((dcgm, nvml))
+        }
     }
 }
 

@@ -126,10 +126,25 @@ impl SelfMetrics {
         self.register(name, help, Kind::Gauge, labels)
     }
 
+    /// A gauge that is the only series of its family: the family's other series are dropped (a state
+    /// whose labels change, e.g. `dcgm_otel_profiling_available{reason}`).
+    pub fn sole_gauge(&self, name: &str, help: &str, labels: &[(&str, &str)]) -> Arc<Metric> {
+        self.clear(name);
+        self.gauge(name, help, labels)
+    }
+
+    /// Drop every series of family `name` (the family is no longer rendered).
+    pub fn clear(&self, name: &str) {
+        let mut families = self.families.lock_unpoisoned();
+        if let Some(f) = families.iter_mut().find(|f| f.name == name) {
+            f.series.clear();
+        }
+    }
+
     /// Append every family in Prometheus text format.
     pub fn render(&self, out: &mut String) {
         let families = self.families.lock_unpoisoned();
-        for f in families.iter() {
+        for f in families.iter().filter(|f| !f.series.is_empty()) {
             let _ = writeln!(out, "# HELP {} {}", f.name, f.help);
             let _ = writeln!(
                 out,
@@ -174,5 +189,23 @@ mod tests {
             "# HELP dcgm_otel_a A.\n# TYPE dcgm_otel_a gauge\ndcgm_otel_a 1.5\n\
              # HELP dcgm_otel_b_total B.\n# TYPE dcgm_otel_b_total counter\ndcgm_otel_b_total{field=\"X\\\"y\"} 3\n"
         );
+    }
+
+    #[test]
+    fn a_sole_gauge_replaces_its_family_and_a_cleared_family_is_not_rendered() {
+        let r = SelfMetrics::default();
+        r.sole_gauge("dcgm_otel_s", "S.", &[("reason", "a")])
+            .set(0.0);
+        r.sole_gauge("dcgm_otel_s", "S.", &[]).set(1.0);
+        let mut s = String::new();
+        r.render(&mut s);
+        assert_eq!(
+            s,
+            "# HELP dcgm_otel_s S.\n# TYPE dcgm_otel_s gauge\ndcgm_otel_s 1\n"
+        );
+        r.clear("dcgm_otel_s");
+        s.clear();
+        r.render(&mut s);
+        assert_eq!(s, "");
     }
 }

@@ -1,5 +1,5 @@
 //! `-m namespace:name` / `DCGM_EXPORTER_CONFIGMAP_DATA` against the fake Kubernetes API server
-//! (`support::api_server`: plain HTTP on 127.0.0.1, named by a kubeconfig, a bearer token): the
+//! (`support::api_server`: HTTPS on 127.0.0.1, named by a kubeconfig with its CA and a bearer token): the
 //! counters come from the ConfigMap's `metrics` key, an update reloads them, a bad update keeps the
 //! running set (counted), and an absent ConfigMap, a missing key or a bad CSV stops start-up with one
 //! line (exit 2).
@@ -110,7 +110,7 @@ fn absent_configmap_missing_key_and_bad_csv_stop_start_up_with_one_line() {
     let cases = [
         (
             None,
-            format!("dcgm-otel: ConfigMap {NS}/{NAME} (--configmap-data) does not exist (http://127.0.0.1:PORT)\n"),
+            format!("dcgm-otel: ConfigMap {NS}/{NAME} (--configmap-data) does not exist (https://127.0.0.1:PORT)\n"),
         ),
         (
             Some(r#"{"other":"x"}"#.to_string()),
@@ -145,6 +145,23 @@ fn absent_configmap_missing_key_and_bad_csv_stop_start_up_with_one_line() {
         (code, err.as_str()),
         (2, "dcgm-otel: --configmap-data gpu-monitoring:exporter-metrics-config-map needs the Kubernetes API: no in-cluster service account and no KUBECONFIG\n")
     );
+    // Issue 35: a token for a plain-http server would go in clear; refused before any request.
+    let api = api_with(Some(csv_data(TEMP)));
+    let plain = crate::support::api_server::kubeconfig_with(
+        dir.path(),
+        &format!("http://127.0.0.1:{}", api.port),
+        None,
+        Some(crate::support::api_server::TOKEN),
+    );
+    let (code, err) = run_to_exit(
+        &["--simulate", "-m", &spec],
+        &[("KUBECONFIG", plain.to_str().unwrap())],
+    );
+    assert_eq!(
+        (code, err),
+        (2, format!("dcgm-otel: Kubernetes API configuration from KUBECONFIG {}: server 'http://127.0.0.1:{}' is plain http: a bearer token or client certificate is never sent without TLS; use https:// (or a kubectl proxy without a user)\n", plain.display(), api.port))
+    );
+    assert!(api.requests().is_empty(), "{:?}", api.requests());
     let (code, err) = run_to_exit(&["--simulate", "-m", "default"], &[]);
     assert_eq!(
         (code, err.as_str()),

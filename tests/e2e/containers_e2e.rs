@@ -318,3 +318,121 @@ fn processes_get_the_container_of_their_cgroup() {
         "{body}"
     );
 }
+
+/// A hostile runtime socket: every request (its head read) is answered by `write`, whatever it asks.
+fn hostile_runtime(
+    socket: &Path,
+    write: impl Fn(&mut std::os::unix::net::UnixStream) + Send + Sync + 'static,
+) {
+    let listener = UnixListener::bind(socket).unwrap();
+    let write = Arc::new(write);
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(mut conn) = conn else { continue };
+            let write = write.clone();
+            std::thread::spawn(move || {
+                let mut reader = BufReader::new(conn.try_clone().unwrap());
+                let mut line = String::new();
+                while reader.read_line(&mut line).unwrap_or(0) > 0 && line != "\r\n" {
+                    line.clear();
+                }
+                write(&mut conn);
+            });
+        }
+    });
+}
+
+fn runtime_errors(body: &str) -> f64 {
+    body.lines()
+        .find_map(|l| l.strip_prefix("dcgm_otel_container_runtime_errors_total "))
+        .map_or(0.0, |v| v.parse().unwrap())
+}
+
+fn start_with_runtime(socket: &Path) -> common::Exporter {
+    common::start(
+        &[
+            "--simulate",
+            "-n",
+            "-c",
+            "200",
+            "--container-labels",
+            "--container-runtime-socket",
+            socket.to_str().unwrap(),
+        ],
+        &[],
+    )
+}
+
+/// The exporter's peak resident memory (`VmHWM`), MiB.
+fn peak_rss_mib(e: &common::Exporter) -> f64 {
+    let status = std::fs::read_to_string(format!("/proc/{}/status", e.child.id())).unwrap();
+    let kib: f64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap();
+    kib / 1024.0
+}
+
+/// Issue 35: a 16 MiB answer (just under the old cap) was read whole and made a JSON tree: ~296 MB
+/// RSS. An answer past `MAX_ANSWER` (4 MiB) is cut off and counted; memory stays small.
+#[test]
+fn a_huge_runtime_answer_is_cut_off_and_counted() {
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("docker.sock");
+    // Ids the exporter never inspects ('.'), so that the exporter of before only built the tree.
+    let item = r#"{"Id":"x.y","Names":["/n"]},"#;
+    let mut body = String::from("[");
+    while body.len() + item.len() < (16 << 20) - 1024 {
+        body.push_str(item);
+    }
+    body.push_str(r#"{"Id":"x.y"}]"#);
+    let answer = Arc::new(format!(
+        "HTTP/1.0 200 OK\r\nContent-Type: application/json\r\n\r\n{body}"
+    ));
+    hostile_runtime(&socket, move |conn| {
+        let _ = conn.write_all(answer.as_bytes());
+    });
+    let e = start_with_runtime(&socket);
+    scrape_until(e.port, "the huge answer counted", |b| {
+        runtime_errors(b) >= 1.0
+    });
+    let peak = peak_rss_mib(&e);
+    eprintln!("16 MiB runtime answer: peak RSS {peak:.1} MiB");
+    assert!(peak < 128.0, "peak RSS {peak:.1} MiB");
+    let err = common::terminate(e);
+    assert!(
+        err.contains("/containers/json: answer larger than 4194304 bytes (cut off)"),
+        "{err}"
+    );
+}
+
+/// Issue 35: a runtime dripping one byte every 1.5 s never reached the 2 s read timeout, so the
+/// refresher waited forever and counted no error. Each call now has an overall deadline: cut off at
+/// 2 s, counted, logged.
+#[test]
+fn a_dripping_runtime_is_cut_off_and_counted() {
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("docker.sock");
+    hostile_runtime(&socket, |conn| {
+        let _ = conn.set_write_timeout(Some(Duration::from_secs(5)));
+        for b in b"HTTP/1.0 200 OK\r\nContent-Type: application/json\r\n\r\n["
+            .iter()
+            .cycle()
+        {
+            if conn.write_all(&[*b]).is_err() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(1500));
+        }
+    });
+    let e = start_with_runtime(&socket);
+    scrape_until(e.port, "the dripping runtime counted", |b| {
+        runtime_errors(b) >= 1.0
+    });
+    let err = common::terminate(e);
+    assert!(
+        err.contains("/containers/json: no complete answer within 2s (cut off)"),
+        "{err}"
+    );
+}

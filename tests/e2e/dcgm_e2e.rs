@@ -45,8 +45,8 @@ fn ready(port: u16) -> u16 {
     get(port, "/ready").map(|r| r.status).unwrap_or(0)
 }
 
-const GPU0_LABELS: &str = "gpu=\"0\",UUID=\"GPU-08b4fda8-c892-b50e-71dc-d3d0944f065e\",pci_bus_id=\"00000000:18:00.0\",device=\"nvidia0\",modelName=\"NVIDIA H100 80GB HBM3\"";
-const GPU1_LABELS: &str = "gpu=\"1\",UUID=\"GPU-e9fd6049-d65a-f21e-f672-4c5ccb810ace\",pci_bus_id=\"00000000:2A:00.0\",device=\"nvidia1\",modelName=\"NVIDIA H100 80GB HBM3\"";
+const GPU0_LABELS: &str = "gpu=\"0\",UUID=\"GPU-1014a9ed-7550-917e-d8dc-3eef7ed5481c\",pci_bus_id=\"00000000:18:00.0\",device=\"nvidia0\",modelName=\"NVIDIA H100 80GB HBM3\"";
+const GPU1_LABELS: &str = "gpu=\"1\",UUID=\"GPU-dd3fced7-2ce4-9e7d-0b6b-9f5458ddca3d\",pci_bus_id=\"00000000:2A:00.0\",device=\"nvidia1\",modelName=\"NVIDIA H100 80GB HBM3\"";
 
 fn mem_clock_lines(host: &str) -> (String, String) {
     (
@@ -66,8 +66,11 @@ fn embedded_through_ld_library_path_exact_gpu_and_mig_lines() {
     let (gpu, mig) = mem_clock_lines("golden-host");
     assert!(body.lines().any(|l| l == gpu), "missing {gpu} in:\n{body}");
     assert!(body.lines().any(|l| l == mig), "missing {mig} in:\n{body}");
-    // Flex mode: GPU 1 has MIG instances, so it is monitored through them, not as a whole.
-    assert!(!body.contains(&format!("{{{GPU1_LABELS},Hostname")));
+    // Flex mode: GPU 1 has MIG instances, so it is monitored through them, not as a whole (its one
+    // series of its own is dcgm-otel's MIG roll-up).
+    assert!(!body
+        .lines()
+        .any(|l| l.starts_with("DCGM_FI_") && l.contains(&format!("{{{GPU1_LABELS},Hostname"))));
     // Not supported on MIG instances (the fake, like DCGM, says so): present for GPU 0 only.
     let util: Vec<&str> = body
         .lines()
@@ -160,7 +163,11 @@ fn remote_tcp_waits_for_the_host_engine_and_labels_its_host() {
     // The first two connection attempts are refused: start-up waits and retries.
     let e = start_with(
         &["-c", "60000", "-r", "gpu-node-7:5555"],
-        &fake.ld_env(&[("FAKE_DCGM_FAULTS", "refuse_connect=2")]),
+        // The fake's fleet (the host engine's GPUs) is golden-host's; the label is the engine's host.
+        &fake.ld_env(&[
+            ("FAKE_DCGM_FAULTS", "refuse_connect=2"),
+            ("NODE_NAME", "golden-host"),
+        ]),
     );
     let body = scrape(e.port);
     let (gpu, _) = mem_clock_lines("gpu-node-7");
@@ -550,8 +557,9 @@ fn call_log_one_read_per_entity_per_cycle_unique_watches_nothing_after_shutdown(
             f["freq"], "100000",
             "watch frequency is the collect interval in µs: {c}"
         );
-        assert_eq!(f["maxKeepAge"], "600");
-        assert_eq!(f["maxKeepSamples"], "0");
+        // Three collect intervals (0.3 s) and as many samples (+1), not dcgm-exporter's 600 s.
+        assert_eq!(f["maxKeepAge"], "0.3");
+        assert_eq!(f["maxKeepSamples"], "4");
     }
     assert_eq!(watches.len(), 2, "basic and DCP field groups");
     // Steady state: between the first update and the first unwatch only cached latest-value reads.
@@ -662,7 +670,7 @@ fn uri_forms_go_through_dcgm_connect_v3() {
     let fake = Fake::new();
     let e = start_with(
         &["-c", "60000", "-r", "tcp://gpu-node-9:5555"],
-        &fake.ld_env(&[]),
+        &fake.ld_env(&[("NODE_NAME", "golden-host")]),
     );
     let (gpu, _) = mem_clock_lines("gpu-node-9");
     assert!(scrape(e.port).lines().any(|l| l == gpu));

@@ -56,7 +56,8 @@ fn image_counters_files() -> BTreeMap<String, PathBuf> {
 #[test]
 fn the_image_ships_dcgm_exporters_counters_files_at_its_paths() {
     let files = image_counters_files();
-    let fixtures = repo("tests/fixtures/dcgm/dcgm-exporter-csv");
+    // The release dcgm-otel's defaults follow (4.8.3's copies are beside them, one folder up).
+    let fixtures = repo("tests/fixtures/dcgm/dcgm-exporter-csv/4.5.3-4.8.2");
     for name in ["dcp-metrics-included.csv", "1.x-compatibility-metrics.csv"] {
         let installed = files
             .get(&format!("/etc/dcgm-exporter/{name}"))
@@ -66,15 +67,39 @@ fn the_image_ships_dcgm_exporters_counters_files_at_its_paths() {
         assert_eq!(
             std::fs::read(installed).unwrap(),
             std::fs::read(fixtures.join(name)).unwrap(),
-            "{} differs from dcgm-exporter's {name}",
+            "{} differs from dcgm-exporter 4.5.3-4.8.2's {name}",
             installed.display()
         );
     }
-    // Ours, with the same fields and types as dcgm-exporter's (tests/e2e/simulated_e2e.rs compares them).
+    // Ours, with the same rows as dcgm-exporter's (the next test compares them).
     assert_eq!(
         files.get("/etc/dcgm-exporter/default-counters.csv"),
         Some(&repo("src/counters/default-counters.csv"))
     );
+}
+
+/// The built-in default counters are dcgm-exporter 4.5.3-4.8.2's rows, in its order: the same fields,
+/// Prometheus types (`DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL` a counter, as that release ships it) and help
+/// texts, so every `# HELP` / `# TYPE` line of a default scrape is dcgm-exporter's.
+#[test]
+fn the_built_in_default_counters_are_dcgm_exporter_4_8_2s_rows() {
+    use dcgm_otel::counters;
+    let rows = |set: &counters::CounterSet| -> Vec<(String, String, String)> {
+        set.rows
+            .iter()
+            .map(|r| (r.name.clone(), r.kind.as_str().to_string(), r.help.clone()))
+            .collect()
+    };
+    let ours = counters::parse(counters::DEFAULT_COUNTERS_CSV, "built-in").unwrap();
+    let path = repo("tests/fixtures/dcgm/dcgm-exporter-csv/4.5.3-4.8.2/default-counters.csv");
+    let theirs = counters::load_file(&path).unwrap();
+    assert_eq!(rows(&ours), rows(&theirs));
+    let nvlink = ours
+        .rows
+        .iter()
+        .find(|r| r.name == "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL")
+        .unwrap();
+    assert_eq!(nvlink.kind.as_str(), "counter");
 }
 
 /// One probe of a container, as the kubelet runs it.

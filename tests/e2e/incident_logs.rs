@@ -61,6 +61,7 @@ fn fleet() -> (Arc<counters::CounterSet>, Snapshot) {
     let mut sim = SimSource::new(
         &scenario,
         1,
+        "golden-host",
         counters.clone(),
         &dcgm_otel::config::devices::Selectors::default(),
         Duration::from_millis(200),

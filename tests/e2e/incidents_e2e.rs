@@ -51,8 +51,8 @@ fn exp_lines(body: &str) -> String {
         .collect()
 }
 
-const GPU0: &str = "gpu=\"0\",UUID=\"GPU-08b4fda8-c892-b50e-71dc-d3d0944f065e\",pci_bus_id=\"00000000:18:00.0\",device=\"nvidia0\",modelName=\"NVIDIA H100 80GB HBM3\",Hostname=\"golden-host\"";
-const GPU1: &str = "gpu=\"1\",UUID=\"GPU-e9fd6049-d65a-f21e-f672-4c5ccb810ace\",pci_bus_id=\"00000000:2A:00.0\",device=\"nvidia1\",modelName=\"NVIDIA H100 80GB HBM3\",Hostname=\"golden-host\"";
+const GPU0: &str = "gpu=\"0\",UUID=\"GPU-1014a9ed-7550-917e-d8dc-3eef7ed5481c\",pci_bus_id=\"00000000:18:00.0\",device=\"nvidia0\",modelName=\"NVIDIA H100 80GB HBM3\",Hostname=\"golden-host\"";
+const GPU1: &str = "gpu=\"1\",UUID=\"GPU-dd3fced7-2ce4-9e7d-0b6b-9f5458ddca3d\",pci_bus_id=\"00000000:2A:00.0\",device=\"nvidia1\",modelName=\"NVIDIA H100 80GB HBM3\",Hostname=\"golden-host\"";
 
 /// What the issue asks to see, line by line.
 fn assert_issue_lines(exp: &str) {
@@ -268,7 +268,7 @@ fn a_failing_health_check_does_not_stop_the_exporter() {
     );
 }
 
-const GPU3_MIG_2G: &str = "gpu=\"3\",UUID=\"GPU-ec4c5bee-6270-11b3-4610-6c194914976f\",pci_bus_id=\"00000000:5D:00.0\",device=\"nvidia3\",modelName=\"NVIDIA H100 80GB HBM3\",GPU_I_PROFILE=\"2g.20gb\",GPU_I_ID=\"3\",Hostname=\"golden-host\"";
+const GPU3_MIG_2G: &str = "gpu=\"3\",UUID=\"GPU-b39c99dc-0938-7574-42a3-23265a551491\",pci_bus_id=\"00000000:5D:00.0\",device=\"nvidia3\",modelName=\"NVIDIA H100 80GB HBM3\",GPU_I_PROFILE=\"2g.20gb\",GPU_I_ID=\"3\",Hostname=\"golden-host\"";
 
 /// An XID on a MIG instance is counted on that instance, not on its parent GPU's index (where
 /// dcgm-exporter looks it up): the built-in `incidents` scenario's XID 43 on GPU 3's 2g.20gb instance

@@ -15,7 +15,10 @@ use std::time::{Duration, Instant};
 use crate::support::api_server::{self, ApiServer};
 use crate::support::fake_lib;
 use crate::support::kubelet::{container, pod, pods, Kubelet, Reply};
-use dcgm_otel::enrich::kubernetes::api::{MAX_LIST_PAGE, MAX_WATCH_LINE};
+use dcgm_otel::enrich::kubernetes::api::{
+    LIST_LIMIT, MAX_CACHE_OBJECTS, MAX_LIST_PAGE, MAX_WATCH_LINE,
+};
+use dcgm_otel::enrich::kubernetes::labels::reserved;
 use dcgm_otel::enrich::kubernetes::podresources::{
     ClaimResource, ContainerResources, DynamicResource,
 };
@@ -179,7 +182,7 @@ struct Fleet1 {
 }
 
 fn fleet(scenario: &str) -> Fleet1 {
-    let f = Fleet::new(&Scenario::load(scenario).unwrap(), 1);
+    let f = Fleet::new(&Scenario::load(scenario).unwrap(), 1, "node-a");
     Fleet1 {
         gpu_uuid: f.gpus().iter().map(|g| g.identity.uuid.clone()).collect(),
         mig: f
@@ -420,33 +423,34 @@ fn uuid_ids_do_not_match_in_device_name_mode_and_vice_versa() {
 }
 
 #[test]
-fn shared_gpu_gets_one_series_per_pod_and_unallocated_gpus_none() {
+fn a_shared_gpu_is_one_series_labelled_with_the_last_pod_listed_and_unallocated_gpus_none() {
     let dir = tempfile::tempdir().unwrap();
     let f = fleet("default");
     let sock = socket_in(dir.path());
     let u0 = &f.gpu_uuid[0];
+    // Time-sliced by two pods: as dcgm-exporter 4.5.3-4.8.2, one series, labelled with the pod whose
+    // allocation comes last in the kubelet's reply (replica-1, though replica-0 sorts first).
     let _kubelet = Kubelet::start(
         &sock,
         pods(vec![
-            pod(
-                "b-team",
-                "replica-1",
-                vec![container("w", "nvidia.com/gpu", &[&format!("{u0}::1")])],
-            ),
             pod(
                 "a-team",
                 "replica-0",
                 vec![container("w", "nvidia.com/gpu", &[&format!("{u0}::0")])],
             ),
+            pod(
+                "b-team",
+                "replica-1",
+                vec![container("w", "nvidia.com/gpu", &[&format!("{u0}::1")])],
+            ),
         ]),
     );
-    // The kubelet's device checkpoint knows replica-0's allocation (and an unrelated one); replica-1's is
-    // missing, so only replica-0 gets pod_uid.
+    // The kubelet's device checkpoint knows replica-1's allocation (and an unrelated one).
     let checkpoint = dir.path().join("kubelet_internal_checkpoint");
     std::fs::write(
         &checkpoint,
         format!(
-            r#"{{"Data":{{"PodDeviceEntries":[{{"PodUID":"7e1c2f4a-0000-4000-8000-00000000000a","ContainerName":"w","ResourceName":"nvidia.com/gpu","DeviceIDs":{{"0":["{u0}::0"]}},"AllocResp":"CgA="}},{{"PodUID":"other","ContainerName":"x","ResourceName":"nvidia.com/gpu","DeviceIDs":["{u0}::7"],"AllocResp":"CgA="}}],"RegisteredDevices":{{"nvidia.com/gpu":["{u0}::0","{u0}::1"]}}}},"Checksum":3141592653}}"#
+            r#"{{"Data":{{"PodDeviceEntries":[{{"PodUID":"7e1c2f4a-0000-4000-8000-00000000000a","ContainerName":"w","ResourceName":"nvidia.com/gpu","DeviceIDs":{{"0":["{u0}::1"]}},"AllocResp":"CgA="}},{{"PodUID":"other","ContainerName":"x","ResourceName":"nvidia.com/gpu","DeviceIDs":["{u0}::7"],"AllocResp":"CgA="}}],"RegisteredDevices":{{"nvidia.com/gpu":["{u0}::0","{u0}::1"]}}}},"Checksum":3141592653}}"#
         ),
     )
     .unwrap();
@@ -462,18 +466,26 @@ fn shared_gpu_gets_one_series_per_pod_and_unallocated_gpus_none() {
             checkpoint.to_str().unwrap(),
         ],
     );
-    let body = scrape_until(ex.port, "pod labels", |b| b.contains("pod=\"replica-0\""));
-    let uid0 = ",pod_uid=\"7e1c2f4a-0000-4000-8000-00000000000a\"";
+    let body = scrape_until(ex.port, "pod labels", |b| b.contains("pod=\"replica-1\""));
+    let uid1 = ",pod_uid=\"7e1c2f4a-0000-4000-8000-00000000000a\"";
     assert_eq!(
         series(&body, "DCGM_FI_DEV_GPU_TEMP"),
         vec![
-            temp_line(&f, 0, None, &(pod_attrs("w", "a-team", "replica-0") + uid0)),
-            temp_line(&f, 0, None, &pod_attrs("w", "b-team", "replica-1")),
+            temp_line(&f, 0, None, &(pod_attrs("w", "b-team", "replica-1") + uid1)),
             temp_line(&f, 1, Some(0), ""),
             temp_line(&f, 1, Some(1), ""),
             temp_line(&f, 1, Some(2), ""),
         ]
     );
+    // Both pods still get their share of the GPU in the per-pod cost counters.
+    for pod in ["replica-0", "replica-1"] {
+        assert!(
+            body.lines()
+                .any(|l| l.starts_with("dcgm_otel_pod_gpu_seconds_total{")
+                    && l.contains(&format!("pod=\"{pod}\""))),
+            "no cost series of {pod} in:\n{body}"
+        );
+    }
 }
 
 #[test]
@@ -936,6 +948,10 @@ fn pod_labels_and_uid_from_the_api_watch_through_changes_410_drops_and_outages()
     assert_eq!(log_count(&ex, "Kubernetes API request failed"), 1);
     assert_eq!(log_count(&ex, "Kubernetes API still unreachable"), 1);
     assert_eq!(log_count(&ex, "Kubernetes API answers again"), 1);
+    // The UIDs come from the API: no kubelet checkpoint is looked for where there is none (the
+    // manifests mount none of its directory).
+    assert_eq!(log_count(&ex, "pod UIDs from the Kubernetes API"), 1);
+    assert_eq!(log_count(&ex, "pod UIDs unavailable"), 0);
 }
 
 #[test]
@@ -1057,16 +1073,10 @@ fn simulated_cluster_serves_pods_labels_and_cost_counters_without_a_kubelet() {
             && series(b, "dcgm_otel_pod_gpu_idle_seconds_total").len() == 5
     });
     let labels = |app: &str, team: &str| format!(",app=\"{app}\",team=\"{team}\"");
+    // GPU 0, time-sliced by llm-finetune-0 and notebook-alice, is one series under the pod listed last.
     assert_eq!(
         series(&body, "DCGM_FI_DEV_GPU_TEMP"),
         vec![
-            temp_line(
-                &f,
-                0,
-                None,
-                &(labels("llm-finetune", "research")
-                    + &pod_attrs("trainer", "research", "llm-finetune-0"))
-            ),
             temp_line(
                 &f,
                 0,
@@ -1255,43 +1265,85 @@ fn processes_get_their_pod_from_the_cgroup_and_a_shared_gpu_splits_per_pod() {
     }
 }
 
+/// A hostile API server on 127.0.0.1 (HTTPS with the shared test CA): `answer(head, conn)` answers each
+/// request. Returns its port and the request heads it received.
+fn hostile_api(
+    answer: impl Fn(&str, &mut api_server::Conn) + Send + Sync + 'static,
+) -> (u16, Arc<Mutex<Vec<String>>>) {
+    hostile_api_with(api_server::Pki::shared(), answer)
+}
+
+/// [`hostile_api`] serving a certificate of `pki`.
+fn hostile_api_with(
+    pki: &'static api_server::Pki,
+    answer: impl Fn(&str, &mut api_server::Conn) + Send + Sync + 'static,
+) -> (u16, Arc<Mutex<Vec<String>>>) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let heads: Arc<Mutex<Vec<String>>> = Arc::default();
+    let seen = heads.clone();
+    let answer = Arc::new(answer);
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(conn) = conn else { continue };
+            let (seen, answer) = (seen.clone(), answer.clone());
+            std::thread::spawn(move || {
+                let Some(mut conn) = api_server::accept_tls_with(pki, conn) else {
+                    return;
+                };
+                let Some(head) = api_server::read_head(&mut conn) else {
+                    return;
+                };
+                seen.lock().unwrap().push(head.clone());
+                answer(&head, &mut conn);
+            });
+        }
+    });
+    (port, heads)
+}
+
+/// Answer a request with a JSON body (`Connection: close`).
+fn json_reply(conn: &mut api_server::Conn, body: &str) {
+    let _ = write!(conn, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n", body.len());
+    let _ = conn.write_all(body.as_bytes());
+    let _ = conn.flush();
+}
+
+/// A pod of `node` as the API server writes it.
+fn pod_object(node: &str, name: &str, rv: usize) -> String {
+    format!(
+        r#"{{"metadata":{{"name":"{name}","namespace":"ns","uid":"u-{name}","resourceVersion":"{rv}","labels":{{"team":"a"}}}},"spec":{{"nodeName":"{node}"}}}}"#
+    )
+}
+
 /// An API server whose pod list (`watch = false`) or pod watch (`watch = true`) is one endless body
 /// without a newline; returns the kubeconfig naming it and where the bytes the exporter accepted
 /// before it closed the first such connection will be.
 fn endless_api(dir: &Path, watch: bool) -> (PathBuf, Arc<Mutex<Option<usize>>>) {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = listener.local_addr().unwrap().port();
     let accepted: Arc<Mutex<Option<usize>>> = Arc::default();
     let got = accepted.clone();
-    std::thread::spawn(move || {
-        for conn in listener.incoming() {
-            let Ok(mut conn) = conn else { continue };
-            let got = got.clone();
-            std::thread::spawn(move || {
-                let Some(head) = api_server::read_head(&mut conn) else {
-                    return;
-                };
-                if head.contains("watch=") != watch {
-                    let body = r#"{"kind":"List","metadata":{"resourceVersion":"5"},"items":[]}"#;
-                    let _ = write!(conn, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len());
-                    return;
-                }
-                let _ = write!(conn, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n");
-                let chunk = vec![b'x'; 64 * 1024];
-                let mut sent = 0usize;
-                // 4 times the larger bound: the old exporter read all of it.
-                while sent < 4 * MAX_LIST_PAGE {
-                    if write!(conn, "{:x}\r\n", chunk.len()).is_err()
-                        || conn.write_all(&chunk).is_err()
-                        || conn.write_all(b"\r\n").is_err()
-                    {
-                        break;
-                    }
-                    sent += chunk.len();
-                }
-                got.lock().unwrap().get_or_insert(sent);
-            });
+    let (port, _) = hostile_api(move |head, conn| {
+        if head.contains("watch=") != watch {
+            json_reply(
+                conn,
+                r#"{"kind":"List","metadata":{"resourceVersion":"5"},"items":[]}"#,
+            );
+            return;
         }
+        let _ = write!(conn, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n");
+        let chunk = vec![b'x'; 64 * 1024];
+        let mut sent = 0usize;
+        // 4 times the larger bound: the old exporter read all of it.
+        while sent < 4 * MAX_LIST_PAGE {
+            if write!(conn, "{:x}\r\n", chunk.len()).is_err()
+                || conn.write_all(&chunk).is_err()
+                || conn.write_all(b"\r\n").is_err()
+            {
+                break;
+            }
+            sent += chunk.len();
+        }
+        got.lock().unwrap().get_or_insert(sent);
     });
     let kubeconfig = api_server::kubeconfig(dir, port);
     (kubeconfig, accepted)
@@ -1360,6 +1412,318 @@ fn endless_list_page_is_cut_not_buffered() {
     );
 }
 
+/// The exporter with `-k`, pod labels and an empty fake kubelet, against the API server `kubeconfig`
+/// names; `env`: more variables.
+fn against_api(dir: &Path, kubeconfig: &Path, env: &[(&str, &str)]) -> (Exporter, Kubelet) {
+    let sock = socket_in(dir);
+    let kubelet = Kubelet::start(&sock, pods(vec![]));
+    let mut all = vec![("KUBECONFIG", kubeconfig.to_str().unwrap())];
+    all.extend_from_slice(env);
+    let ex = exporter_env(
+        dir,
+        "default",
+        &[
+            "-k",
+            "--pod-resources-kubelet-socket",
+            sock.to_str().unwrap(),
+            "--kubernetes-enable-pod-labels",
+        ],
+        &all,
+    );
+    (ex, kubelet)
+}
+
+/// The exporter's peak resident memory (`VmHWM`), MiB.
+fn peak_rss_mib(ex: &Exporter) -> f64 {
+    let status = std::fs::read_to_string(format!("/proc/{}/status", ex.child.id())).unwrap();
+    let kib: f64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap();
+    kib / 1024.0
+}
+
+/// Wait (30 s at most) until the exporter's log has a line with `needle`; how many it has.
+fn logged(ex: &Exporter, needle: &str) -> usize {
+    let end = Instant::now() + Duration::from_secs(30);
+    while log_count(ex, needle) == 0 && Instant::now() < end {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    log_count(ex, needle)
+}
+
+fn api_self_metric(body: &str, name: &str, labels: &str) -> f64 {
+    value(body, &format!("{name}{{resource=\"pods\",{labels}}}"))
+}
+
+/// Write watch event lines as one chunk each; false once the connection is gone.
+fn events(conn: &mut api_server::Conn, lines: impl Iterator<Item = String>) -> bool {
+    for line in lines {
+        let line = format!("{line}\n");
+        if write!(conn, "{:x}\r\n{line}\r\n", line.len()).is_err() {
+            return false;
+        }
+    }
+    conn.flush().is_ok()
+}
+
+/// Keep a watch open with a bookmark a second until the exporter goes.
+fn hold(conn: &mut api_server::Conn) {
+    let bookmark = r#"{"type":"BOOKMARK","object":{"metadata":{"resourceVersion":"1"}}}"#;
+    while events(conn, std::iter::once(bookmark.to_string())) {
+        std::thread::sleep(Duration::from_secs(1));
+    }
+}
+
+const CHUNKED: &str =
+    "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n";
+
+/// Issue 35: a watch streaming pods without end (4.5 GB in 21 s) grew the cache without bound, and kept
+/// pods of other nodes. Now at most `MAX_CACHE_OBJECTS` are kept, other nodes' pods are dropped, both
+/// counted, and memory stays small.
+#[test]
+fn an_endless_watch_is_held_to_the_cache_bounds_and_this_node() {
+    let dir = tempfile::tempdir().unwrap();
+    let n = 3 * MAX_CACHE_OBJECTS;
+    let (port, _) = hostile_api(move |head, conn| {
+        if !head.contains("watch=") {
+            return json_reply(conn, r#"{"metadata":{"resourceVersion":"1"},"items":[]}"#);
+        }
+        let _ = write!(conn, "{CHUNKED}");
+        let lines = (0..n).map(|i| {
+            let node = if i % 4 == 0 { "node-b" } else { "node-a" };
+            let pod = pod_object(node, &format!("p{i}"), i + 2);
+            format!(r#"{{"type":"ADDED","object":{pod}}}"#)
+        });
+        if events(conn, lines) {
+            hold(conn);
+        }
+    });
+    let kubeconfig = api_server::kubeconfig(dir.path(), port);
+    let (ex, _kubelet) = against_api(dir.path(), &kubeconfig, &[]);
+    let dropped = "dcgm_otel_kubernetes_api_objects_dropped_total";
+    let body = scrape_until(ex.port, "every event handled, the drops counted", |b| {
+        value(
+            b,
+            "dcgm_otel_kubernetes_api_watch_events_total{resource=\"pods\"}",
+        ) >= n as f64
+            && api_self_metric(b, dropped, "reason=\"cache_full\"") >= 1.0
+    });
+    let objects = value(&body, "dcgm_otel_kubernetes_api_objects{resource=\"pods\"}");
+    assert_eq!(objects, MAX_CACHE_OBJECTS as f64, "objects kept");
+    assert_eq!(
+        api_self_metric(&body, dropped, "reason=\"other_node\""),
+        (n / 4) as f64
+    );
+    assert_eq!(
+        api_self_metric(&body, dropped, "reason=\"cache_full\""),
+        (n - n / 4 - MAX_CACHE_OBJECTS) as f64
+    );
+    assert_eq!(logged(&ex, "Kubernetes API cache full"), 1);
+    let peak = peak_rss_mib(&ex);
+    eprintln!("endless watch: peak RSS {peak:.1} MiB");
+    assert!(peak < 256.0, "peak RSS {peak:.1} MiB");
+}
+
+/// Issue 35: continue tokens without end (2.6 GB) grew the list being built without bound. A list past
+/// `MAX_CACHE_OBJECTS` objects is refused (counted as a failed list) and nothing of it is kept.
+#[test]
+fn endless_continue_tokens_are_refused_at_the_cache_bound() {
+    let dir = tempfile::tempdir().unwrap();
+    // Bounded here so that the unbounded exporter of before finished too (and failed the test).
+    let pages = 3 * MAX_CACHE_OBJECTS / LIST_LIMIT;
+    let (port, heads) = hostile_api(move |head, conn| {
+        if head.contains("watch=") {
+            let _ = write!(conn, "{CHUNKED}");
+            return hold(conn);
+        }
+        let page: usize = head
+            .split("continue=p")
+            .nth(1)
+            .and_then(|r| r.split(['&', ' ']).next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0);
+        let items: Vec<String> = (0..LIST_LIMIT)
+            .map(|i| pod_object("node-a", &format!("p{page}-{i}"), 1))
+            .collect();
+        let cont = if page + 1 < pages {
+            format!(r#","continue":"p{}""#, page + 1)
+        } else {
+            String::new()
+        };
+        json_reply(
+            conn,
+            &format!(
+                r#"{{"metadata":{{"resourceVersion":"1"{cont}}},"items":[{}]}}"#,
+                items.join(",")
+            ),
+        );
+    });
+    let kubeconfig = api_server::kubeconfig(dir.path(), port);
+    let (ex, _kubelet) = against_api(dir.path(), &kubeconfig, &[]);
+    let requests = "dcgm_otel_kubernetes_api_requests_total";
+    let body = scrape_until(ex.port, "the list refused", |b| {
+        api_self_metric(b, requests, "verb=\"list\",result=\"error\"") >= 1.0
+    });
+    assert_eq!(
+        value(&body, "dcgm_otel_kubernetes_api_objects{resource=\"pods\"}"),
+        0.0
+    );
+    // Each list stopped at the page that passed the bound.
+    let heads = heads.lock().unwrap().clone();
+    let pages = heads.iter().filter(|h| !h.contains("watch=")).count();
+    let lists = heads
+        .iter()
+        .filter(|h| !h.contains("watch=") && !h.contains("continue="))
+        .count();
+    assert!(
+        pages <= lists * (MAX_CACHE_OBJECTS / LIST_LIMIT + 1),
+        "{pages} pages in {lists} lists"
+    );
+    assert_eq!(
+        logged(
+            &ex,
+            "list refused: more than 10000 objects or 33554432 bytes"
+        ),
+        1
+    );
+    let peak = peak_rss_mib(&ex);
+    eprintln!("endless continue tokens: peak RSS {peak:.1} MiB");
+    assert!(peak < 256.0, "peak RSS {peak:.1} MiB");
+}
+
+/// Issue 35: a 60 MiB list page (below the old 64 MiB bound) was read and turned into a JSON tree: 714
+/// MiB at the peak. Past `MAX_LIST_PAGE` (16 MiB) a page is refused, and what is read is never a tree.
+#[test]
+fn a_huge_list_page_is_refused_with_memory_bounded() {
+    let dir = tempfile::tempdir().unwrap();
+    let labels: Vec<String> = (0..24)
+        .map(|i| format!(r#""label-{i}":"{}""#, "v".repeat(60)))
+        .collect();
+    let labels = labels.join(",");
+    let mut page = String::from(r#"{"metadata":{"resourceVersion":"1"},"items":["#);
+    let mut i = 0;
+    while page.len() < 60 << 20 {
+        if i > 0 {
+            page.push(',');
+        }
+        page.push_str(&format!(
+            r#"{{"metadata":{{"name":"p{i}","namespace":"ns","uid":"u{i}","labels":{{{labels}}}}},"spec":{{"nodeName":"node-a"}}}}"#
+        ));
+        i += 1;
+    }
+    page.push_str("]}");
+    let page = Arc::new(page);
+    let (port, _) = hostile_api(move |head, conn| {
+        if head.contains("watch=") {
+            let _ = write!(conn, "{CHUNKED}");
+            return hold(conn);
+        }
+        json_reply(conn, &page);
+    });
+    let kubeconfig = api_server::kubeconfig(dir.path(), port);
+    let (ex, _kubelet) = against_api(dir.path(), &kubeconfig, &[]);
+    let requests = "dcgm_otel_kubernetes_api_requests_total";
+    let body = scrape_until(ex.port, "the huge page refused", |b| {
+        api_self_metric(b, requests, "verb=\"list\",result=\"error\"") >= 1.0
+    });
+    assert_eq!(
+        value(&body, "dcgm_otel_kubernetes_api_objects{resource=\"pods\"}"),
+        0.0
+    );
+    let peak = peak_rss_mib(&ex);
+    eprintln!("60 MiB list page: peak RSS {peak:.1} MiB");
+    assert!(peak < 128.0, "peak RSS {peak:.1} MiB");
+}
+
+/// Issue 35: a kubeconfig naming a plain `http://` server with a token sent the token in clear. It is
+/// refused with one line; no request reaches the server, collections go on without pod metadata.
+#[test]
+fn a_token_is_never_sent_over_plain_http() {
+    let dir = tempfile::tempdir().unwrap();
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let heads: Arc<Mutex<Vec<String>>> = Arc::default();
+    let seen = heads.clone();
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(mut conn) = conn else { continue };
+            if let Some(head) = api_server::read_head(&mut conn) {
+                seen.lock().unwrap().push(head);
+            }
+        }
+    });
+    let kubeconfig = api_server::kubeconfig_with(
+        dir.path(),
+        &format!("http://127.0.0.1:{port}"),
+        None,
+        Some(api_server::TOKEN),
+    );
+    let (ex, _kubelet) = against_api(dir.path(), &kubeconfig, &[]);
+    let collects = |b: &str| value(b, "dcgm_otel_collects_total{source=\"simulated\"}");
+    scrape_until(ex.port, "five collections", |b| collects(b) >= 5.0);
+    assert!(
+        heads.lock().unwrap().is_empty(),
+        "{:?}",
+        heads.lock().unwrap()
+    );
+    assert_eq!(
+        logged(
+            &ex,
+            "is plain http: a bearer token or client certificate is never sent without TLS"
+        ),
+        1
+    );
+}
+
+/// Issue 35: the client trusted the system roots beside the cluster's CA, so any certificate of a
+/// public CA (here one named by `SSL_CERT_FILE`, which the system roots honour) passed for the API
+/// server. With a CA in the kubeconfig that CA alone is trusted: no request, hence no token, reaches a
+/// server of another CA. Without one, the system roots are used.
+#[test]
+fn the_clusters_ca_alone_is_trusted_when_given() {
+    let dir = tempfile::tempdir().unwrap();
+    let other: &'static api_server::Pki = Box::leak(Box::new(api_server::Pki::new("a public CA")));
+    let system_roots = dir.path().join("system-roots.pem");
+    std::fs::write(&system_roots, &other.ca_pem).unwrap();
+    let (port, heads) = hostile_api_with(other, |head, conn| {
+        if head.contains("watch=") {
+            let _ = write!(conn, "{CHUNKED}");
+            return hold(conn);
+        }
+        json_reply(conn, r#"{"metadata":{"resourceVersion":"1"},"items":[]}"#);
+    });
+    let server = format!("https://127.0.0.1:{port}");
+    let env = [("SSL_CERT_FILE", system_roots.to_str().unwrap())];
+    let requests = "dcgm_otel_kubernetes_api_requests_total";
+    {
+        let kubeconfig = api_server::kubeconfig_with(
+            dir.path(),
+            &server,
+            Some(&api_server::Pki::shared().ca_pem),
+            Some(api_server::TOKEN),
+        );
+        let (ex, _kubelet) = against_api(dir.path(), &kubeconfig, &env);
+        scrape_until(ex.port, "a failed list", |b| {
+            api_self_metric(b, requests, "verb=\"list\",result=\"error\"") >= 1.0
+        });
+        assert!(
+            heads.lock().unwrap().is_empty(),
+            "{:?}",
+            heads.lock().unwrap()
+        );
+    }
+    // Without a CA in the kubeconfig the system roots apply (and reach this server).
+    let kubeconfig =
+        api_server::kubeconfig_with(dir.path(), &server, None, Some(api_server::TOKEN));
+    let (ex, _kubelet) = against_api(dir.path(), &kubeconfig, &env);
+    scrape_until(ex.port, "a list through the system roots", |b| {
+        api_self_metric(b, requests, "verb=\"list\",result=\"ok\"") >= 1.0
+    });
+    assert!(heads.lock().unwrap()[0].contains("Bearer t0k3n"));
+}
+
 /// Pod labels whose names clash with an identity label (`gpu`, `device`, `Hostname`, `pid`) or begin
 /// with a digit: a second label of one name makes Prometheus reject the whole scrape, and a name that
 /// begins with a digit is not a label name. The clashing ones are left out, the other gets a leading `_`.
@@ -1402,19 +1766,120 @@ fn pod_labels_never_repeat_an_identity_label_or_begin_with_a_digit() {
         assert_eq!(names.len(), all, "a label name repeats in {line}");
         assert!(line.contains("_3scale_net_tier=\"gold\""), "{line}");
         assert!(
-            !line.contains("gpu=\"true\"") && !line.contains("device=\"x\""),
+            !line.contains("gpu=\"true\"")
+                && !line.contains("device=\"x\"")
+                && !line.contains("pid=\"1\""),
             "{line}"
         );
         checked += 1;
     }
     assert!(checked > 10, "{body}");
-    // The pod label `pid` is a label like any other on the GPU series; the process series keep their
-    // own pid.
+    // The pod label `pid` is a label the exporter writes itself (on the process series): left out.
     let process = series(&body, "dcgm_otel_process_gpu_memory_bytes");
     assert_eq!(process.len(), 1, "{body}");
     assert!(
         process[0].contains("pid=\"4242\"") && !process[0].contains("pid=\"1\""),
         "{process:?}"
+    );
+}
+
+/// Issue 35: a pod labelled `pod: victim-pod, namespace: team-b` (and `job`, `instance`, `le`,
+/// `quantile`, `exported_pod`) wrote its GPU series and its cost counters as team-b's victim-pod, and
+/// passed Prometheus' own labels through. Such labels are left out (counted): every series of the pod,
+/// the cost counters included, keeps its own pod and namespace, and the victim's counters are its own.
+#[test]
+fn a_pods_labels_never_replace_its_identity_or_reserved_labels() {
+    let dir = tempfile::tempdir().unwrap();
+    let scenario = dir.path().join("hijack.yaml");
+    std::fs::write(
+        &scenario,
+        "gpus:\n  - model: H100-SXM5-80GB\n  - model: H100-SXM5-80GB\n\
+         pods:\n  - { namespace: ml, pod: train-0, container: main, labels: { pod: victim-pod, namespace: team-b, job: hijack, instance: x, le: \"1\", quantile: \"0.5\", exported_pod: victim-pod, team: a }, devices: [{ gpu: 0 }] }\n\
+         \x20 - { namespace: team-b, pod: victim-pod, container: main, devices: [{ gpu: 1 }] }\n",
+    )
+    .unwrap();
+    let ex = exporter(
+        dir.path(),
+        scenario.to_str().unwrap(),
+        &["-k", "--kubernetes-enable-pod-labels"],
+    );
+    let cost = [
+        "dcgm_otel_pod_gpu_seconds_total",
+        "dcgm_otel_pod_gpu_energy_joules_total",
+    ];
+    let body = scrape_until(ex.port, "cost counters of both pods", |b| {
+        cost.iter().all(|f| series(b, f).len() == 2)
+    });
+    let temp = series(&body, "DCGM_FI_DEV_GPU_TEMP");
+    assert_eq!(temp.len(), 2, "{temp:?}");
+    assert!(
+        temp[0].ends_with(",team=\"a\",container=\"main\",namespace=\"ml\",pod=\"train-0\"}"),
+        "{}",
+        temp[0]
+    );
+    for family in cost {
+        let s = series(&body, family);
+        let (attacker, victim): (Vec<&String>, Vec<&String>) =
+            s.iter().partition(|l| l.contains("team=\"a\""));
+        assert_eq!(attacker.len(), 1, "{s:?}");
+        assert!(
+            attacker[0].contains(",namespace=\"ml\",pod=\"train-0\""),
+            "{}",
+            attacker[0]
+        );
+        assert_eq!(victim.len(), 1, "{s:?}");
+        assert!(
+            victim[0].contains("namespace=\"team-b\",pod=\"victim-pod\"")
+                && victim[0].contains("gpu=\"1\""),
+            "the victim's counter is its own GPU's: {}",
+            victim[0]
+        );
+    }
+    for line in body.lines().filter(|l| !l.starts_with('#')) {
+        let labels = line.split_once('{').map_or("", |(_, rest)| rest);
+        for name in ["job", "instance", "le", "quantile", "exported_pod"] {
+            assert!(
+                !labels.starts_with(&format!("{name}=")) && !labels.contains(&format!(",{name}=")),
+                "{name} in {line}"
+            );
+        }
+    }
+    assert_eq!(
+        value(&body, "dcgm_otel_kubernetes_pod_labels_refused_total"),
+        7.0
+    );
+    assert_eq!(log_count(&ex, "pod label left out"), 1);
+}
+
+/// Every label name dcgm-otel writes (those of the golden files) is one a pod label cannot take.
+#[test]
+fn every_label_the_exporter_writes_is_reserved_from_pod_labels() {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/golden");
+    let mut names = std::collections::BTreeSet::new();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_none_or(|e| e != "prom") {
+            continue;
+        }
+        for line in std::fs::read_to_string(&path).unwrap().lines() {
+            let Some((_, rest)) = line.split_once('{') else {
+                continue;
+            };
+            if line.starts_with('#') {
+                continue;
+            }
+            for kv in rest.split("\",") {
+                if let Some((name, _)) = kv.split_once("=\"") {
+                    names.insert(name.trim_start_matches(',').to_string());
+                }
+            }
+        }
+    }
+    assert!(names.len() > 20, "{names:?}");
+    let free: Vec<&String> = names.iter().filter(|n| !reserved(n)).collect();
+    assert!(
+        free.is_empty(),
+        "label names a pod label could take: {free:?}"
     );
 }
 
@@ -1599,4 +2064,39 @@ fn virtual_gpus_write_each_pods_own_utilization_and_framebuffer() {
     }
     assert_eq!(fb, procs);
     assert_eq!(fb["train-0"], 32768.0);
+}
+
+/// Every family written with a shared device's labels is written once for it, as its DCGM fields are:
+/// the `DCGM_EXP_*` families (XID and clock-event counts, health, P2P) of the `demo` scenario's GPU 0,
+/// which two pods share, have one series per label set of their own, under one pod.
+#[test]
+fn dcgm_exp_families_of_a_shared_gpu_are_written_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let ex = exporter(dir.path(), "demo", &["-k"]);
+    let body = scrape_until(ex.port, "the incident families with pods", |b| {
+        b.contains("DCGM_EXP_GPU_HEALTH_STATUS{gpu=\"0\"") && b.contains("pod=\"")
+    });
+    let mut seen = std::collections::BTreeMap::new();
+    let mut pods = std::collections::BTreeSet::new();
+    for line in body
+        .lines()
+        .filter(|l| l.starts_with("DCGM_EXP_") && l.contains("{gpu=\"0\","))
+    {
+        let (series, _) = line.rsplit_once(' ').unwrap();
+        // The series without its pod: two pods' copies of one reading would collide here.
+        let mut without_pod = String::new();
+        for label in series.split(',') {
+            match label.split_once('=') {
+                Some(("pod", v)) => {
+                    pods.insert(v.to_string());
+                }
+                Some(("namespace" | "container", _)) => {}
+                _ => without_pod.push_str(label),
+            }
+        }
+        *seen.entry(without_pod).or_insert(0) += 1;
+    }
+    assert!(seen.len() >= 3, "{body}");
+    assert!(seen.values().all(|n| *n == 1), "{seen:#?}");
+    assert_eq!(pods.len(), 1, "{pods:?}");
 }

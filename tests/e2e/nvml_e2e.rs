@@ -46,7 +46,7 @@ fn dcgm_series(body: &str) -> BTreeSet<String> {
 }
 
 fn default_fleet() -> Fleet {
-    Fleet::new(&Scenario::load("default").unwrap(), 1)
+    Fleet::new(&Scenario::load("default").unwrap(), 1, "test-node")
 }
 
 /// The device labels of GPU `gpu` (and MIG instance `mig`) of the default fleet, host `test-node`.
@@ -82,7 +82,10 @@ fn nvml_source_serves_the_dcgm_series_minus_the_dcgm_only_fields() {
         &[],
     );
     let dcgm = start(&["--dcgm-library", &libs.lib_path(), "-c", "200"], &[]);
-    let nvml_body = scrape_until(&nvml, "GPU series", |b| b.contains("DCGM_FI_DEV_SM_CLOCK{"));
+    // NvLink bandwidth is a rate: NVML's counters give one from the second collection on.
+    let nvml_body = scrape_until(&nvml, "GPU series", |b| {
+        b.contains("DCGM_FI_DEV_SM_CLOCK{") && b.contains("DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL{")
+    });
     let dcgm_body = scrape_until(&dcgm, "GPU series", |b| b.contains("DCGM_FI_DEV_SM_CLOCK{"));
     // Same series (names, labels, label order) from both sources, except the fields NVML cannot give.
     let nvml_only_shape: BTreeSet<String> = dcgm_series(&dcgm_body)
@@ -311,4 +314,54 @@ fn source_auto_takes_dcgm_when_it_answers_else_nvml() {
         1,
         "{err}"
     );
+}
+
+/// `DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL` through NVML means what DCGM reports: a rate in MB/s, from the
+/// growth of NVML's cumulative NvLink data counters between two collections. The first collection has
+/// no rate: the series is absent (counted blank), never a 0 and never the counter itself.
+#[test]
+fn nvml_nvlink_bandwidth_is_a_rate_absent_at_the_first_collection() {
+    let libs = Libs::new();
+    let csv = format!(
+        "{}/src/counters/default-counters.csv",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let e = start(
+        &[
+            "--source",
+            "nvml",
+            "--nvml-library",
+            &libs.nvml_path(),
+            "-c",
+            "600000",
+            "-f",
+            &csv,
+        ],
+        &[],
+    );
+    let first = scrape_until(&e, "the first collection", |b| {
+        b.contains("DCGM_FI_DEV_SM_CLOCK{")
+    });
+    assert!(
+        !first.contains("DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL{"),
+        "{first}"
+    );
+    assert!(first.contains(
+        "dcgm_otel_absent_values_total{field=\"DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL\",reason=\"blank\"} 1\n"
+    ));
+    // SIGHUP re-reads the counters file: a second collection, now with a rate.
+    common::signal(&e, "-HUP");
+    let second = scrape_until(&e, "the second collection", |b| {
+        b.contains("DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL{")
+    });
+    let rates: Vec<f64> = second
+        .lines()
+        .filter(|l| l.starts_with("DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL{"))
+        .map(|l| l.rsplit_once(' ').unwrap().1.parse().unwrap())
+        .collect();
+    // GPU 0 of the default fleet has NvLinks (GPU 1 is in MIG mode: no whole-GPU series).
+    assert_eq!(rates.len(), 1, "{second}");
+    // A rate, not the counter (which holds about 10^10 KiB): the fake's counters grow by the fleet's
+    // 20 GB/s at most per simulated second, one per collection, over at least milliseconds of wall time.
+    assert!(rates[0] > 0.0 && rates[0] < 1.0e8, "{rates:?}");
 }

@@ -57,6 +57,7 @@ fn an_enricher_adds_an_attribute_every_exporter_writes() {
     let source = SimSource::new(
         &scenario,
         1,
+        "golden-host",
         counters.clone(),
         &dcgm_otel::config::devices::Selectors::default(),
         interval,
@@ -101,7 +102,7 @@ fn an_enricher_adds_an_attribute_every_exporter_writes() {
         .expect("GPU 0's memory clock");
     assert!(
         line.starts_with(
-            "DCGM_FI_DEV_MEM_CLOCK{gpu=\"0\",UUID=\"GPU-08b4fda8-c892-b50e-71dc-d3d0944f065e\",\
+            "DCGM_FI_DEV_MEM_CLOCK{gpu=\"0\",UUID=\"GPU-1014a9ed-7550-917e-d8dc-3eef7ed5481c\",\
              pci_bus_id=\"00000000:18:00.0\",device=\"nvidia0\",modelName=\"NVIDIA H100 80GB HBM3\",\
              Hostname=\"node-a\",DCGM_FI_DRIVER_VERSION=\"550.144.03\",namespace=\"ml\",\
              pod=\"trainer-0\",team=\"x\"} "
@@ -148,7 +149,7 @@ fn an_enricher_adds_an_attribute_every_exporter_writes() {
     assert_eq!(
         teams,
         vec![(
-            "GPU-08b4fda8-c892-b50e-71dc-d3d0944f065e".to_string(),
+            "GPU-1014a9ed-7550-917e-d8dc-3eef7ed5481c".to_string(),
             "x".to_string(),
             "trainer-0".to_string()
         )]

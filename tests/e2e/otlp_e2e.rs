@@ -108,9 +108,11 @@ fn expected_polls(n: usize) -> Expected {
     let set = counters::parse(counters::DEFAULT_COUNTERS_CSV, "built-in default counters").unwrap();
     let counters = Arc::new(set);
     let devices = dcgm_otel::config::devices::Selectors::default();
+    // The exporters of these tests run as node `test-node` (tests/support/common.rs).
     let mut sim = SimSource::new(
         &scenario,
         1,
+        "test-node",
         counters.clone(),
         &devices,
         Duration::from_millis(200),
@@ -120,6 +122,7 @@ fn expected_polls(n: usize) -> Expected {
     for _ in 0..n {
         let reading = sim.poll().unwrap();
         let mut poll = HashMap::new();
+        let mut rollups: BTreeMap<String, Option<f64>> = BTreeMap::new();
         for e in &reading.entities {
             if e.entity.kind == EntityKind::NvLink {
                 continue;
@@ -143,8 +146,20 @@ fn expected_polls(n: usize) -> Expected {
             if e.entity.kind == EntityKind::GpuInstance {
                 poll.entry((key.0.clone(), None))
                     .or_insert_with(|| values.clone());
+                // The MIG roll-up on the board: the instances' GR_ENGINE_ACTIVE weighted by their
+                // share of the GPU, summed in reading order.
+                let share = values
+                    .get("DCGM_FI_PROF_GR_ENGINE_ACTIVE")
+                    .map(|v| v * dcgm_otel::enrich::kubernetes::cost::device_fraction(&e.entity));
+                let sum = rollups.entry(key.0.clone()).or_insert(Some(0.0));
+                *sum = sum.zip(share).map(|(a, b)| a + b);
             }
             poll.insert(key, values);
+        }
+        for (uuid, sum) in rollups {
+            if let (Some(sum), Some(board)) = (sum, poll.get_mut(&(uuid, None))) {
+                board.insert("nvidia.gpu.mig.utilization".into(), sum.clamp(0.0, 1.0));
+            }
         }
         out.push(poll);
     }
@@ -355,7 +370,7 @@ fn grpc_per_entity_otel_attributes_case(pipeline: &str) {
     };
     let sm = metric("DCGM_FI_DEV_SM_CLOCK");
     assert_eq!(sm.unit, "MHz");
-    assert_eq!(sm.description, "Streaming multiprocessor clock in MHz.");
+    assert_eq!(sm.description, "SM clock frequency (in MHz).");
     assert!(matches!(sm.data, Some(Data::Gauge(_))));
     assert_eq!(metric("DCGM_FI_DEV_GPU_TEMP").unit, "Cel");
     assert_eq!(metric("DCGM_FI_DEV_POWER_USAGE").unit, "W");
@@ -1375,7 +1390,8 @@ fn semconv_resources_carry_serial_and_vbios_from_dcgm_and_nvml() {
     let dir = tempfile::tempdir().unwrap();
     let dcgm = fake_lib::link(dir.path(), "libfake_libdcgm.so", "libdcgm.so.4");
     let nvml = fake_lib::link(dir.path(), "libfake_libnvml.so", "libnvidia-ml.so.1");
-    let fleet = dcgm_otel::source::sim::Fleet::new(&Scenario::load("default").unwrap(), 1);
+    let fleet =
+        dcgm_otel::source::sim::Fleet::new(&Scenario::load("default").unwrap(), 1, "test-node");
     let want: BTreeMap<String, (String, String)> = fleet
         .gpus()
         .iter()

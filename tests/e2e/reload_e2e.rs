@@ -404,21 +404,28 @@ fn unbound_gpu_disappears_and_a_bound_one_appears_without_a_restart() {
     );
 }
 
+/// Without the watch nothing says the unbind was deliberate: DCGM reports fewer GPUs than before, so
+/// `/ready` is 503 with the reason and the GPUs are rediscovered until GPU 0 is back (issue 39).
 #[test]
-fn without_the_watch_a_bound_gpu_is_not_discovered() {
+fn without_the_watch_an_unbound_gpu_is_missing_until_rediscovered() {
     let fake = Fake::new();
     let e = fake.start(&["-c", "300"], &[("FAKE_DCGM_FAULTS", BIND_FAULTS)]);
     let gpu0 = |b: &str| {
         b.lines()
             .any(|l| l.starts_with("DCGM_FI_DEV_GPU_TEMP{gpu=\"0\""))
     };
-    // Unbinding is noticed anyway (its reads say "not found"), binding is not.
-    let gone = scrape_until(e.port, "GPU 0 unbound", |b| !gpu0(b));
-    let c = collects(&gone);
-    let body = scrape_until(e.port, "the bind and a few more collections", |b| {
-        collects(b) >= c + 10.0
+    // Unbinding is noticed (its reads say "not found"); binding by the rediscovery of missing GPUs.
+    let gone = scrape_until(e.port, "GPU 0 unbound", |b| {
+        !gpu0(b) && b.contains("dcgm_otel_gpus_missing{source=\"dcgm\"} 1\n")
     });
-    assert!(!gpu0(&body), "GPU 0 came back without the watch");
+    assert!(gone.contains("DCGM_FI_DEV_GPU_TEMP{gpu=\"1\""), "{gone}");
+    let body = scrape_until(e.port, "GPU 0 rediscovered once bound", |b| {
+        gpu0(b) && b.contains("dcgm_otel_gpus_missing{source=\"dcgm\"} 0\n")
+    });
+    assert!(
+        body.contains("dcgm_otel_discoveries_missing_gpus_total{source=\"dcgm\"}"),
+        "{body}"
+    );
     drop(e);
     assert!(fake
         .calls()

@@ -94,8 +94,8 @@ fn exact_lines_for_a_gpu_and_a_mig_instance_and_absent_values() {
         &[("NODE_NAME", "golden-host")],
     );
     let body = scrape(e.port);
-    let gpu = "DCGM_FI_DEV_MEM_CLOCK{gpu=\"0\",UUID=\"GPU-08b4fda8-c892-b50e-71dc-d3d0944f065e\",pci_bus_id=\"00000000:18:00.0\",device=\"nvidia0\",modelName=\"NVIDIA H100 80GB HBM3\",Hostname=\"golden-host\",DCGM_FI_DRIVER_VERSION=\"550.144.03\"} 2619";
-    let mig = "DCGM_FI_DEV_MEM_CLOCK{gpu=\"1\",UUID=\"GPU-e9fd6049-d65a-f21e-f672-4c5ccb810ace\",pci_bus_id=\"00000000:2A:00.0\",device=\"nvidia1\",modelName=\"NVIDIA H100 80GB HBM3\",GPU_I_PROFILE=\"2g.20gb\",GPU_I_ID=\"3\",Hostname=\"golden-host\",DCGM_FI_DRIVER_VERSION=\"550.144.03\"} 2619";
+    let gpu = "DCGM_FI_DEV_MEM_CLOCK{gpu=\"0\",UUID=\"GPU-1014a9ed-7550-917e-d8dc-3eef7ed5481c\",pci_bus_id=\"00000000:18:00.0\",device=\"nvidia0\",modelName=\"NVIDIA H100 80GB HBM3\",Hostname=\"golden-host\",DCGM_FI_DRIVER_VERSION=\"550.144.03\"} 2619";
+    let mig = "DCGM_FI_DEV_MEM_CLOCK{gpu=\"1\",UUID=\"GPU-dd3fced7-2ce4-9e7d-0b6b-9f5458ddca3d\",pci_bus_id=\"00000000:2A:00.0\",device=\"nvidia1\",modelName=\"NVIDIA H100 80GB HBM3\",GPU_I_PROFILE=\"2g.20gb\",GPU_I_ID=\"3\",Hostname=\"golden-host\",DCGM_FI_DRIVER_VERSION=\"550.144.03\"} 2619";
     assert!(
         body.lines().any(|l| l == gpu),
         "missing GPU line in:\n{body}"
@@ -484,4 +484,190 @@ fn bodies_are_made_once_per_collection_and_only_when_asked() {
     );
     let zipped = get_with(port, "/metrics", &[("Accept-Encoding", "gzip")]).unwrap();
     assert_eq!(gunzip(&zipped), second, "gzip is the same body, compressed");
+}
+
+/// Fields the simulator writes as 0 because 0 is what its model says (a healthy, possibly idle GPU):
+/// (first id, last id, why). Any other 0 in a simulated scrape is a value nobody modelled.
+const MODELLED_ZEROS: &[(u16, u16, &str)] = &[
+    (52, 52, "GPU 0's NVML index"),
+    (55, 55, "GPU 0's minor number"),
+    (65, 65, "compute mode Default"),
+    (67, 67, "MIG mode off"),
+    (74, 74, "confidential computing off"),
+    (94, 94, "no GPM before Hopper"),
+    (190, 190, "performance state P0"),
+    (583, 592, "no NvLink recovery, link-down or code-word error"),
+    (112, 112, "no clock event active"),
+    (202, 202, "no PCIe replay yet"),
+    (203, 204, "an idle GPU's utilization"),
+    (206, 207, "no video engine work in the simulated loads"),
+    (230, 230, "no XID yet"),
+    (
+        253,
+        253,
+        "a MIG instance has no driver reservation of its own",
+    ),
+    (310, 345, "no ECC error on a healthy GPU"),
+    (390, 396, "no retired page, no remapped row"),
+    (400, 439, "no NvLink error"),
+    (449, 449, "an idle GPU moves no NvLink data"),
+    (497, 499, "no NvLink error"),
+    (782, 788, "no NvSwitch port error"),
+    (809, 824, "no NvSwitch lane error"),
+    (856, 857, "no SXID"),
+    (863, 863, "switch 0's physical id"),
+    (864, 864, "no NvSwitch reset required"),
+    (865, 865, "port 0's link id"),
+    (866, 869, "PCIe domain, device and function 0"),
+    (
+        872,
+        875,
+        "the remote GPU's PCIe domain, device and function 0",
+    ),
+    (
+        1001,
+        1012,
+        "an idle GPU's profiling ratios and NvLink rates",
+    ),
+    (1100, 1104, "an idle CPU core (and no niced work)"),
+    (1525, 1533, "no NvLink error; an idle link's rates"),
+];
+
+/// The simulator tells nothing a GPU would not: on every built-in scenario, with every numeric DCGM
+/// field listed, a field is either modelled (from the load or the GPU model's specifications) or
+/// absent — a 0 appears only where it is the model's value. And NvLink bandwidth is a rate in MB/s.
+#[test]
+fn the_simulator_writes_no_zero_it_does_not_model() {
+    use dcgm_otel::fields::catalog;
+    let mut ids: Vec<u16> = catalog().names().map(|(_, id)| id).collect();
+    ids.sort_unstable();
+    ids.dedup();
+    let mut csv = String::new();
+    for id in ids {
+        let Some(f) = catalog().by_id(id) else {
+            continue;
+        };
+        if f.value_type.is_numeric() {
+            csv.push_str(&format!("{}, gauge, field {id}.\n", f.name));
+        }
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("every-field.csv");
+    std::fs::write(&path, csv).unwrap();
+    let mut made_up: Vec<String> = Vec::new();
+    for scenario in dcgm_otel::source::sim::scenario::builtin_names() {
+        let simulate = format!("--simulate={scenario}");
+        let e = start(
+            &[
+                &simulate,
+                "-f",
+                path.to_str().unwrap(),
+                "-c",
+                "60000",
+                "--no-self-metrics",
+            ],
+            &[],
+        );
+        let body = scrape(e.port);
+        let mut nvlink = 0;
+        for line in body.lines().filter(|l| !l.starts_with('#')) {
+            let (series, value) = line.rsplit_once(' ').unwrap();
+            let name = series.split('{').next().unwrap();
+            let value: f64 = value.parse().unwrap();
+            let Some(f) = catalog().by_name(name) else {
+                continue;
+            };
+            if f.id == 449 {
+                nvlink += 1;
+                assert!(value < 1.0e6, "{scenario}: not a rate in MB/s: {line}");
+            }
+            let modelled = MODELLED_ZEROS
+                .iter()
+                .any(|(first, last, _)| (*first..=*last).contains(&f.id));
+            let seen = format!("{scenario}: {name}{{");
+            if value == 0.0 && !modelled && !made_up.iter().any(|m| m.starts_with(&seen)) {
+                made_up.push(format!("{scenario}: {line}"));
+            }
+        }
+        if ["default", "hgx-h100"].contains(&scenario) {
+            assert!(nvlink > 0, "{scenario}: no NvLink bandwidth");
+        }
+    }
+    assert!(
+        made_up.is_empty(),
+        "zeros nobody modelled:\n{}",
+        made_up.join("\n")
+    );
+}
+
+/// A simulated H100's limits are the board's (700 W power limit, 200 W minimum, slowdown at 89 °C,
+/// shutdown at 92 °C), its instantaneous power a reading near the averaged one, never 0.
+#[test]
+fn the_simulator_states_the_models_limits() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("limits.csv");
+    std::fs::write(
+        &path,
+        "DCGM_FI_DEV_POWER_USAGE, gauge, p.\n\
+         DCGM_FI_DEV_POWER_USAGE_INSTANT, gauge, p.\n\
+         DCGM_FI_DEV_POWER_MGMT_LIMIT, gauge, p.\n\
+         DCGM_FI_DEV_POWER_MGMT_LIMIT_MIN, gauge, p.\n\
+         DCGM_FI_DEV_SLOWDOWN_TEMP, gauge, t.\n\
+         DCGM_FI_DEV_SHUTDOWN_TEMP, gauge, t.\n\
+         DCGM_FI_DEV_MAX_SM_CLOCK, gauge, c.\n",
+    )
+    .unwrap();
+    let e = start(
+        &[
+            "--simulate",
+            "-f",
+            path.to_str().unwrap(),
+            "-c",
+            "60000",
+            "--no-self-metrics",
+        ],
+        &[],
+    );
+    let body = scrape(e.port);
+    let gpu0 = |name: &str| -> f64 {
+        body.lines()
+            .find(|l| l.starts_with(&format!("{name}{{gpu=\"0\"")))
+            .and_then(|l| l.rsplit_once(' '))
+            .map(|(_, v)| v.parse().unwrap())
+            .unwrap_or_else(|| panic!("no {name} of GPU 0 in:\n{body}"))
+    };
+    assert_eq!(gpu0("DCGM_FI_DEV_POWER_MGMT_LIMIT"), 700.0);
+    assert_eq!(gpu0("DCGM_FI_DEV_POWER_MGMT_LIMIT_MIN"), 200.0);
+    assert_eq!(gpu0("DCGM_FI_DEV_SLOWDOWN_TEMP"), 89.0);
+    assert_eq!(gpu0("DCGM_FI_DEV_SHUTDOWN_TEMP"), 92.0);
+    assert_eq!(gpu0("DCGM_FI_DEV_MAX_SM_CLOCK"), 1980.0);
+    let (power, instant) = (
+        gpu0("DCGM_FI_DEV_POWER_USAGE"),
+        gpu0("DCGM_FI_DEV_POWER_USAGE_INSTANT"),
+    );
+    assert!(
+        instant > 0.0 && (instant - power).abs() <= 0.05 * 700.0,
+        "{power} {instant}"
+    );
+}
+
+/// Two simulated nodes of one scenario have different GPU UUIDs (a fleet in a tool keyed on UUID does
+/// not merge); one node's are the same at every start.
+#[test]
+fn simulated_nodes_have_their_own_gpu_uuids() {
+    let uuids = |node: &str| -> std::collections::BTreeSet<String> {
+        let e = start(
+            &["--simulate", "-c", "60000", "--no-self-metrics"],
+            &[("NODE_NAME", node)],
+        );
+        scrape(e.port)
+            .lines()
+            .filter_map(|l| l.split("UUID=\"").nth(1))
+            .map(|rest| rest.split('"').next().unwrap().to_string())
+            .collect()
+    };
+    let (a, b) = (uuids("node-a"), uuids("node-b"));
+    assert_eq!(a.len(), 2, "{a:?}");
+    assert!(a.is_disjoint(&b), "{a:?} {b:?}");
+    assert_eq!(a, uuids("node-a"));
 }

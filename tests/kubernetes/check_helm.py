@@ -198,12 +198,25 @@ for case, docs in rendered.items():
             if k not in env:
                 fail.append(f"helm {case}: {k} not set")
     if case == "pod-uid":
-        if roles or pod.get("automountServiceAccountToken") is not False:
-            fail.append("helm pod-uid: the kubelet checkpoint needs no RBAC and no token")
-        if mounts.get("/var/lib/kubelet/device-plugins") != "device-plugins" or \
-                env.get("DCGM_OTEL_KUBELET_DEVICE_CHECKPOINT") != \
-                "/var/lib/kubelet/device-plugins/kubelet_internal_checkpoint":
-            fail.append("helm pod-uid: the device checkpoint is not mounted and named")
+        # issue 35: UIDs from the API; nothing of the kubelet's device-plugins directory is mounted
+        want = [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}]
+        if not roles or roles[0]["rules"] != want or pod.get("automountServiceAccountToken") is not True:
+            fail.append(f"helm pod-uid: UIDs come from the API: get/list/watch on pods, the token mounted: {roles}")
+        if env.get("DCGM_EXPORTER_KUBERNETES_ENABLE_POD_UID") != "true":
+            fail.append("helm pod-uid: DCGM_EXPORTER_KUBERNETES_ENABLE_POD_UID not set")
+    for v in pod.get("volumes", []):
+        if "device-plugins" in (v.get("hostPath") or {}).get("path", ""):
+            fail.append(f"helm {case}: hostPath {v['hostPath']['path']} exposes the kubelet's device-plugin sockets")
+    if (c.get("securityContext") or {}).get("readOnlyRootFilesystem") is not True or mounts.get("/tmp") != "tmp":
+        fail.append(f"helm {case}: readOnlyRootFilesystem must be true, with the tmp emptyDir at /tmp")
+    if case == "mtls":
+        # the kubelet's probes have no client certificate: an httpGet probe would fail the handshake
+        if "tcpSocket" not in live or "tcpSocket" not in ready:
+            fail.append(f"helm mtls: probes must be tcpSocket when a client certificate is required: {live}, {ready}")
+        web = next((s["stringData"]["web-config.yml"] for s in find(docs, "Secret")
+                    if s["metadata"]["name"].endswith("-web-config")), "")
+        if "client_auth_type: RequireAndVerifyClientCert" not in web:
+            fail.append(f"helm mtls: the web config does not require client certificates: {web}")
     if case == "no-profiling" and ("SYS_ADMIN" in (caps.get("add") or []) or caps.get("drop") != ["ALL"]):
         fail.append(f"helm no-profiling: capabilities {caps}")
     if case == "defaults" and (caps.get("add") != ["SYS_ADMIN"] or caps.get("drop") != ["ALL"]):
@@ -238,6 +251,11 @@ for case, docs in rendered.items():
     if case == "all-features":
         for kind in ("ServiceMonitor", "PodMonitor", "PrometheusRule"):
             one(docs, kind, case)
+        # issue 35: the target's labels win by default (the GPU's arrive as exported_pod, ...)
+        for kind, key in (("ServiceMonitor", "endpoints"), ("PodMonitor", "podMetricsEndpoints")):
+            for m in find(docs, kind):
+                if any(ep.get("honorLabels") is not False for ep in m["spec"][key]):
+                    fail.append(f"helm all-features: {kind} honorLabels must default to false")
         rule = find(docs, "PrometheusRule")
         groups = []
         for p in sources:

@@ -139,8 +139,10 @@ if base_render != sorted((d for _, d in base_objects), key=key):
                 f"(deploy/kubernetes/Kustomization lists the files)")
 all_render = kustomize(COMPONENTS, "all")
 kinds = sorted(d["kind"] for d in all_render)
-if kinds != sorted(["ClusterRole", "ClusterRoleBinding", "ConfigMap", "DaemonSet", "Namespace", "PrometheusRule",
-                    "Role", "RoleBinding", "Service", "ServiceAccount", "ServiceMonitor"]):
+# two ClusterRoles and bindings: pod-labels' (pods, ResourceSlices) and pod-uid's (pods), usable apart
+if kinds != sorted(["ClusterRole", "ClusterRole", "ClusterRoleBinding", "ClusterRoleBinding", "ConfigMap",
+                    "DaemonSet", "Namespace", "PrometheusRule", "Role", "RoleBinding", "Service", "ServiceAccount",
+                    "ServiceMonitor"]):
     fail.append(f"base with every component renders {kinds}")
 
 ds_entry = [(rel, d) for rel, d in base_objects if d.get("kind") == "DaemonSet"]
@@ -213,17 +215,27 @@ if "no-profiling" in patched:
         fail.append(f"components/no-profiling must leave no added capability, drop ALL and no privilege "
                     f"escalation: {c.get('securityContext')}")
 if "pod-uid" in patched:
+    # issue 35: UIDs from the API (pods get/list/watch), nothing of the kubelet's device-plugins directory
     spec = patched["pod-uid"]["spec"]["template"]["spec"]
     c = spec["containers"][0]
-    mounts = {m["name"]: m for m in c["volumeMounts"]}
-    if not mounts.get("device-plugins", {}).get("readOnly") or "pod-resources" not in mounts:
-        fail.append("components/pod-uid: device-plugins must be mounted read-only, next to pod-resources")
-    if {v["name"] for v in spec["volumes"]} != {"pod-resources", "counters", "device-plugins"}:
+    env = {e["name"]: e.get("value") for e in c["env"]}
+    if {v["name"] for v in spec["volumes"]} != {"pod-resources", "counters", "tmp"}:
         fail.append(f"components/pod-uid: unexpected volumes {[v['name'] for v in spec['volumes']]}")
-    if "DCGM_EXPORTER_KUBERNETES" not in {e["name"] for e in c["env"]}:
-        fail.append("components/pod-uid replaced the DaemonSet's env instead of adding to it")
+    if "DCGM_EXPORTER_KUBERNETES" not in env or env.get("DCGM_EXPORTER_KUBERNETES_ENABLE_POD_UID") != "true":
+        fail.append("components/pod-uid must add DCGM_EXPORTER_KUBERNETES_ENABLE_POD_UID to the DaemonSet's env")
+    if spec.get("automountServiceAccountToken") is not True:
+        fail.append("components/pod-uid must mount the ServiceAccount token (the UIDs come from the API)")
     if caps(c).get("add") != ["SYS_ADMIN"]:
         fail.append("components/pod-uid changed the capabilities")
+    docs = load_all(os.path.join(src, "components", "pod-uid", "rbac.yaml"))
+    roles = [d for d in docs if d.get("kind") == "ClusterRole"]
+    binding = [d for d in docs if d.get("kind") == "ClusterRoleBinding"]
+    want = [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}]
+    if len(roles) != 1 or roles[0].get("rules") != want or len(binding) != 1 or \
+            {"kind": "ServiceAccount", "name": pod.get("serviceAccountName"),
+             "namespace": ds["metadata"].get("namespace")} not in (binding[0].get("subjects") or []):
+        fail.append("components/pod-uid/rbac.yaml: one ClusterRole with get/list/watch on pods only, bound to "
+                    "the DaemonSet's ServiceAccount")
 if "processes" in patched:
     spec = patched["processes"]["spec"]["template"]["spec"]
     c = spec["containers"][0]
@@ -260,6 +272,12 @@ for rel, d in [(ds_file, ds)] + [(f"components/{n}", m) for n, m in patched.item
         if "hostPath" in v and v["hostPath"].get("type"):
             fail.append(f"{rel}: hostPath volume {v['name']} has type {v['hostPath']['type']!r}: a node with "
                         f"another kubelet root would keep the pod from starting")
+        # issue 35: the kubelet's and device plugins' sockets there can be connected through a read-only mount
+        if "device-plugins" in (v.get("hostPath") or {}).get("path", ""):
+            fail.append(f"{rel}: hostPath {v['hostPath']['path']} exposes the kubelet's device-plugin sockets")
+    for c in d["spec"]["template"]["spec"]["containers"]:
+        if (c.get("securityContext") or {}).get("readOnlyRootFilesystem") is not True:
+            fail.append(f"{rel}: readOnlyRootFilesystem must be true")
 live, ready = container.get("livenessProbe") or {}, container.get("readinessProbe") or {}
 if (live.get("httpGet") or {}).get("path") != "/health":
     fail.append(f"{ds_file}: liveness must be httpGet /health (503 only when a restart is the cure)")
@@ -292,6 +310,10 @@ else:
         for key in ("interval", "scrapeTimeout"):
             if not re.fullmatch(r"[0-9]+(ms|s|m|h)", str(ep.get(key, "1s"))):
                 fail.append(f"ServiceMonitor endpoint {key} {ep.get(key)!r} is not a Prometheus duration")
+        # issue 35: the target's labels win (dcgm-exporter's default); the GPU's arrive as exported_*
+        if ep.get("honorLabels") is not False:
+            fail.append(f"ServiceMonitor endpoint honorLabels is {ep.get('honorLabels')!r}: false, as "
+                        f"dcgm-exporter's chart (nothing on /metrics replaces job, instance, the target's pod)")
     pod_labels = ds["spec"]["template"]["metadata"]["labels"]
     if any(pod_labels.get(k) != v for k, v in svc["spec"]["selector"].items()):
         fail.append("Service selector does not select the DaemonSet's pods")

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The Debian package (issue 24): build it with cargo-deb, check its contents, control data, conffiles and
+# The Debian package (issue 24): build it with cargo-deb, check its contents (the third-party notices too), control data, conffiles and
 # maintainer scripts with dpkg-deb, unpack it into a temporary root and run the packaged binary from there
 # with --simulate, scraping /metrics. Usage: tests/packaging/check-deb.sh [cargo-deb arguments]
 # tests/run-all.sh passes `--profile dev`: the package then holds the debug build (stripped) that the test
@@ -33,6 +33,7 @@ sort >"$out/expected" <<'LIST'
 -rw-r--r-- /usr/lib/systemd/system/dcgm-otel.service
 -rw-r--r-- /usr/lib/systemd/system/dcgm-otel.socket
 -rw-r--r-- /usr/share/doc/dcgm-otel/README.md
+-rw-r--r-- /usr/share/doc/dcgm-otel/THIRD-PARTY-NOTICES
 -rw-r--r-- /usr/share/doc/dcgm-otel/copyright
 -rwxr-xr-x /usr/bin/dcgm-otel
 LIST
@@ -55,11 +56,13 @@ grep -q 'deb-systemd-invoke.*stop.*dcgm-otel' "$out/DEBIAN/prerm" || fail "prerm
 root="$out/root"
 dpkg-deb -x "$deb" "$root"
 for csv in packaging/dcgm-exporter/default-counters.csv src/counters/dcgm-exporter/*.csv; do
-  cmp "$csv" "tests/fixtures/dcgm/dcgm-exporter-csv/$(basename "$csv")" || fail "$csv is not dcgm-exporter's"
+  cmp "$csv" "tests/fixtures/dcgm/dcgm-exporter-csv/4.5.3-4.8.2/$(basename "$csv")" || fail "$csv is not dcgm-exporter 4.5.3-4.8.2's"
   cmp "$csv" "$root/etc/dcgm-exporter/$(basename "$csv")" || fail "$csv not packaged as is"
 done
 cmp packaging/systemd/dcgm-otel.service "$root/usr/lib/systemd/system/dcgm-otel.service" || fail "unit changed in packaging"
 grep -q 'Apache License' "$root/usr/share/doc/dcgm-otel/copyright" || fail "copyright lacks the licence"
+# issue 35: the licence texts of the crates in the binary, as generated (tests/run-all.sh checks it current)
+cmp packaging/THIRD-PARTY-NOTICES "$root/usr/share/doc/dcgm-otel/THIRD-PARTY-NOTICES" || fail "third-party notices not packaged as is"
 "$root/usr/bin/dcgm-otel" --version | grep -q "$version" || fail "packaged binary: --version"
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 "$root/usr/bin/dcgm-otel" --simulate -n -a "127.0.0.1:$port" \

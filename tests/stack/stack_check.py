@@ -8,41 +8,39 @@ Subcommands:
   consistency                   the compose file, prometheus.yml, collector.yaml and Grafana provisioning agree
                                 (mounted files exist, scrape targets are compose services on ports they
                                 listen on, rule_files are mounted rule files, datasource name/uid,
-                                dashboard paths); run from the repo root
-  otel-configs FILE...          every component a pipeline names is defined, every defined one is used, no
-                                component type is a deprecated alias in the pinned collector (otlphttp, ...),
-                                plus a few settings the stack depends on (listen addresses, prometheus
-                                translation, ...); an awsemf exporter gives every declared metric a CloudWatch
-                                unit (metric_descriptors) and declares only metrics of the default counters CSV
-  cloudwatch-live FILE URL      the awsemf metric_declarations of FILE applied to the attribute sets dcgm-otel
-                                really sent (URL: otlp_standin.py's /attributes): every dimension exists, no
-                                series mixes a whole GPU with MIG instances, a series naming a GPU index gets
-                                one GPU or one MIG instance, every declared metric (but the -k ones) reaches
-                                CloudWatch, descriptor units fit the units sent
-  record PORT DIR N             an OTLP/HTTP receiver on 127.0.0.1:PORT writing the first N metrics requests to
-                                DIR/req-<k>.pb, then exiting (60 s at most)
-  cloudwatch-requests FILE REQ.pb...
-                                the awsemf metric_declarations of FILE applied to every data point of recorded
-                                OTLP requests, as awsemf does (resource attributes copied onto the points):
-                                within the first (finest) dimension set of a declaration no two points share
-                                dimension values; within a roll-up set no measurement counts twice (two
-                                points alike but for their k8s.* attributes); every physical GPU publishes its
-                                power and its temperature
+                                dashboard paths, the collector image is the version tests/collector builds);
+                                run from the repo root
+  otel-configs FILE...          every component a pipeline names is defined, every defined one is used, plus a
+                                few settings the stack depends on (listen addresses, prometheus translation,
+                                ...); an awsemf exporter gives every declared metric a CloudWatch unit
+                                (metric_descriptors) and declares only metrics dcgm-otel exports by default.
+                                Component types and their deprecated aliases are the real collector's business
+                                (tests/collector: otelcol validate)
+  collector-accepted URL        the collector whose own metrics are at URL accepted OTLP points and refused none
+                                (metrics and log records)
+  otlp-doc-lines DOC URL...     every line of DOC's block after `<!-- collector-test: prometheus exporter -->`
+                                names a metric the collector's prometheus exporter at URL serves, with exactly
+                                the label names shown (values may differ)
   dashboard-facts DIR           the 12239-equivalent dashboard keeps the original's title family, variables,
                                 panels, queries and units (facts: grafana/dcgm-exporter-dashboard.json in
                                 NVIDIA/dcgm-exporter, dashboard 12239 on grafana.com)
   tsc DIR TSDIR                 type-check every dashboard JSON against @grafana/schema with tsc
-  prom-config SRC DST PULL OTLP [SEMCONV]
+  prom-config SRC DST PULL OTLP [SEMCONV [DCGM_STYLE]]
                                 derive the CI scrape config from prometheus/prometheus.yml: the pull-path job
                                 (dcgm-otel) scraping PULL (comma-separated targets) and the OTLP-path job
                                 (otel-collector) scraping OTLP (tests/stack/otlp_standin.py), 1 s intervals;
                                 other jobs dropped; rule_files made absolute (SRC's folder). With SEMCONV, a copy
                                 of the OTLP-path job named otel-collector-semconv scraping SEMCONV (a stand-in fed
-                                by dcgm-otel --otel-metric-names semconv)
+                                by dcgm-otel --otel-metric-names semconv); with DCGM_STYLE, another named
+                                otel-collector-dcgm-style (dcgm-otel --otel-attribute-style dcgm)
   rules URL TIMEOUT_S FILE...   Prometheus at URL has loaded every rule group of the rule FILEs and evaluated
                                 every rule without error (/api/v1/rules: health ok), within TIMEOUT_S
   queries DIR PROM_URL          run every panel query and variable query of every dashboard through
                                 Prometheus' HTTP API; each must succeed and return data (except SKIP below)
+  queries-dashboard DIR PROM_URL UID VAR=VALUE...
+                                every query of dashboard UID with the variables given (e.g. instance = the
+                                collector dcgm-otel --otel-attribute-style dcgm pushes to): data with the labels
+                                its legend names
   queries-otlp DIR PROM_URL JOB run the panel queries that use $otlp_job with $otlp_job = JOB; each must
                                 succeed and return data (the OTLP-path panels in another naming mode)
   wait-series URL SELECTOR TIMEOUT_S N   wait until every series of SELECTOR has N samples (bounded)
@@ -67,7 +65,7 @@ import yaml
 # ------------------------------------------------------------------------------------------------------------
 # Panels whose queries must parse and run but may return nothing in CI, with the reason. Keyed by dashboard
 # uid and panel title. Nothing else may come back empty: the OTLP-path panels get their data from
-# dcgm-otel --otlp through tests/stack/otlp_standin.py.
+# dcgm-otel --otlp through the real collector (otel-config/collector.yaml's prometheus exporter).
 # The live stack runs `-k --kubernetes-enable-pod-labels` on the simulated cluster of the demo scenario,
 # so the per-pod panels have data too: nothing is skipped.
 SKIP = {}
@@ -237,11 +235,12 @@ def cmd_consistency():
             elif not glob.glob(host):
                 errs.append(f"prometheus.yml rule_files {pattern}: no file matches {host}")
 
-    # the collector image is the one whose component names the otel-config files are checked against
+    # the collector image is the release tests/collector builds and runs the otel-config files with
     image = services.get("otel-collector", {}).get("image")
-    if image != PINNED_COLLECTOR:
-        errs.append(f"compose: otel-collector image {image!r} is not {PINNED_COLLECTOR}, the version "
-                    f"stack_check.py knows the component names of (KNOWN_TYPES, DEPRECATED_TYPES): review them")
+    pinned = pinned_collector_image()
+    if image != pinned:
+        errs.append(f"compose: otel-collector image {image!r} is not {pinned}, the release of the collector "
+                    f"tests/collector/builder-config.yaml builds (the one the configurations are tested with)")
 
     # the collector config mounted by compose listens where compose and prometheus expect
     col_cmd = " ".join(services.get("otel-collector", {}).get("command") or [])
@@ -308,25 +307,13 @@ def cmd_consistency():
 
 # ------------------------------------------------------------------------------------------------------------
 # otel-configs
-# Component types of the collector the stack pins (docker-compose.yaml: otel/opentelemetry-collector-contrib
-# 0.162.0), by their current names.
-PINNED_COLLECTOR = "otel/opentelemetry-collector-contrib:0.162.0"
-KNOWN_TYPES = {
-    "receivers": {"otlp", "prometheus", "hostmetrics", "filelog", "k8s_cluster", "kubeletstats"},
-    "processors": {"memory_limiter", "batch", "resource_detection", "k8sattributes", "resource", "attributes",
-                   "filter", "transform", "cumulativetodelta", "deltatocumulative", "groupbyattrs",
-                   "metricstransform"},
-    "exporters": {"prometheus", "prometheusremotewrite", "debug", "awsemf", "otlp_grpc", "otlp_http", "file"},
-    "extensions": {"health_check", "pprof", "zpages", "basicauth", "bearertokenauth", "headers_setter",
-                   "sigv4auth"},
-    "connectors": {"forward", "count", "spanmetrics"},
-}
-# Old names the pinned collector still accepts as deprecated aliases (it logs a warning for each): the
-# configs must use the current name. (The otlp *receiver* keeps its name: it serves both transports.)
-DEPRECATED_TYPES = {
-    "exporters": {"otlphttp": "otlp_http", "otlp": "otlp_grpc"},
-    "processors": {"resourcedetection": "resource_detection"},
-}
+def pinned_collector_image():
+    """The collector-contrib image of the release tests/collector builds (dist.version 0.165.0-dcgm-otel ->
+    otel/opentelemetry-collector-contrib:0.165.0)."""
+    version = load_yaml("tests/collector/builder-config.yaml")["dist"]["version"].split("-", 1)[0]
+    return f"otel/opentelemetry-collector-contrib:{version}"
+
+
 SIGNALS = {"metrics", "traces", "logs", "profiles"}
 # The units CloudWatch accepts (MetricDatum.Unit). awsemf drops a metric_descriptor with any other unit,
 # and passes a metric's own unit through except for a few UCUM ones (ms s us ns By bit 1).
@@ -361,15 +348,6 @@ def check_otel_config(path):
             errors.append(f"{section} must be a mapping")
             comps = {}
         defined[section] = set(comps)
-        for cid in comps:
-            ctype = cid.split("/", 1)[0]
-            current = DEPRECATED_TYPES.get(section, {}).get(ctype)
-            if current:
-                errors.append(f"{section}.{cid}: '{ctype}' is a deprecated alias of '{current}' in "
-                              f"{PINNED_COLLECTOR}; use the current name")
-            elif ctype not in KNOWN_TYPES[section]:
-                errors.append(f"{section}.{cid}: unknown component type '{ctype}' (typo? add it to KNOWN_TYPES "
-                              f"in {os.path.basename(__file__)} if it is real)")
     service = cfg.get("service") or {}
     pipelines = service.get("pipelines") or {}
     if not pipelines:
@@ -435,15 +413,20 @@ def check_otel_config(path):
                 errors.append(f"exporters.{cid}: translation_strategy must keep the DCGM names "
                               f"(UnderscoreEscapingWithoutSuffixes or NoTranslation)")
         if ctype == "awsemf":
-            errors += check_awsemf(f"exporters.{cid}", c)
+            fed_by_otlp = any(cid in (p or {}).get("exporters", []) and
+                              any(r.split("/", 1)[0] == "otlp" for r in (p or {}).get("receivers", []))
+                              for p in pipelines.values())
+            errors += check_awsemf(f"exporters.{cid}", c, fed_by_otlp)
         if ctype in ("otlp_grpc", "otlp_http") and not c.get("endpoint"):
             errors.append(f"exporters.{cid}: endpoint is required")
     return errors
 
 
-# Families dcgm-otel computes itself (not counters-CSV rows): the per-pod cost counters of -k.
-# dcgm-otel's own per-pod families under their OTLP names (docs/otlp.md, "dcgm-otel's own families on OTLP").
-DERIVED_METRICS = ["nvidia.pod.gpu.time", "nvidia.pod.gpu.energy", "nvidia.pod.gpu.idle_time"]
+# Families dcgm-otel computes itself (not counters-CSV rows): the per-pod cost counters of -k, under their
+# OTLP names (docs/otlp.md, "dcgm-otel's own families on OTLP") and their :9400 names.
+DERIVED_METRICS = ["nvidia.pod.gpu.time", "nvidia.pod.gpu.energy", "nvidia.pod.gpu.idle_time",
+                   "dcgm_otel_pod_gpu_seconds_total", "dcgm_otel_pod_gpu_energy_joules_total",
+                   "dcgm_otel_pod_gpu_idle_seconds_total"]
 
 
 def semconv_metric_names():
@@ -487,14 +470,15 @@ def declared_metrics(emf, known):
     return out, unmatched
 
 
-def check_awsemf(where, c):
+def check_awsemf(where, c, fed_by_otlp):
     """Settings an awsemf exporter needs to publish dcgm-otel's metrics as CloudWatch metrics."""
     errors = []
     for key in ("namespace", "log_group_name", "metric_declarations"):
         if not c.get(key):
             errors.append(f"{where}: {key} is missing")
-    if not (c.get("resource_to_telemetry_conversion") or {}).get("enabled"):
-        errors.append(f"{where}: resource_to_telemetry_conversion.enabled must be true")
+    if fed_by_otlp and not (c.get("resource_to_telemetry_conversion") or {}).get("enabled"):
+        errors.append(f"{where}: resource_to_telemetry_conversion.enabled must be true (dcgm-otel's OTLP puts "
+                      f"the GPU identity on the Resource)")
     for i, decl in enumerate(c.get("metric_declarations") or []):
         dims = decl.get("dimensions")
         if not (isinstance(dims, list) and dims and all(isinstance(d, list) for d in dims)):
@@ -540,228 +524,68 @@ def check_awsemf(where, c):
     return errors
 
 
-# Units dcgm-otel sends (UCUM) and the CloudWatch units that say the same; "" is split by kind below.
-UCUM_TO_CLOUDWATCH = {
-    "%": {"Percent"}, "MiB": {"Megabytes"}, "By": {"Bytes"}, "By/s": {"Bytes/Second"},
-    "kBy/s": {"Kilobytes/Second"}, "MBy/s": {"Megabytes/Second"}, "s": {"Seconds"}, "ms": {"Milliseconds"},
-    "us": {"Microseconds"}, "1": {"None"}, "MHz": {"None"}, "Cel": {"None"}, "W": {"None"}, "mJ": {"None"},
-    "J": {"None"}, "{error}": {"Count"},
-}
-# Attributes only a Kubernetes run gives (the live stack's simulated cluster sends the first three and pod
-# labels; a pod UID needs --kubernetes-enable-pod-uid, a team label a pod labelled team).
-KUBERNETES_ATTRIBUTES = {"k8s.namespace.name", "k8s.pod.name", "k8s.container.name", "k8s.pod.uid",
-                         "k8s.pod.label.team"}
-MIG_ATTRIBUTE = "nvidia.mig.profile"
-MIG_INSTANCE_ATTRIBUTE = "nvidia.mig.instance_id"
-GPU_INDEX_ATTRIBUTE = "nvidia.gpu.index"
-
-
-def emf_dimensions(decls, name, attrs):
-    """The dimension sets awsemf publishes a point of metric `name` with attributes `attrs` under: those of
-    every declaration whose selectors match the name and whose label matchers match the attributes (a
-    missing attribute reads as ""), keeping the sets whose attributes the point all has."""
-    out = []
-    for decl in decls:
-        if not any(re.search(sel, name) for sel in decl.get("metric_name_selectors") or []):
-            continue
-        matchers = decl.get("label_matchers") or []
-        if matchers and not any(
-                re.search(m["regex"], (m.get("separator") or ";").join(attrs.get(k, "") for k in m["label_names"]))
-                for m in matchers):
-            continue
-        for dims in decl.get("dimensions") or []:
-            if all(d in attrs for d in dims) and tuple(sorted(dims)) not in out:
-                out.append(tuple(sorted(dims)))
-    return out
-
-
-def cmd_cloudwatch_live(path, url):
-    cfg = load_yaml(path)
-    emf = next(c for cid, c in (cfg.get("exporters") or {}).items() if cid.split("/", 1)[0] == "awsemf")
-    decls = emf.get("metric_declarations") or []
-    descriptors = {d["metric_name"]: d["unit"] for d in emf.get("metric_descriptors") or []}
+def cmd_collector_accepted(url):
+    """The collector's own metrics: OTLP points accepted, none refused (metrics and log records)."""
     with urllib.request.urlopen(url, timeout=10) as r:
-        sent = json.load(r)
-    declared, _ = declared_metrics(emf, list(sent))
+        text = r.read().decode()
+    totals = {}
+    for line in text.splitlines():
+        m = re.match(r"^(otelcol_receiver_(?:accepted|refused)_(?:metric_points|log_records))(?:_total)?\{[^}]*\}\s+(\S+)", line)
+        if m:
+            totals[m.group(1)] = totals.get(m.group(1), 0.0) + float(m.group(2))
     errs = []
-    if not any(MIG_ATTRIBUTE in a for m in sent.values() for a in m["sets"]):
-        errs.append(f"no point dcgm-otel sent has {MIG_ATTRIBUTE}: the simulated fleet should have MIG instances")
-    seen_attrs = {k for m in sent.values() for a in m["sets"] for k in a}
-    for i, decl in enumerate(decls):
-        for dims in decl.get("dimensions") or []:
-            for d in dims:
-                if d not in seen_attrs and d not in KUBERNETES_ATTRIBUTES:
-                    errs.append(f"metric_declarations[{i}]: dimension {d!r} is on no point dcgm-otel sent "
-                                f"(attributes seen: {sorted(seen_attrs)})")
-        for lm in decl.get("label_matchers") or []:
-            for d in lm.get("label_names") or []:
-                if d not in seen_attrs and d not in KUBERNETES_ATTRIBUTES:
-                    errs.append(f"metric_declarations[{i}]: label matcher on {d!r}, which no point carries")
-    published = set()
-    for name in sorted(declared):
-        series = {}   # (dimension set, its values) -> the entities whose points it gets
-        for attrs in sent[name]["sets"]:
-            entity = (attrs.get("host.name"), attrs.get("hw.id"), attrs.get(MIG_INSTANCE_ATTRIBUTE, ""))
-            for dims in emf_dimensions(decls, name, attrs):
-                published.add(name)
-                series.setdefault((dims, tuple(attrs[d] for d in dims)), set()).add(entity)
-        for (dims, values), entities in sorted(series.items()):
-            where = f"{name}: dimension set {list(dims)} = {list(values)}"
-            # The cost counters are shares of whole GPUs (a MIG instance's points already count its slices
-            # only): a namespace's or team's sum over GPUs and MIG instances is what it should show.
-            if {bool(e[2]) for e in entities} == {False, True} and name not in DERIVED_METRICS:
-                errs.append(f"{where} gets points of a whole GPU and of MIG instances, which CloudWatch would "
-                            f"aggregate into one series")
-            elif GPU_INDEX_ATTRIBUTE in dims and len(entities) > 1:
-                errs.append(f"{where} names one GPU but gets the points of {len(entities)} entities "
-                            f"({sorted(entities)}), which CloudWatch would aggregate into one series")
-        unit, kind = sent[name]["unit"], sent[name]["kind"]
-        want = UCUM_TO_CLOUDWATCH.get(unit) or ({"Count"} if unit == "" and kind == "counter" else
-                                                 {"None"} if unit == "" else set())
-        if descriptors.get(name) not in want:
-            errs.append(f"{name}: dcgm-otel sends unit {unit!r} ({kind}); its metric_descriptor says "
-                        f"{descriptors.get(name)!r}, expected {sorted(want) or 'a row in UCUM_TO_CLOUDWATCH'}")
-    for name in sorted(set(declared) - published):
-        only_k8s = all(any(d in KUBERNETES_ATTRIBUTES for dims in decls[i].get("dimensions") or [] for d in dims)
-                       for i in declared[name])
-        if not only_k8s:
-            errs.append(f"{name}: declared, sent by dcgm-otel, but no declaration publishes any of its points")
-    missing = set()
-    for decl in decls:
-        for sel in decl.get("metric_name_selectors") or []:
-            if not any(re.search(sel, n) for n in sent):
-                missing.add(sel)
-    for sel in sorted(missing):
-        errs.append(f"selector {sel!r} matches no metric dcgm-otel sent")
+    if not totals.get("otelcol_receiver_accepted_metric_points"):
+        errs.append(f"accepted no metric points ({totals})")
+    for kind in ("metric_points", "log_records"):
+        if totals.get(f"otelcol_receiver_refused_{kind}"):
+            errs.append(f"refused {totals[f'otelcol_receiver_refused_{kind}']:.0f} {kind.replace('_', ' ')}")
     for e in errs:
-        print(f"FAIL: {path}: {e}", file=sys.stderr)
+        print(f"FAIL: collector at {url}: {e}", file=sys.stderr)
     if errs:
         sys.exit(1)
-    points = sum(len(sent[n]["sets"]) for n in declared)
-    print(f"ok: {path}: {len(declared)} declared metrics ({points} distinct attribute sets dcgm-otel sent) map to "
-          f"CloudWatch series that never mix a whole GPU with MIG instances, per-GPU series get one GPU or one "
-          f"MIG instance each; descriptor units fit what is sent")
+    print(f"ok: the collector accepted {totals['otelcol_receiver_accepted_metric_points']:.0f} points and "
+          f"{totals.get('otelcol_receiver_accepted_log_records', 0):.0f} log records, refused none")
 
 
-def cmd_record(port, directory, n):
-    """Receive OTLP/HTTP metrics requests and keep the first `n` as files (the raw protobuf bodies)."""
-    import http.server
-    import threading
-    os.makedirs(directory, exist_ok=True)
-    n = int(n)
-    got = []
-
-    class Handler(http.server.BaseHTTPRequestHandler):
-        def do_POST(self):
-            body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-            if self.path.endswith("/v1/metrics") and len(got) < n:
-                path = os.path.join(directory, f"req-{len(got) + 1}.pb")
-                with open(path, "wb") as f:
-                    f.write(body)
-                got.append(path)
-            self.send_response(200)
-            self.send_header("Content-Length", "0")
-            self.end_headers()
-
-        def log_message(self, *args):
-            pass
-
-    server = http.server.HTTPServer(("127.0.0.1", int(port)), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    deadline = time.time() + 60
-    while len(got) < n:
-        if time.time() > deadline:
-            fail(f"record: {len(got)} of {n} requests within 60 s")
-        time.sleep(0.05)
-    server.shutdown()
+DOC_BLOCK = "<!-- collector-test: prometheus exporter -->"
 
 
-def request_points(path):
-    """Every data point of a recorded request: (metric name, attributes as awsemf sees them: the resource's
-    copied onto the point's)."""
-    from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
-
-    def text(v):
-        kind = v.WhichOneof("value")
-        return str(getattr(v, kind)) if kind else ""
-
-    req = ExportMetricsServiceRequest()
-    with open(path, "rb") as f:
-        req.ParseFromString(f.read())
-    out = []
-    for rm in req.resource_metrics:
-        res = {kv.key: text(kv.value) for kv in rm.resource.attributes}
-        for sm in rm.scope_metrics:
-            for m in sm.metrics:
-                kind = m.WhichOneof("data")
-                for p in getattr(m, kind).data_points if kind in ("gauge", "sum") else []:
-                    attrs = dict(res)
-                    attrs.update((kv.key, text(kv.value)) for kv in p.attributes)
-                    out.append((m.name, attrs))
-    return out
-
-
-POWER = ("DCGM_FI_DEV_POWER_USAGE", "hw.power")
-# Families of a pod's share of a device (on the pod's own Resource): their k8s.* attributes identify them.
-HOLDER_PREFIXES = ("nvidia.pod.", "nvidia.process.")
-TEMPERATURE = ("DCGM_FI_DEV_GPU_TEMP", "hw.temperature")
-
-
-def cmd_cloudwatch_requests(path, *requests):
-    cfg = load_yaml(path)
-    emf = next(c for cid, c in (cfg.get("exporters") or {}).items() if cid.split("/", 1)[0] == "awsemf")
-    decls = emf.get("metric_declarations") or []
+def cmd_otlp_doc_lines(doc, *urls):
+    """The doc's example of the collector's prometheus exporter output against the real ones (URLS: one per
+    naming mode): each shown line's metric exists with a series whose label names are exactly those shown."""
+    text = open(doc).read()
+    if DOC_BLOCK not in text:
+        fail(f"{doc}: no block after {DOC_BLOCK}")
+    block = text.split(DOC_BLOCK, 1)[1].split("```", 2)[1].split("\n", 1)[1]
+    shown = [l for l in block.splitlines() if l and not l.startswith("#")]
+    served = ""
+    for url in urls:
+        with urllib.request.urlopen(url, timeout=10) as r:
+            served += r.read().decode() + "\n"
+    label_names = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="(?:[^"\\]|\\.)*"')
+    have = {}
+    for line in served.splitlines():
+        m = re.match(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)\{(.*)\}", line)
+        if m:
+            have.setdefault(m.group(1), set()).add(frozenset(label_names.findall(m.group(2))))
     errs = []
-    for req in requests:
-        points = request_points(req)
-        # Physical GPUs: the whole-GPU Resources (a MIG instance has hw.parent).
-        gpus = {a[GPU_INDEX_ATTRIBUTE] for _, a in points
-                if GPU_INDEX_ATTRIBUTE in a and "hw.parent" not in a and MIG_ATTRIBUTE not in a}
-        buckets = {}   # (metric, declaration, dimension set index, values) -> [attributes]
-        published = {}  # metric -> GPU indexes with a per-GPU series
-        for name, attrs in points:
-            for i, decl in enumerate(decls):
-                if not any(re.search(sel, name) for sel in decl.get("metric_name_selectors") or []):
-                    continue
-                matchers = decl.get("label_matchers") or []
-                if matchers and not any(
-                        re.search(m["regex"], (m.get("separator") or ";").join(attrs.get(k, "")
-                                                                              for k in m["label_names"]))
-                        for m in matchers):
-                    continue
-                for j, dims in enumerate(decl.get("dimensions") or []):
-                    if not all(d in attrs for d in dims):
-                        continue
-                    key = (name, i, j, tuple(attrs[d] for d in dims))
-                    buckets.setdefault(key, []).append(attrs)
-                    if j == 0 and GPU_INDEX_ATTRIBUTE in dims:
-                        published.setdefault(name, set()).add(attrs[GPU_INDEX_ATTRIBUTE])
-        for (name, i, j, values), members in sorted(buckets.items()):
-            dims = decls[i]["dimensions"][j]
-            where = f"{os.path.basename(req)}: {name}: metric_declarations[{i}] dimension set {dims} = {list(values)}"
-            if j == 0 and len(members) > 1:
-                errs.append(f"{where} gets {len(members)} points; CloudWatch would aggregate them into one series "
-                            f"(e.g. {members[0]} and {members[1]})")
-            # A device's reading is one measurement whichever pod attributes it carries; a pod's share (the
-            # holder families) is the pod's own.
-            holder = name.startswith(HOLDER_PREFIXES)
-            measurements = [tuple(sorted((k, v) for k, v in a.items() if holder or not k.startswith("k8s.")))
-                            for a in members]
-            if j > 0 and len(set(measurements)) < len(measurements):
-                errs.append(f"{where}: one measurement reaches this roll-up twice (points alike but for k8s.*)")
-        for label, names in (("power", POWER), ("temperature", TEMPERATURE)):
-            have = set().union(*(published.get(n, set()) for n in names))
-            if gpus - have:
-                errs.append(f"{os.path.basename(req)}: GPUs {sorted(gpus - have)} publish no {label} series "
-                            f"(GPUs in the request: {sorted(gpus)})")
-        if not gpus:
-            errs.append(f"{os.path.basename(req)}: no whole-GPU Resource in the request")
+    for line in shown:
+        m = re.match(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)\{(.*)\}", line)
+        if not m:
+            errs.append(f"not an exposition line: {line}")
+            continue
+        name, names = m.group(1), frozenset(label_names.findall(m.group(2)))
+        if name not in have:
+            errs.append(f"{name}: not served by the collector's prometheus exporter")
+        elif names not in have[name]:
+            closest = min(have[name], key=lambda s: len(s ^ names))
+            errs.append(f"{name}: no series with the label names shown; the closest served has "
+                        f"{sorted(closest - names)} more and {sorted(names - closest)} fewer")
     for e in errs:
-        print(f"FAIL: {path}: {e}", file=sys.stderr)
-    if errs:
-        sys.exit(1)
-    print(f"ok: {path}: {len(requests)} recorded requests: no two points share a series, no measurement counts "
-          f"twice in a roll-up, every GPU publishes power and temperature")
+        print(f"FAIL: {doc}: {e}", file=sys.stderr)
+    if errs or not shown:
+        fail(f"{doc}: the collector example does not match what the collector serves ({len(shown)} lines)")
+    print(f"ok: {doc}: the {len(shown)} lines of the collector example match the names the collector serves")
 
 
 def cmd_otel_configs(paths):
@@ -895,7 +719,7 @@ def cmd_tsc(directory, tsdir):
 
 # ------------------------------------------------------------------------------------------------------------
 # prom-config
-def cmd_prom_config(src, dst, pull_addr, otlp_addr, semconv_addr=None):
+def cmd_prom_config(src, dst, pull_addr, otlp_addr, semconv_addr=None, dcgm_style_addr=None):
     cfg = load_yaml(src)
     targets = {"dcgm-otel": pull_addr.split(","), "otel-collector": [otlp_addr]}
     jobs = []
@@ -912,6 +736,11 @@ def cmd_prom_config(src, dst, pull_addr, otlp_addr, semconv_addr=None):
         job = json.loads(json.dumps(jobs[1]))
         job["job_name"] = SEMCONV_OTLP_JOB
         job["static_configs"] = [{"targets": [semconv_addr]}]
+        jobs.append(job)
+    if dcgm_style_addr:
+        job = json.loads(json.dumps(jobs[1]))
+        job["job_name"] = DCGM_STYLE_OTLP_JOB
+        job["static_configs"] = [{"targets": [dcgm_style_addr]}]
         jobs.append(job)
     cfg["global"] = dict(cfg.get("global") or {}, scrape_interval="1s", evaluation_interval="1s")
     cfg["scrape_configs"] = jobs
@@ -1047,6 +876,51 @@ def cmd_rules(url, timeout_s, *paths):
         time.sleep(0.5)
     fail("rules not loaded and evaluated within %ss: %s" % (timeout_s, "; ".join(problems)))
 SEMCONV_OTLP_JOB = "otel-collector-semconv"
+DCGM_STYLE_OTLP_JOB = "otel-collector-dcgm-style"
+
+
+def cmd_queries_dashboard(directory, url, uid, *assignments):
+    """Every panel and variable query of dashboard UID with the variables set as VAR=VALUE says (e.g. the
+    instance that is a collector): each returns data with the labels its legend names."""
+    variables_set = dict(a.split("=", 1) for a in assignments)
+    found = [d for _, d in load_dashboards(directory) if d.get("uid") == uid]
+    if not found:
+        fail(f"no dashboard with uid {uid} in {directory}")
+    d = found[0]
+    variables = {v["name"]: v for v in (d.get("templating") or {}).get("list") or []}
+    for name, value in variables_set.items():
+        if name not in variables:
+            fail(f"{uid} has no variable {name}")
+        variables[name] = dict(variables[name], includeAll=False, multi=False, current={"value": value})
+    failures, checked = [], 0
+    for name, v in variables.items():
+        q = v.get("query")
+        q = q.get("query") if isinstance(q, dict) else q
+        m = re.fullmatch(r"label_values\((.+),\s*(\w+)\)", q or "") if v.get("type") == "query" else None
+        if m and name not in variables_set:
+            res = prom_get(url, f"/api/v1/label/{m.group(2)}/values", {"match[]": substitute(m.group(1), variables)})
+            checked += 1
+            if not res.get("data"):
+                failures.append(f"variable {name}: '{q}' has no values")
+    for p in all_panels(d):
+        for t in p.get("targets") or []:
+            if not t.get("expr"):
+                continue
+            q = substitute(t["expr"], variables)
+            res = prom_get(url, "/api/v1/query", {"query": q})
+            checked += 1
+            result = (res.get("data") or {}).get("result") or []
+            if not result:
+                failures.append(f"panel '{p.get('title')}': no data: {q}")
+                continue
+            for label in re.findall(r"\{\{\s*(\w+)\s*\}\}", t.get("legendFormat") or ""):
+                if not any(label in r["metric"] for r in result):
+                    failures.append(f"panel '{p.get('title')}': no series has the label {label} its legend shows: {q}")
+    for f in failures:
+        print(f"FAIL: {uid} with {variables_set}: {f}", file=sys.stderr)
+    if failures:
+        sys.exit(1)
+    print(f"ok: {uid}: {checked} queries with {variables_set} returned data with their legends' labels")
 
 
 def cmd_queries_otlp(directory, url, job):
@@ -1131,12 +1005,10 @@ def main(argv):
         cmd_dockerfile(*args)
     elif cmd == "otel-configs":
         cmd_otel_configs(args)
-    elif cmd == "cloudwatch-live":
-        cmd_cloudwatch_live(*args)
-    elif cmd == "record":
-        cmd_record(*args)
-    elif cmd == "cloudwatch-requests":
-        cmd_cloudwatch_requests(*args)
+    elif cmd == "collector-accepted":
+        cmd_collector_accepted(*args)
+    elif cmd == "otlp-doc-lines":
+        cmd_otlp_doc_lines(*args)
     elif cmd == "dashboard-facts":
         cmd_dashboard_facts(*args)
     elif cmd == "tsc":
@@ -1147,6 +1019,8 @@ def main(argv):
         cmd_queries(*args)
     elif cmd == "rules":
         cmd_rules(*args)
+    elif cmd == "queries-dashboard":
+        cmd_queries_dashboard(*args)
     elif cmd == "queries-otlp":
         cmd_queries_otlp(*args)
     elif cmd == "wait-series":

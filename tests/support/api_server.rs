@@ -1,6 +1,7 @@
-//! The fake Kubernetes API server, the one the end-to-end tests and the soak talk to: plain HTTP/1.1 on
-//! 127.0.0.1, named by a kubeconfig with a bearer token (a request without it gets 401). It serves
-//! what the exporter asks of a cluster:
+//! The fake Kubernetes API server, the one the end-to-end tests and the soak talk to: HTTPS/1.1 on
+//! 127.0.0.1 with a certificate of a throwaway test CA ([`Pki`]), named by a kubeconfig with that CA and a
+//! bearer token (a request without it gets 401; the exporter never sends a token over plain HTTP). It
+//! serves what the exporter asks of a cluster:
 //!
 //! - pods (`/api/v1/pods`): list, and watch with an event log, so that a watch from a resourceVersion
 //!   replays what came after it; a 410 Gone after "compaction"; dropped watch connections;
@@ -10,17 +11,82 @@
 //! Two kinds of outage: [`ApiServer::set_mute`] (the port stays open, requests are closed without an
 //! answer) and [`ApiServer::down`] / [`ApiServer::up`] (the port is closed, connections are refused,
 //! then it listens again on the same port). Both cut every open watch.
+//!
+//! Hostile servers of the tests build on [`accept_tls`] (a connection of [`Pki::shared`]'s server
+//! certificate), [`read_head`] and [`kubeconfig`] / [`kubeconfig_with`].
 
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::Sender;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, LazyLock, Mutex};
 use std::time::{Duration, Instant};
+
+use base64::Engine as _;
 
 /// The bearer token of [`kubeconfig`]; the server answers 401 to a request without it.
 pub const TOKEN: &str = "t0k3n";
+
+/// A throwaway CA and a server certificate for 127.0.0.1 / localhost signed by it.
+pub struct Pki {
+    /// The CA certificate (PEM).
+    pub ca_pem: String,
+    /// TLS settings serving the server certificate.
+    pub server: Arc<rustls::ServerConfig>,
+}
+
+impl Pki {
+    /// A new CA and server certificate.
+    pub fn new(name: &str) -> Pki {
+        use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, DnType, IsCa, KeyPair};
+        let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
+        ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        ca_params.distinguished_name.push(DnType::CommonName, name);
+        let ca = CertifiedIssuer::self_signed(ca_params, KeyPair::generate().unwrap()).unwrap();
+        let key = KeyPair::generate().unwrap();
+        let mut p = CertificateParams::new(vec!["localhost".into(), "127.0.0.1".into()]).unwrap();
+        p.distinguished_name.push(DnType::CommonName, "localhost");
+        let cert = p.signed_by(&key, &ca).unwrap();
+        let chain = vec![cert.der().clone()];
+        let key: rustls::pki_types::PrivateKeyDer<'static> =
+            rustls::pki_types::PrivatePkcs8KeyDer::from(key.serialize_der()).into();
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let server = rustls::ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_no_client_auth()
+            .with_single_cert(chain, key)
+            .unwrap();
+        Pki {
+            ca_pem: ca.pem(),
+            server: Arc::new(server),
+        }
+    }
+
+    /// The one the fake API servers of a test process use.
+    pub fn shared() -> &'static Pki {
+        static PKI: LazyLock<Pki> = LazyLock::new(|| Pki::new("dcgm-otel test cluster CA"));
+        &PKI
+    }
+}
+
+/// A TLS connection of the fake API server.
+pub type Conn = rustls::StreamOwned<rustls::ServerConnection, TcpStream>;
+
+/// Serve TLS on an accepted connection with `pki`'s certificate (blocking, a 10 s read timeout); the
+/// handshake happens at the first read.
+pub fn accept_tls_with(pki: &Pki, tcp: TcpStream) -> Option<Conn> {
+    tcp.set_nonblocking(false).ok()?;
+    tcp.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
+    let conn = rustls::ServerConnection::new(pki.server.clone()).ok()?;
+    Some(rustls::StreamOwned::new(conn, tcp))
+}
+
+/// [`accept_tls_with`] the shared [`Pki`].
+pub fn accept_tls(tcp: TcpStream) -> Option<Conn> {
+    accept_tls_with(Pki::shared(), tcp)
+}
 
 const SLICES: &str = "/apis/resource.k8s.io/v1/resourceslices";
 
@@ -116,7 +182,11 @@ impl ApiServer {
                 match listener.accept() {
                     Ok((conn, _)) => {
                         let state = state.clone();
-                        std::thread::spawn(move || serve(&state, conn));
+                        std::thread::spawn(move || {
+                            if let Some(conn) = accept_tls(conn) {
+                                serve(&state, conn);
+                            }
+                        });
                     }
                     Err(_) => std::thread::sleep(Duration::from_millis(20)),
                 }
@@ -238,22 +308,49 @@ impl Drop for ApiServer {
     }
 }
 
-/// A kubeconfig naming a server on 127.0.0.1:`port` (plain HTTP, bearer [`TOKEN`]), written to
-/// `<dir>/kubeconfig`.
+/// A kubeconfig naming a server on https://127.0.0.1:`port` (the shared [`Pki`]'s CA, bearer
+/// [`TOKEN`]), written to `<dir>/kubeconfig`.
 pub fn kubeconfig(dir: &Path, port: u16) -> PathBuf {
+    kubeconfig_with(
+        dir,
+        &format!("https://127.0.0.1:{port}"),
+        Some(&Pki::shared().ca_pem),
+        Some(TOKEN),
+    )
+}
+
+/// A kubeconfig naming `server`, with `ca_pem` as its certificate authority and `token` as its user's
+/// bearer token (each when given), written to `<dir>/kubeconfig`.
+pub fn kubeconfig_with(
+    dir: &Path,
+    server: &str,
+    ca_pem: Option<&str>,
+    token: Option<&str>,
+) -> PathBuf {
     let path = dir.join("kubeconfig");
+    let ca = ca_pem
+        .map(|pem| {
+            format!(
+                ", certificate-authority-data: {}",
+                base64::engine::general_purpose::STANDARD.encode(pem)
+            )
+        })
+        .unwrap_or_default();
+    let user = token
+        .map(|t| format!("{{token: {t}}}"))
+        .unwrap_or("{}".into());
     std::fs::write(
         &path,
         format!(
-            "apiVersion: v1\nkind: Config\ncurrent-context: test\nclusters:\n- name: c\n  cluster: {{server: 'http://127.0.0.1:{port}'}}\ncontexts:\n- name: test\n  context: {{cluster: c, user: u}}\nusers:\n- name: u\n  user: {{token: {TOKEN}}}\n"
+            "apiVersion: v1\nkind: Config\ncurrent-context: test\nclusters:\n- name: c\n  cluster: {{server: '{server}'{ca}}}\ncontexts:\n- name: test\n  context: {{cluster: c, user: u}}\nusers:\n- name: u\n  user: {user}\n"
         ),
     )
     .unwrap();
     path
 }
 
-/// Read a request head; `None` when the connection ends first.
-pub fn read_head(conn: &mut TcpStream) -> Option<String> {
+/// Read a request head; `None` when the connection ends first (or its TLS handshake fails).
+pub fn read_head(conn: &mut impl Read) -> Option<String> {
     let mut head = Vec::new();
     let mut byte = [0u8; 1];
     while !head.ends_with(b"\r\n\r\n") {
@@ -265,7 +362,7 @@ pub fn read_head(conn: &mut TcpStream) -> Option<String> {
     Some(String::from_utf8_lossy(&head).into_owned())
 }
 
-fn reply(conn: &mut TcpStream, status: &str, body: &str) {
+fn reply(conn: &mut impl Write, status: &str, body: &str) {
     let _ = write!(
         conn,
         "HTTP/1.1 {status}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
@@ -274,14 +371,14 @@ fn reply(conn: &mut TcpStream, status: &str, body: &str) {
 }
 
 /// Write one watch event line as a chunk; false once the connection is gone.
-fn chunk(conn: &mut TcpStream, line: &str) -> bool {
+fn chunk(conn: &mut impl Write, line: &str) -> bool {
     let line = format!("{line}\n");
     write!(conn, "{:x}\r\n{line}\r\n", line.len()).is_ok() && conn.flush().is_ok()
 }
 
 /// Start a chunked watch body and stream what `rx` sends (after `replay`) until the sender is dropped:
 /// then the connection is closed without a final chunk.
-fn stream(mut conn: TcpStream, replay: Vec<String>, rx: std::sync::mpsc::Receiver<String>) {
+fn stream(mut conn: Conn, replay: Vec<String>, rx: std::sync::mpsc::Receiver<String>) {
     let _ = write!(
         conn,
         "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
@@ -297,12 +394,10 @@ fn stream(mut conn: TcpStream, replay: Vec<String>, rx: std::sync::mpsc::Receive
             return;
         }
     }
-    let _ = conn.shutdown(std::net::Shutdown::Both);
+    let _ = conn.sock.shutdown(std::net::Shutdown::Both);
 }
 
-fn serve(state: &Mutex<State>, mut conn: TcpStream) {
-    let _ = conn.set_nonblocking(false);
-    let _ = conn.set_read_timeout(Some(Duration::from_secs(10)));
+fn serve(state: &Mutex<State>, mut conn: Conn) {
     let Some(head) = read_head(&mut conn) else {
         return;
     };
@@ -386,7 +481,7 @@ fn serve(state: &Mutex<State>, mut conn: TcpStream) {
 /// with `fieldSelector=metadata.name=<name>` (list, watch); anything else is 404.
 fn configmaps(
     mut s: std::sync::MutexGuard<'_, State>,
-    mut conn: TcpStream,
+    mut conn: Conn,
     path: &str,
     watch: bool,
     selector: Option<String>,

@@ -1,4 +1,4 @@
-//! Programs outside the repository that some tests drive (rotel, promtool): where they are, the rule
+//! Programs outside the repository that some tests drive (rotel, promtool, prometheus): where they are, the rule
 //! when one is missing, and the one way each is run and checked ([`Rotel`], [`promtool_accepts`]). `tests/run-all.sh` installs them all, so under the test command every
 //! such test runs for real; in CI (any non-empty `CI`) a missing peer fails the test; elsewhere (a
 //! fresh clone's `cargo test`) the test prints `SKIP: <why>` and passes without checking anything.
@@ -59,6 +59,11 @@ pub fn rotel() -> Option<PathBuf> {
 /// Prometheus' promtool (the `prometheus` Debian package).
 pub fn promtool() -> Option<PathBuf> {
     find("promtool", None, "promtool")
+}
+
+/// Prometheus' server (the `prometheus` Debian package, 2.42 on Debian 12, beside promtool).
+pub fn prometheus() -> Option<PathBuf> {
+    find("prometheus", None, "prometheus")
 }
 
 /// Whether every program in `programs` is on `PATH` (the [`find`] rule for each missing one).

@@ -202,8 +202,8 @@ struct Ctx<'a> {
 }
 
 impl Ctx<'_> {
-    /// Samples of `entity` (reading `reading`, when monitored): one per attribution set, each with
-    /// the reading's `label`-type fields and `own` labels.
+    /// Samples of `entity` (reading `reading`, when monitored): one per attribution set written on
+    /// :9400, each with the reading's `label`-type fields and `own` labels.
     fn samples(
         &self,
         entity: &Arc<Entity>,
@@ -238,7 +238,9 @@ impl Ctx<'_> {
             })
             .collect();
         labels.extend_from_slice(own);
-        for set in r.attribution.sets() {
+        // As the device's DCGM series: once per set :9400 writes (a shared device once, under its
+        // holder); OTLP places a device family's sample on the device's Resource anyway.
+        for (_, set) in r.attribution.exposition_sets() {
             out.push(DerivedSample {
                 entity: entity.clone(),
                 attributes: Arc::from(set.to_vec()),

@@ -25,13 +25,14 @@ pub struct KubernetesArgs {
     )]
     pub kubernetes_gpu_id_type: GpuIdType,
 
-    /// Add the pod_uid label (UIDs read from --kubelet-device-checkpoint).
+    /// Add the pod_uid label (UIDs from the Kubernetes API when it is configured, else read from
+    /// --kubelet-device-checkpoint).
     #[arg(long = "kubernetes-enable-pod-uid", env = "DCGM_EXPORTER_KUBERNETES_ENABLE_POD_UID",
           action = ArgAction::SetTrue)]
     pub kubernetes_enable_pod_uid: bool,
 
-    /// The kubelet's device-manager checkpoint, where --kubernetes-enable-pod-uid reads pod UIDs from
-    /// (the pod-resources v1 API carries none).
+    /// The kubelet's device-manager checkpoint, where --kubernetes-enable-pod-uid reads the pod UIDs the
+    /// Kubernetes API does not give (the pod-resources v1 API carries none).
     #[arg(long = "kubelet-device-checkpoint", env = "DCGM_OTEL_KUBELET_DEVICE_CHECKPOINT", value_name = "PATH",
           default_value = super::checkpoint::DEFAULT_CHECKPOINT)]
     pub kubelet_device_checkpoint: PathBuf,

@@ -9,12 +9,84 @@
 //! (the semantic-convention form). The allowlist regexes are matched against the unchanged key (any
 //! match keeps the label; no regex keeps all). Two keys that sanitize to the same name: the one that
 //! sorts last wins.
+//!
+//! A pod's labels are its owner's to choose, so they never stand in for what dcgm-otel writes itself: a
+//! label whose sanitized name is [`reserved`] (the pod's identity `pod`, `namespace`, `container`,
+//! `pod_uid`; every entity identity label `gpu`, `UUID`, `Hostname`...; every other label the exporter
+//! writes; Prometheus' own `job`, `instance`, `le`, `quantile`, `__*` and the `exported_*` names its
+//! `honor_labels: false` renames make) is left out, on `:9400` and OTLP alike, counted in
+//! `dcgm_otel_kubernetes_pod_labels_refused_total` (each label key once, when first seen) and logged once.
+//! dcgm-exporter deletes only the pod labels named like its pod attributes and writes the others, so a
+//! pod label `gpu` repeats a label (a scrape Prometheus rejects) and `job` or `instance` replace the
+//! scrape target's under `honorLabels: true`.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, LazyLock, Mutex};
+use std::sync::{Arc, LazyLock, Mutex, OnceLock};
 
 use crate::lock::LockExt;
 use crate::snapshot::{Attribute, AttributeKey, Placement};
+use crate::telemetry::self_metrics::{Metric, SelfMetrics};
+
+/// Label names dcgm-otel writes itself (every spelling, with `-o` too) and Prometheus' own: a pod label
+/// of one of these names is left out. Prefixes: [`RESERVED_PREFIXES`].
+pub const RESERVED: &[&str] = &[
+    // the pod's own identity (and dcgm-exporter 1.x's spellings under -o)
+    "pod",
+    "namespace",
+    "container",
+    "pod_uid",
+    "pod_name",
+    "pod_namespace",
+    "container_name",
+    "container_id",
+    "vgpu",
+    "hpc_job",
+    // entity identity labels (export/entity_labels.rs) and the host label
+    "gpu",
+    "UUID",
+    "uuid",
+    "pci_bus_id",
+    "device",
+    "modelName",
+    "model_name",
+    "GPU_I_PROFILE",
+    "GPU_I_ID",
+    "Hostname",
+    "hostname",
+    "nvlink",
+    "nvswitch",
+    "gpu_uuid",
+    "cpu",
+    "cpucore",
+    "cpu_serial",
+    // labels of particular series: XIDs, health, clock events, P2P, DCGM_EXP_*, processes
+    "err_code",
+    "err_msg",
+    "xid",
+    "window_size_in_ms",
+    "health_watch",
+    "health_error_code",
+    "clock_event",
+    "peer_gpu",
+    "link_status",
+    "pid",
+    "process_name",
+    // Prometheus: target labels, histogram and summary buckets
+    "job",
+    "instance",
+    "le",
+    "quantile",
+];
+
+/// Name prefixes reserved the same way: Prometheus' internal `__`, the names `honor_labels: false` gives
+/// a clashing label (`exported_pod`, read by consumers of dcgm-exporter data), the `label`-type DCGM
+/// fields (`DCGM_FI_DRIVER_VERSION`) and the DRA claim labels (`dra_*`).
+pub const RESERVED_PREFIXES: &[&str] = &["__", "exported_", "DCGM_", "dra_"];
+
+/// Whether a (sanitized) label name is one a pod label may not take.
+pub fn reserved(name: &str) -> bool {
+    RESERVED.contains(&name) || RESERVED_PREFIXES.iter().any(|p| name.starts_with(p))
+}
 
 /// `vgpu` (the shared replica), `nvidia.vgpu.replica`.
 pub static VGPU: LazyLock<Arc<AttributeKey>> =
@@ -78,6 +150,18 @@ pub struct PodMeta {
     pub labels: BTreeMap<String, String>,
 }
 
+impl PodMeta {
+    /// The bytes of text it holds, with a map node's overhead per label (the API cache's bound).
+    pub fn weight(&self) -> usize {
+        self.uid.len()
+            + self
+                .labels
+                .iter()
+                .map(|(k, v)| k.len() + v.len() + 64)
+                .sum::<usize>()
+    }
+}
+
 /// `[^a-zA-Z0-9_]` → `_`, as dcgm-exporter sanitizes label names; a name that would begin with a digit
 /// (or be empty) gets a leading `_` (dcgm-exporter writes it as is, an invalid Prometheus label name).
 pub fn sanitize(key: &str) -> String {
@@ -107,9 +191,11 @@ pub struct AllowlistError {
 #[derive(Debug)]
 pub struct PodLabels {
     allow: Vec<regex::Regex>,
-    /// Key → its attribute key, or `None` when the allowlist rejects it. Cleared when it grows past
-    /// [`KEY_CACHE`] entries.
+    /// Key → its attribute key, or `None` when the allowlist rejects it or its name is [`reserved`].
+    /// Cleared when it grows past [`KEY_CACHE`] entries.
     keys: Mutex<HashMap<String, Option<Arc<AttributeKey>>>>,
+    /// `dcgm_otel_kubernetes_pod_labels_refused_total`, once the enricher starts.
+    refused: OnceLock<Arc<Metric>>,
 }
 
 /// Label keys remembered (accepted or rejected) before the cache starts over.
@@ -139,7 +225,17 @@ impl PodLabels {
         Ok(PodLabels {
             allow,
             keys: Mutex::new(HashMap::new()),
+            refused: OnceLock::new(),
         })
+    }
+
+    /// Count the labels left out for a reserved name in `registry`.
+    pub fn count_refused_in(&self, registry: &SelfMetrics) {
+        let _ = self.refused.set(registry.counter(
+            "dcgm_otel_kubernetes_pod_labels_refused_total",
+            "Pod label keys left out because their name is one dcgm-otel or Prometheus writes itself (pod, namespace, gpu, job, le, exported_*, ...), each key counted when first seen.",
+            &[],
+        ));
     }
 
     fn key(&self, label: &str) -> Option<Arc<AttributeKey>> {
@@ -148,18 +244,39 @@ impl PodLabels {
             return k.clone();
         }
         let allowed = self.allow.is_empty() || self.allow.iter().any(|r| r.is_match(label));
-        let key = allowed.then(|| {
-            AttributeKey::new(
-                sanitize(label),
+        let name = sanitize(label);
+        let key = if !allowed {
+            None
+        } else if reserved(&name) {
+            self.refuse(label, &name);
+            None
+        } else {
+            Some(AttributeKey::new(
+                name,
                 format!("k8s.pod.label.{label}"),
                 Placement::Labels,
-            )
-        });
+            ))
+        };
         if keys.len() >= KEY_CACHE {
             keys.clear();
         }
         keys.insert(label.to_string(), key.clone());
         key
+    }
+
+    /// A label left out for its name: counted, and the first one logged.
+    fn refuse(&self, label: &str, name: &str) {
+        static LOGGED: std::sync::Once = std::sync::Once::new();
+        LOGGED.call_once(|| {
+            tracing::warn!(
+                label,
+                name,
+                "pod label left out: its name is one dcgm-otel or Prometheus writes itself (a pod's labels never replace its identity or a reserved label); further ones are counted in dcgm_otel_kubernetes_pod_labels_refused_total"
+            );
+        });
+        if let Some(m) = self.refused.get() {
+            m.inc();
+        }
     }
 
     /// The attributes of a pod's labels that the allowlist keeps, in key order.
@@ -213,5 +330,44 @@ mod tests {
             .attributes(&meta);
         assert_eq!(some.len(), 2);
         assert!(PodLabels::new(&["(".into()]).is_err());
+    }
+
+    /// A pod's labels never replace its identity, an identity label of the entity or a label
+    /// Prometheus gives a meaning to.
+    #[test]
+    fn reserved_names_are_left_out() {
+        let meta = PodMeta {
+            uid: "u".into(),
+            labels: [
+                ("pod", "victim-pod"),
+                ("namespace", "team-b"),
+                ("pod-uid", "x"),
+                ("UUID", "GPU-x"),
+                ("job", "j"),
+                ("instance", "i"),
+                ("le", "1"),
+                ("quantile", "0.5"),
+                ("exported_pod", "victim-pod"),
+                ("exported.namespace", "team-b"),
+                ("DCGM_FI_DRIVER_VERSION", "1"),
+                ("dra-claim-name", "c"),
+                ("team", "a"),
+                ("podium", "p"),
+            ]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+        };
+        let kept: Vec<String> = PodLabels::new(&[])
+            .unwrap()
+            .attributes(&meta)
+            .iter()
+            .map(|a| a.key.prometheus.to_string())
+            .collect();
+        assert_eq!(kept, ["podium", "team"]);
+        for name in ["__name__", "__meta_x", "Hostname", "hostname", "gpu", "pid"] {
+            assert!(reserved(name), "{name}");
+        }
+        assert!(!reserved("app_kubernetes_io_name"));
     }
 }

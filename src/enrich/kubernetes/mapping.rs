@@ -14,8 +14,12 @@
 //! | `nvidia<N>/vgpu<K>` | GKE shared GPU | as `nvidia<N>` (so GKE needs `device-name`) |
 //!
 //! As in dcgm-exporter, the id type only decides how *whole* GPUs are matched; MIG ids always match.
-//! Unlike dcgm-exporter (one pod per device, last writer wins), a device held by several pods (time
-//! slicing, MPS, shared replicas) is attributed to **all** of them: its series are written once per pod.
+//! A device held by several pods (time slicing, MPS, shared replicas) is attributed to **all** of them
+//! ([`Mapping::pods_for`]: OTLP's holders, the per-pod cost counters, `--kubernetes-virtual-gpus`), and
+//! one of them is its **holder** ([`Mapping::holder_for`]), the pod dcgm-exporter 4.5.3-4.8.2 labels the
+//! device's one series with (`toDeviceToPod`: every device id of the kubelet's reply, in the reply's
+//! order of pods, containers, devices and ids, overwrites the device's entry, so the last one wins; a
+//! DRA claim's pod wins over device-plugin ones, as dcgm-exporter's DRA pass relabels after them).
 //! A whole-GPU allocation also attributes that GPU's NvLink series; a MIG-partitioned GPU's links and
 //! whole-GPU series stay unattributed (they are shared by all its instances).
 
@@ -57,7 +61,7 @@ impl MatchRules {
 }
 
 /// What one kubelet device id designates.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum DeviceKey {
     /// `GPU-<uuid>`, lower-cased.
     GpuUuid(String),
@@ -233,8 +237,8 @@ struct Holder<'r> {
 impl Holder<'_> {
     /// The devices the container holds: its device-plugin ids (the unknown ones into `unknown_ids`,
     /// at most 16), then its DRA claims' devices.
-    fn devices(&self, unknown_ids: &mut Vec<String>) -> Vec<(DeviceKey, PodRef)> {
-        let mut found: Vec<(DeviceKey, PodRef)> = Vec::new();
+    fn devices(&self, unknown_ids: &mut Vec<String>) -> Vec<(DeviceKey, PodRef, Source)> {
+        let mut found: Vec<(DeviceKey, PodRef, Source)> = Vec::new();
         for dev in self
             .container
             .devices
@@ -252,7 +256,7 @@ impl Holder<'_> {
                 if self.extras.virtual_gpus {
                     p.vgpu = vgpu_of(id.trim()).unwrap_or_default().to_string();
                 }
-                found.push((key, p));
+                found.push((key, p, Source::DevicePlugin));
             }
         }
         if let Some(resolve) = self.extras.dra {
@@ -275,7 +279,7 @@ impl Holder<'_> {
                     ));
                     extra.append(&mut attrs);
                     p.extra = Arc::from(extra);
-                    found.push((key, p));
+                    found.push((key, p, Source::Dra));
                 }
             }
         }
@@ -312,6 +316,17 @@ impl Holder<'_> {
     }
 }
 
+/// Where an allocation was read: a device-plugin device id, or a DRA claim.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Source {
+    DevicePlugin,
+    /// dcgm-exporter relabels DRA-held devices after the device-plugin pass: a claim wins.
+    Dra,
+}
+
+/// The precedence of one allocation for the holder of its device: the later wins.
+type Rank = (Source, usize);
+
 /// Pods by device, built from one `List` reply. Every pod list is sorted and free of duplicates.
 #[derive(Debug, Default, Clone)]
 pub struct Mapping {
@@ -320,6 +335,8 @@ pub struct Mapping {
     by_mig_uuid: HashMap<String, Vec<PodRef>>,
     by_instance: HashMap<(u32, u32), Vec<PodRef>>,
     by_instance_of_gpu: HashMap<(String, u32), Vec<PodRef>>,
+    /// Per device key, the allocation of highest rank (the last in the reply's order).
+    last: HashMap<DeviceKey, (Rank, PodRef)>,
     /// Pods holding at least one NVIDIA device.
     pub pods: usize,
     /// NVIDIA device ids in the reply whose form is unknown (ignored).
@@ -350,6 +367,8 @@ impl Mapping {
     ) -> Mapping {
         let mut m = Mapping::default();
         let no_extra: Arc<[Attribute]> = Arc::from(Vec::new());
+        // The position of each allocation in the reply (pods, containers, devices, ids in order).
+        let mut seq = 0;
         for pod in &reply.pod_resources {
             let mut holds_any = false;
             let meta = extras.metadata.and_then(|f| f(&pod.namespace, &pod.name));
@@ -367,8 +386,13 @@ impl Mapping {
                     extras,
                     pod_ref: OnceCell::new(),
                 };
-                for (key, p) in holder.devices(&mut m.unknown_ids) {
+                for (key, p, source) in holder.devices(&mut m.unknown_ids) {
                     holds_any = true;
+                    let rank = (source, seq);
+                    seq += 1;
+                    if m.last.get(&key).is_none_or(|(r, _)| *r < rank) {
+                        m.last.insert(key.clone(), (rank, p.clone()));
+                    }
                     m.insert(key, p);
                 }
             }
@@ -416,6 +440,43 @@ impl Mapping {
             .chain(self.by_instance.values())
             .chain(self.by_instance_of_gpu.values())
             .flatten()
+    }
+
+    /// The device keys an entity answers to: a MIG instance's MIG UUID, GKE index pair and old-driver
+    /// parent UUID pair; a GPU's (and its NvLinks') UUID or index, by `id_type`.
+    fn keys_of(entity: &Entity, id_type: GpuIdType) -> Vec<DeviceKey> {
+        let Some(gpu) = &entity.gpu else {
+            return Vec::new();
+        };
+        match (entity.kind, &entity.mig) {
+            (EntityKind::GpuInstance, Some(mig)) => vec![
+                DeviceKey::MigUuid(mig.uuid.to_ascii_lowercase()),
+                DeviceKey::Instance {
+                    gpu: gpu.index,
+                    gi: mig.gi_id,
+                },
+                DeviceKey::InstanceOfGpu {
+                    gpu_uuid: gpu.uuid.to_ascii_lowercase(),
+                    gi: mig.gi_id,
+                },
+            ],
+            (EntityKind::Gpu | EntityKind::NvLink, _) => vec![match id_type {
+                GpuIdType::Uid => DeviceKey::GpuUuid(gpu.uuid.to_ascii_lowercase()),
+                GpuIdType::DeviceName => DeviceKey::GpuIndex(gpu.index),
+            }],
+            _ => Vec::new(),
+        }
+    }
+
+    /// The one pod dcgm-exporter labels the entity's series with when several hold it: the last
+    /// allocation of the device in the reply (a DRA claim before any device-plugin id); `None` when no
+    /// pod holds it. Always one of [`Mapping::pods_for`]'s.
+    pub fn holder_for(&self, entity: &Entity, id_type: GpuIdType) -> Option<PodRef> {
+        Mapping::keys_of(entity, id_type)
+            .iter()
+            .filter_map(|k| self.last.get(k))
+            .max_by_key(|(rank, _)| *rank)
+            .map(|(_, p)| p.clone())
     }
 
     /// The pods attributed to one entity (sorted, no duplicates); empty when none.
@@ -586,6 +647,133 @@ mod tests {
             .is_empty());
         // a MIG GPU's whole-GPU series is not attributed to its instances' pods
         assert!(m.pods_for(&Entity::gpu(gpu(1)), uid).is_empty());
+    }
+
+    /// The holder of a shared device is the pod dcgm-exporter 4.5.3-4.8.2 labels its one series with:
+    /// the last allocation in the reply's order (pods, containers, devices, ids), whatever the id's form
+    /// (`::N` replicas, GKE `/vgpuN`, MIG UUIDs, GKE MIG ids); a DRA claim wins over device-plugin ids.
+    #[test]
+    fn the_holder_is_the_last_allocation_in_the_reply() {
+        let two_containers = PodResources {
+            name: "multi".into(),
+            namespace: "ns".into(),
+            containers: ["first", "second"]
+                .iter()
+                .map(|c| ContainerResources {
+                    name: c.to_string(),
+                    devices: vec![ContainerDevices {
+                        resource_name: "nvidia.com/gpu".into(),
+                        device_ids: vec!["GPU-33::4".into()],
+                        topology: None,
+                    }],
+                    dynamic_resources: vec![],
+                })
+                .collect(),
+        };
+        let reply = ListPodResourcesResponse {
+            pod_resources: vec![
+                // listed first, sorted last: the reply's order decides, not the names
+                pod("z-first", "nvidia.com/gpu", &["GPU-22::0"]),
+                pod("a-second", "nvidia.com/gpu", &["GPU-22::1"]),
+                pod("b-mig", "nvidia.com/mig-1g.10gb", &["MIG-aa::0"]),
+                pod("a-gke-mig", "nvidia.com/gpu", &["nvidia1/gi7/vgpu1"]),
+                pod(
+                    "one-pod-two-ids",
+                    "nvidia.com/gpu",
+                    &["GPU-44::1", "GPU-55::0"],
+                ),
+                pod("last-id", "nvidia.com/gpu", &["GPU-55::1", "GPU-44::0"]),
+                two_containers,
+            ],
+        };
+        let rules = MatchRules {
+            extra_resource_names: vec![],
+            id_type: GpuIdType::Uid,
+        };
+        let m = Mapping::build(&reply, &rules, None);
+        let uid = GpuIdType::Uid;
+        let holder = |e: &Entity| m.holder_for(e, uid).map(|p| (p.name, p.container));
+        let named = |n: &str, c: &str| Some((n.to_string(), c.to_string()));
+        assert_eq!(holder(&Entity::gpu(gpu(2))), named("a-second", "c"));
+        assert_eq!(
+            names(&m.pods_for(&Entity::gpu(gpu(2)), uid)),
+            ["a-second", "z-first"]
+        );
+        assert_eq!(
+            holder(&Entity::nvlink(gpu(2), 0, 1)),
+            named("a-second", "c")
+        );
+        assert_eq!(holder(&Entity::gpu(gpu(3))), named("multi", "second"));
+        assert_eq!(holder(&Entity::gpu(gpu(4))), named("last-id", "c"));
+        assert_eq!(holder(&Entity::gpu(gpu(5))), named("last-id", "c"));
+        assert_eq!(holder(&Entity::gpu(gpu(6))), None);
+        let mig = |gi: u32, uuid: &str| {
+            Arc::new(MigIdentity {
+                entity_id: 8 + gi,
+                gi_id: gi,
+                profile: "1g.10gb".into(),
+                uuid: uuid.into(),
+            })
+        };
+        // GPU 1's instance 7 is MIG-aa, held by its UUID and by its GKE id: the GKE pod is later.
+        let instance = Entity::instance(gpu(1), mig(7, "MIG-AA"));
+        assert_eq!(names(&m.pods_for(&instance, uid)), ["a-gke-mig", "b-mig"]);
+        assert_eq!(holder(&instance), named("a-gke-mig", "c"));
+        // GKE: nvidiaN/vgpuK ids in device-name mode.
+        let gke = ListPodResourcesResponse {
+            pod_resources: vec![
+                pod("x", "nvidia.com/gpu", &["nvidia0/vgpu0"]),
+                pod("w", "nvidia.com/gpu", &["nvidia0/vgpu1"]),
+            ],
+        };
+        let rules = MatchRules {
+            extra_resource_names: vec![],
+            id_type: GpuIdType::DeviceName,
+        };
+        let m = Mapping::build(&gke, &rules, None);
+        assert_eq!(
+            m.holder_for(&Entity::gpu(gpu(0)), GpuIdType::DeviceName)
+                .map(|p| p.name),
+            Some("w".to_string())
+        );
+    }
+
+    /// A DRA claim's pod is the holder even when a device-plugin id of the same device comes later.
+    #[test]
+    fn a_dra_claim_wins_the_holder() {
+        use super::super::podresources::{ClaimResource, DynamicResource};
+        let mut claimed = pod("claimed", "example.com/none", &[]);
+        claimed.containers[0].dynamic_resources = vec![DynamicResource {
+            claim_name: "claim".into(),
+            claim_namespace: "ns".into(),
+            claim_resources: vec![ClaimResource {
+                driver_name: "gpu.nvidia.com".into(),
+                pool_name: "node".into(),
+                device_name: "gpu-0".into(),
+            }],
+        }];
+        let reply = ListPodResourcesResponse {
+            pod_resources: vec![claimed, pod("plugin", "nvidia.com/gpu", &["GPU-00::0"])],
+        };
+        let rules = MatchRules {
+            extra_resource_names: vec![],
+            id_type: GpuIdType::Uid,
+        };
+        let dra = |_: &str, _: &str, _: &str| Some((DeviceKey::GpuUuid("gpu-00".into()), vec![]));
+        let extras = MappingExtras {
+            dra: Some(&dra),
+            ..MappingExtras::default()
+        };
+        let m = Mapping::build_with(&reply, &rules, &extras);
+        assert_eq!(
+            names(&m.pods_for(&Entity::gpu(gpu(0)), GpuIdType::Uid)),
+            ["claimed", "plugin"]
+        );
+        assert_eq!(
+            m.holder_for(&Entity::gpu(gpu(0)), GpuIdType::Uid)
+                .map(|p| p.name),
+            Some("claimed".to_string())
+        );
     }
 
     #[test]

@@ -174,7 +174,12 @@ mod tests {
                 attribution: Arc::default(),
             })
             .collect();
-        super::super::apply(&mapping, GpuIdType::Uid, &mut entities);
+        super::super::apply(
+            &mapping,
+            GpuIdType::Uid,
+            super::super::SharedDevices::SeriesPerPod,
+            &mut entities,
+        );
         let mut p = ProcessReading::new(entities[0].entity.clone(), 7, "python3");
         p.sm_util = Some(42.4);
         p.memory_bytes = Some((3 << 20) + 1000);

@@ -52,6 +52,18 @@ pub struct DcgmArgs {
         default_value = "NONE"
     )]
     pub dcgm_log_level: DcgmLogLevel,
+
+    /// The node's /dev, where the NVIDIA device files (nvidia0, nvidia1, ...) say how many GPUs it has:
+    /// when DCGM reports fewer, /ready answers 503 and the GPUs are rediscovered. In a container, the
+    /// devices the runtime exposes (NVIDIA_VISIBLE_DEVICES=all); an empty directory turns the device
+    /// count off (NVML's count and DCGM's own earlier count still apply).
+    #[arg(
+        long = "dev-root",
+        env = "DCGM_OTEL_DEV_ROOT",
+        value_name = "PATH",
+        default_value = "/dev"
+    )]
+    pub dev_root: PathBuf,
 }
 
 impl DcgmArgs {

@@ -30,8 +30,9 @@ use crate::snapshot::{
 use crate::source::incidents::{HealthIncident, Tracker};
 
 const XID_FIELD: u16 = 230;
-/// Samples kept by the history watch: 600 s, as dcgm-exporter's watches (the cursor is read every
-/// collection, so only a collect interval above 5 minutes would need more).
+/// Samples kept by the history watch: 600 s, as dcgm-exporter's watches. The cursor is read every
+/// collection, but this is a values-since read: after a lost link to a host engine that stayed up, the
+/// history of the outage (up to 10 minutes) is read from the cursor, so no XID is lost.
 const MAX_KEEP_AGE: Duration = Duration::from_secs(600);
 
 /// What outlives a connection: the values-since cursor and the last clock masks and health results.

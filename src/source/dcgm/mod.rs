@@ -1,14 +1,22 @@
 //! The libdcgm source: reads real GPUs through NVIDIA's DCGM C library, loaded at run time.
 //!
 //! Start-up ([`DcgmSource::connect`]): load `libdcgm.so.4` (then `libdcgm.so.3`) through the normal loader
-//! search, or the file given with `--dcgm-library` / `DCGM_OTEL_LIBDCGM`; `dcgmInit`; start an embedded
-//! host engine, or connect to a remote nv-hostengine when `-r` / `DCGM_REMOTE_HOSTENGINE_INFO` is set;
-//! discover GPUs, MIG instances and (when the CSV reads them) NvLinks, NvSwitches and CPUs; apply `-d`,
-//! `-s`, `-p`; probe profiling and drop the DCP rows it cannot serve (one warning); create groups, field
-//! groups and watches.
+//! search, or the file given with `--dcgm-library` / `DCGM_OTEL_LIBDCGM`; `dcgmInit`; then one attempt
+//! to start an embedded host engine, or to connect to a remote nv-hostengine when `-r` /
+//! `DCGM_REMOTE_HOSTENGINE_INFO` is set. A missing library is an error (exit code 1); a host engine
+//! that does not answer is not: the source starts without a connection and the collections try again
+//! (`reconnect`) — `/health` 200, `/ready` 503 with the reason — until it answers.
+//!
+//! Every connection, the first one and each after an outage, goes through the same steps
+//! (`connection`): discover GPUs, MIG instances and (when the CSV reads them) NvLinks, NvSwitches and
+//! CPUs; compare the GPUs with the node's ([`node_gpus`]: fewer is a `/ready` 503 and a rediscovery
+//! until they are back); ask which profiling fields DCGM serves ([`profiling`]: asked again after
+//! every connection and every 5 minutes while unavailable, the DCP rows come and go with the answer
+//! and the pipeline learns the new rows through [`Source::counters_changed`]); apply `-d`, `-s`, `-p`;
+//! create groups, field groups and watches.
 //!
 //! A reloaded counters CSV ([`Source::set_counters`]) is applied between polls on the same connection:
-//! the profiling answer of start-up filters its DCP rows, the watches of the old set are removed, the
+//! the current profiling answer filters its DCP rows, the watches of the old set are removed, the
 //! inventory is rediscovered (the new set may read other entity kinds) and the new watches get a first
 //! sample before the next read. With `--enable-gpu-bind-unbind-watch` a `bind` watcher follows
 //! DCGM's GPU bind/unbind event and has the next poll rediscover.
@@ -16,8 +24,8 @@
 //! Run time ([`Source::poll`], on the collector thread): one `dcgmEntitiesGetLatestValues` call per
 //! cycle in the usual case. When the host engine is lost the poll returns [`SourceError::Unavailable`]
 //! (the pipeline marks the source down) and every later poll tries to reconnect (at most one attempt
-//! per collect interval),
-//! rediscover and re-create every watch; a GPU that vanished is gone, a new one appears.
+//! per collect interval), rediscover and re-create every watch; a GPU that vanished is gone, a new one
+//! appears.
 //!
 //! Modules: `ffi` (C ABI, the only `unsafe`), [`client`] (safe typed calls, RAII), [`remote`] (`-r`
 //! forms and the host label), `discover`, `session` (watches and reads of one connection), `values`
@@ -26,33 +34,40 @@
 pub mod args;
 mod bind;
 pub mod client;
+mod connection;
 mod discover;
 pub mod distributions;
 pub mod ffi;
 pub mod incidents;
 pub mod log;
+pub mod node_gpus;
+pub mod profiling;
+mod reconnect;
 pub mod remote;
 mod session;
 pub mod values;
 
-use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::collections::{BTreeMap, HashSet};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 pub use remote::{remote_hostname, RemoteAddressError, RemoteTarget};
 
-use self::client::{Connection, DcgmError, Library};
+use self::client::{DcgmError, Library};
 use self::distributions::{DistributionState, DistributionWatch};
 use self::incidents::{IncidentState, IncidentWatch};
+use self::node_gpus::{Blind, NodeDevices};
+use self::profiling::Profiling;
+use self::reconnect::{Retry, WakeTimer};
 use self::session::{RowPlan, Session, Unsupported, WatchConfig};
 use super::{Source, SourceError, Waker};
 use crate::config::devices::{DeviceError, Selectors};
 use crate::counters::exporter::IncidentReads;
 use crate::counters::{Counter, CounterSet};
-use crate::retry::Backoff;
-use crate::snapshot::inventory::{Inventory, Selection, Wanted};
+use crate::snapshot::inventory::Wanted;
 use crate::snapshot::Reading;
+use crate::source::nvml::client::Nvml;
 
 /// How the host engine is reached.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -89,6 +104,10 @@ pub struct DcgmOptions {
     pub incident_events: bool,
     /// The fields sampled between collections (`--distribution`).
     pub distributions: Arc<[crate::snapshot::distribution::DistributionSpec]>,
+    /// `--dev-root`: where the node's NVIDIA device files are counted.
+    pub dev_root: PathBuf,
+    /// `--nvml-library`: NVML, for the node's GPU count (searched when `None`; optional).
+    pub nvml_library: Option<PathBuf>,
 }
 
 impl DcgmOptions {
@@ -108,6 +127,20 @@ impl DcgmOptions {
             bind_watch: args.bind_watch(),
             incident_events,
             distributions: Arc::default(),
+            dev_root: args.dev_root.clone(),
+            nvml_library: None,
+        }
+    }
+
+    /// NVML for the node's GPU count, when libnvidia-ml loads (no error when it does not: the device
+    /// files still count).
+    fn node_nvml(&self) -> Option<Arc<Nvml>> {
+        match Nvml::open(self.nvml_library.as_deref()) {
+            Ok(n) => Some(n),
+            Err(e) => {
+                tracing::debug!(error = %e, "NVML is not usable; the node's GPUs are counted from its device files");
+                None
+            }
         }
     }
 
@@ -122,15 +155,6 @@ impl DcgmOptions {
             IncidentReads::default()
         }
     }
-}
-
-/// What start-up learnt about DCGM's profiling module: the DCP field ids it serves, or why none.
-#[derive(Debug, Clone)]
-enum Profiling {
-    /// Not asked (the counters had no DCP row at start).
-    Unknown,
-    Supported(BTreeSet<u16>),
-    Unavailable(String),
 }
 
 /// Why the DCGM source could not start.
@@ -176,64 +200,6 @@ fn step(step: &'static str) -> impl FnOnce(DcgmError) -> StartError {
     move |source| StartError::Dcgm { step, source }
 }
 
-/// Connection attempts at start-up before giving up (remote mode), and the delays between them: 1 s
-/// doubling, with jitter (the delays then add up to 7.5 to 15 s).
-const STARTUP_ATTEMPTS: u32 = 5;
-const STARTUP_BACKOFF: Backoff = Backoff::new(Duration::from_secs(1), Duration::from_secs(8));
-/// Longest wait between reconnection attempts, in collect intervals: a host engine that returns is
-/// used again within two intervals (the soak's criterion, `tests/soak/`). An attempt on a host engine
-/// that is away costs one refused connect, so there is nothing to save by waiting longer (this cap
-/// used to be 30 s: after a 30 s outage the series stayed away up to 30 s more).
-const RETRY_CAP_INTERVALS: u32 = 1;
-
-/// Reconnection schedule: first attempt on the poll after the loss, then doubling delays up to a cap
-/// of [`RETRY_CAP_INTERVALS`] collect intervals (so, with the default cap, one attempt per collection).
-/// No jitter: attempts run on the collections, which a few milliseconds would not move.
-#[derive(Debug)]
-struct Retry {
-    next_at: Option<Instant>,
-    first: Duration,
-    attempts: u32,
-    down_since: Option<Instant>,
-}
-
-impl Retry {
-    fn new(interval: Duration) -> Self {
-        Retry {
-            next_at: None,
-            first: interval,
-            attempts: 0,
-            down_since: None,
-        }
-    }
-
-    fn lost(&mut self, now: Instant) {
-        self.next_at = Some(now);
-        self.attempts = 0;
-        self.down_since.get_or_insert(now);
-    }
-
-    /// Due, with half an interval of slack so that a poll slightly early still tries.
-    fn due(&self, now: Instant) -> bool {
-        match self.next_at {
-            None => true,
-            Some(t) => now + self.first / 2 >= t,
-        }
-    }
-
-    fn failed(&mut self, now: Instant) {
-        self.attempts += 1;
-        let backoff = Backoff::new(self.first, self.first * RETRY_CAP_INTERVALS);
-        self.next_at = Some(now + backoff.delay(self.attempts));
-    }
-
-    fn succeeded(&mut self) -> Option<Duration> {
-        self.next_at = None;
-        self.attempts = 0;
-        self.down_since.take().map(|t| t.elapsed())
-    }
-}
-
 /// The libdcgm [`Source`].
 pub struct DcgmSource {
     // Field order = drop order: the session (groups, then the connection) before the library.
@@ -242,15 +208,25 @@ pub struct DcgmSource {
     mode: Mode,
     interval: Duration,
     selectors: Selectors,
+    /// The counters as asked for (the CSV, reloaded ones included).
+    full: CounterSet,
+    /// What is read: `full` less the DCP rows profiling cannot serve.
+    effective: CounterSet,
+    /// The rows the pipeline was last given ([`Source::counters_changed`]).
+    published: Arc<CounterSet>,
     rows: RowPlan,
     wanted: Wanted,
     profiling: Profiling,
+    /// The node's GPUs against DCGM's.
+    blind: Blind,
     retry: Retry,
+    /// Wakes the collector for an attempt due before the next collection.
+    retry_wake: WakeTimer,
+    ever_connected: bool,
     /// Connections made so far (names of groups and field groups are unique per connection).
     conn_seq: u64,
     /// (entity key, field) pairs already logged as not supported.
     logged_unsupported: HashSet<(String, u16)>,
-    profiling_watch_logged: bool,
     /// A value asked for a rediscovery on the same connection (a GPU was lost).
     rediscover: bool,
     dropped: Vec<Counter>,
@@ -272,15 +248,22 @@ pub struct DcgmSource {
     /// The sampled fields' accumulator and cursors (`--distribution`), kept across connections.
     distributions: Option<DistributionState>,
     distribution_error_logged: bool,
+    /// NVML, opened for the node's GPU count (shared with the per-process collection).
+    nvml: Option<Arc<Nvml>>,
 }
 
 impl DcgmSource {
-    /// Load libdcgm, reach the host engine, discover and select entities, probe profiling, watch.
-    ///
-    /// Rows DCGM cannot serve (DCP rows without a working profiling module, or profiling fields the
-    /// GPU lacks) are removed from `counters` here, before any exporter is built; they are also kept in
-    /// [`DcgmSource::dropped_rows`].
+    /// Load libdcgm and try the host engine once ([`DcgmSource::open`], then
+    /// [`DcgmSource::connect_first`]).
     pub fn connect(opts: DcgmOptions, counters: &mut CounterSet) -> Result<DcgmSource, StartError> {
+        let mut source = DcgmSource::open(opts, counters)?;
+        source.connect_first(counters)?;
+        Ok(source)
+    }
+
+    /// Load libdcgm (and NVML, for the node's GPU count) and `dcgmInit`; nothing is connected yet.
+    /// Only a missing library and a bad `-r` are errors.
+    pub fn open(opts: DcgmOptions, counters: &CounterSet) -> Result<DcgmSource, StartError> {
         let mode = match opts.remote.as_deref() {
             Some(r) => Mode::Remote(remote::parse(r)?),
             None => Mode::Embedded,
@@ -292,34 +275,30 @@ impl DcgmSource {
             version = lib.version().unwrap_or("unknown"),
             "loaded libdcgm"
         );
-        let conn = startup_connection(&lib, &mode, opts.interval)?;
-        let wanted = Wanted::from_counters(counters);
-        let selectors = opts.selectors.clone();
-        tracing::info!(%mode, "discovering GPUs");
-        let inv = discover::discover(&conn, wanted).map_err(step("discovering GPUs"))?;
-        let selection = inv.select(&selectors, wanted)?;
-        log_inventory(&inv, &selection, &selectors);
-        if inv.gpus.is_empty() {
-            tracing::warn!("DCGM reports no supported GPU; no GPU series will be served");
-        }
-        let first_gpu = inv.gpus.first().map_or(0, |g| g.identity.index);
-        let profiling = probe_profiling(&conn, first_gpu, counters);
-        let dropped = filter_profiling(&profiling, counters);
+        let nvml = opts.node_nvml();
         let mut source = DcgmSource {
             session: None,
             lib,
             mode,
             interval: opts.interval,
-            selectors,
+            selectors: opts.selectors.clone(),
+            full: counters.clone(),
+            effective: counters.clone(),
+            published: Arc::new(counters.clone()),
             rows: RowPlan::new(counters),
-            wanted,
-            profiling,
+            wanted: Wanted::from_counters(counters),
+            profiling: Profiling::default(),
+            blind: Blind::new(
+                NodeDevices::new(opts.dev_root.clone(), nvml.clone()),
+                opts.interval,
+            ),
             retry: Retry::new(opts.interval),
+            retry_wake: WakeTimer::default(),
+            ever_connected: false,
             conn_seq: 0,
             logged_unsupported: HashSet::new(),
-            profiling_watch_logged: false,
             rediscover: false,
-            dropped,
+            dropped: Vec::new(),
             closed: false,
             bind_every: opts.bind_watch,
             waker: None,
@@ -332,12 +311,44 @@ impl DcgmSource {
             distributions: (!opts.distributions.is_empty())
                 .then(|| DistributionState::new(opts.distributions.clone(), opts.interval)),
             distribution_error_logged: false,
+            nvml,
         };
-        source
-            .start_session(conn, &inv, &selection)
-            .map_err(step("watching fields"))?;
-        source.start_bind_watch();
+        source.apply_counters();
         Ok(source)
+    }
+
+    /// The first attempt to reach the host engine: discover and select entities, probe profiling,
+    /// watch. A host engine that does not answer is tried again by the collections (see the module
+    /// doc); only bad input (`-d`, `-s`, `-p` naming absent devices) is an error.
+    ///
+    /// Rows DCGM cannot serve (DCP rows without a working profiling module, or profiling fields the
+    /// GPU lacks) are removed from `counters` here, before any exporter reads them; they are also kept
+    /// in [`DcgmSource::dropped_rows`]. When the answer changes later, the pipeline is told through
+    /// [`Source::counters_changed`].
+    pub fn connect_first(&mut self, counters: &mut CounterSet) -> Result<(), StartError> {
+        self.first_connection()?;
+        *counters = self.effective.clone();
+        self.published = Arc::new(self.effective.clone());
+        Ok(())
+    }
+
+    /// Count in the self-metrics: profiling's state, the GPUs DCGM misses, failed incident reads and
+    /// dropped samples.
+    pub fn count_in(&mut self, metrics: &Arc<crate::telemetry::self_metrics::SelfMetrics>) {
+        self.profiling.count_in(metrics);
+        self.blind.count_in(metrics);
+        self.count_incident_errors(metrics);
+        self.count_distribution_drops(metrics);
+    }
+
+    /// The NVML the source opened (for the node's GPU count), to share.
+    pub fn nvml(&self) -> Option<Arc<Nvml>> {
+        self.nvml.clone()
+    }
+
+    /// Whether the first attempt reached the host engine.
+    pub fn connected(&self) -> bool {
+        self.session.is_some()
     }
 
     /// Start following DCGM's bind/unbind event on the current connection (when asked to).
@@ -383,20 +394,13 @@ impl DcgmSource {
         })
     }
 
-    fn start_session(
+    /// Watch the incident history on the new session (when the counters or consumers need it); a
+    /// failure other than a lost connection is counted and logged once.
+    fn watch_incidents(
         &mut self,
-        conn: Connection,
-        inv: &Inventory,
-        selection: &Selection,
+        session: &mut Session,
+        cfg: &WatchConfig,
     ) -> Result<(), DcgmError> {
-        self.conn_seq += 1;
-        let cfg = WatchConfig {
-            name_prefix: format!("dcgm-otel-{}-{}", std::process::id(), self.conn_seq),
-            interval: self.interval,
-            group_max_entities: self.lib.group_max_entities(),
-        };
-        let mut established = Session::establish(conn, inv, selection, &self.rows, &cfg)?;
-        let session = &mut established.session;
         match IncidentWatch::establish(
             session.connection(),
             session.entities(),
@@ -413,23 +417,11 @@ impl DcgmSource {
                 {
                     self.incident_failure(&e);
                 }
-                established.session.incidents = watch;
+                session.incidents = watch;
             }
             Err(e) if e.connection_lost() => return Err(e),
             Err(e) => self.incident_failure(&e),
         }
-        self.watch_distributions(&mut established.session, &cfg)?;
-        if let Some(e) = established.profiling_watch_error {
-            if !self.profiling_watch_logged {
-                self.profiling_watch_logged = true;
-                tracing::warn!(error = %e, "cannot watch profiling (DCP) fields; they stay absent");
-            }
-        }
-        tracing::debug!(
-            entities = established.session.entities().len(),
-            "DCGM watches in place"
-        );
-        self.session = Some(established.session);
         Ok(())
     }
 
@@ -512,68 +504,76 @@ impl DcgmSource {
         folded
     }
 
-    /// Reconnect (when due), rediscover and rebuild the watches.
-    fn reconnect(&mut self) -> Result<(), SourceError> {
-        let now = Instant::now();
-        if !self.retry.due(now) {
-            return Err(SourceError::Unavailable(format!(
-                "{} unreachable; next reconnection attempt in {:.1}s",
-                self.mode,
-                self.retry
-                    .next_at
-                    .map_or(0.0, |t| t.saturating_duration_since(now).as_secs_f64())
-            )));
-        }
-        match self.try_establish() {
-            Ok(()) => {
-                let down = self.retry.succeeded();
-                tracing::info!(
-                    mode = %self.mode,
-                    down_s = down.map_or(0.0, |d| d.as_secs_f64()),
-                    entities = self.session.as_ref().map_or(0, |s| s.entities().len()),
-                    "DCGM connection re-established"
-                );
-                Ok(())
-            }
-            Err(e) => {
-                self.retry.failed(now);
-                if self.retry.attempts <= 1 {
-                    tracing::warn!(mode = %self.mode, error = %e, "cannot reconnect to DCGM; retrying at every collection");
-                } else {
-                    tracing::debug!(mode = %self.mode, error = %e, attempt = self.retry.attempts, "reconnection failed");
-                }
-                Err(SourceError::Unavailable(format!("{}: {e}", self.mode)))
+    /// While the host engine is away: have the collector run when the next attempt is due.
+    fn arm_retry(&mut self) {
+        if let (Some(at), Some(waker)) = (self.retry.next_at(), self.waker.as_ref()) {
+            if self.session.is_none() {
+                self.retry_wake.arm(at, waker);
             }
         }
     }
 
-    fn try_establish(&mut self) -> Result<(), DcgmError> {
-        let conn = open_connection(&self.lib, &self.mode, self.interval)?;
-        self.rebuild(conn)?;
-        self.start_bind_watch();
+    /// Before a read: rebuild on the running connection when something asks for it (a bind/unbind
+    /// event, a vanished entity, GPUs missing and a discovery finding a different count, profiling
+    /// answering differently when asked again).
+    fn rebuild_if_needed(&mut self) -> Result<(), SourceError> {
+        let now = Instant::now();
+        if self.bind.as_ref().is_some_and(|b| b.take_event()) {
+            tracing::info!("GPU bind/unbind event: rediscovering the GPUs");
+            // Unbound on purpose: fewer GPUs than before is not a GPU missing.
+            self.blind.forget_earlier_count();
+            return self.rebuild_in_place("a GPU was bound or unbound");
+        }
+        if std::mem::take(&mut self.rediscover) {
+            return self.rebuild_in_place("an entity vanished or a read failed");
+        }
+        if self.session.is_some() && self.blind.rediscovery_due(now) {
+            self.retry_discovery(now)?;
+        }
+        if self.session.is_some() && self.profiling.reprobe_due(now) {
+            self.reprobe_profiling()?;
+        }
         Ok(())
     }
 
-    /// Discover on `conn` and build a new session (the old one must already be gone).
-    fn rebuild(&mut self, conn: Connection) -> Result<(), DcgmError> {
-        let inv = discover::discover(&conn, self.wanted)?;
-        let (selection, missing) = inv.select_present(&self.selectors, self.wanted);
-        if !missing.is_empty() {
-            tracing::warn!(missing = %missing.join(", "), "devices selected with -d, -s or -p are no longer present");
+    /// GPUs are missing: discover again; rebuild when DCGM's count changed.
+    fn retry_discovery(&mut self, now: Instant) -> Result<(), SourceError> {
+        let Some(conn) = self.session.as_ref().map(|s| s.connection().clone()) else {
+            return Ok(());
+        };
+        match discover::discover(&conn, Wanted::from_counters(&self.full)) {
+            Ok(inv) if Some(inv.gpus.len()) != self.blind.last_reported() => {
+                self.rebuild_in_place("DCGM reports a different number of GPUs")
+            }
+            Ok(inv) => {
+                self.blind.discovered(inv.gpus.len(), now);
+                Ok(())
+            }
+            Err(e) if e.connection_lost() => Err(self.lose(&e)),
+            Err(e) => {
+                // Nothing learnt: the same count again, and the next try later.
+                tracing::debug!(error = %e, "rediscovery failed");
+                self.blind
+                    .discovered(self.blind.last_reported().unwrap_or(0), now);
+                Ok(())
+            }
         }
-        self.start_session(conn, &inv, &selection)
     }
 
-    /// The host engine is gone: forget every DCGM object (their ids died with it) and schedule
-    /// reconnection.
-    fn lose(&mut self, e: &DcgmError) -> SourceError {
-        if let Some(s) = self.session.take() {
-            s.connection().mark_lost();
+    /// Profiling was unavailable: ask again on the running connection; rebuild when the answer
+    /// changed (the DCP rows come back).
+    fn reprobe_profiling(&mut self) -> Result<(), SourceError> {
+        let Some(session) = self.session.as_ref() else {
+            return Ok(());
+        };
+        let conn = session.connection().clone();
+        let gpu = session.entities().iter().find_map(|e| e.gpu_index());
+        let before = self.profiling.answer().clone();
+        self.profiling.probe(&conn, gpu, &self.full);
+        if *self.profiling.answer() == before {
+            return Ok(());
         }
-        self.bind = None;
-        self.retry.lost(Instant::now());
-        tracing::warn!(mode = %self.mode, error = %e, "lost the DCGM host engine; series removed until it is back");
-        SourceError::Unavailable(format!("{}: {e}", self.mode))
+        self.rebuild_in_place("the profiling module answers differently")
     }
 
     /// Count failed incident reads in `dcgm_otel_incident_read_errors_total`.
@@ -629,26 +629,7 @@ impl Source for DcgmSource {
         if self.closed {
             return Err(SourceError::Failed("the DCGM source is shut down".into()));
         }
-        if self.bind.as_ref().is_some_and(|b| b.take_event()) {
-            tracing::info!("GPU bind/unbind event: rediscovering the GPUs");
-            self.rediscover = true;
-        }
-        if self.rediscover {
-            self.rediscover = false;
-            if let Some(s) = self.session.take() {
-                let conn = s.connection().clone();
-                drop(s);
-                tracing::info!("an entity vanished or a read failed; rebuilding the DCGM watches from a fresh discovery");
-                if let Err(e) = self.rebuild(conn) {
-                    return Err(if e.connection_lost() {
-                        self.lose(&e)
-                    } else {
-                        self.retry.lost(Instant::now());
-                        SourceError::Unavailable(e.to_string())
-                    });
-                }
-            }
-        }
+        self.rebuild_if_needed()?;
         if self.session.is_none() {
             self.reconnect()?;
         }
@@ -700,43 +681,29 @@ impl Source for DcgmSource {
     }
 
     fn set_counters(&mut self, counters: Arc<CounterSet>) -> Result<Arc<CounterSet>, SourceError> {
-        let mut set = (*counters).clone();
-        // The first DCP rows since start-up: ask DCGM now which it serves.
-        if let (Profiling::Unknown, Some(session)) = (&self.profiling, self.session.as_ref()) {
-            let gpu = session
-                .entities()
-                .iter()
-                .find_map(|e| e.gpu_index())
-                .unwrap_or(0);
-            self.profiling = probe_profiling(session.connection(), gpu, &set);
-        }
-        let dropped = filter_profiling(&self.profiling, &mut set);
-        self.incident_reads = IncidentReads::of(&set.exporter_rows).union(self.event_reads);
-        let rows = RowPlan::new(&set);
-        let wanted = Wanted::from_counters(&set);
-        let previous = (
-            std::mem::replace(&mut self.rows, rows),
-            std::mem::replace(&mut self.wanted, wanted),
-        );
-        // The old watches go with the old session; the same connection gets the new ones.
-        let conn = match self.session.take() {
-            Some(s) => {
-                let conn = s.connection().clone();
-                drop(s);
-                Some(conn)
-            }
-            None => None,
-        };
-        if let Some(conn) = conn {
-            if let Err(e) = self.rebuild(conn.clone()) {
-                if e.connection_lost() {
-                    (self.rows, self.wanted) = previous;
-                    return Err(self.lose(&e));
-                }
+        let previous = std::mem::replace(&mut self.full, (*counters).clone());
+        self.apply_counters();
+        // The old watches go with the old session; the same connection gets the new ones (and is
+        // asked about profiling when the new rows are the first DCP rows).
+        if let Some(s) = self.session.take() {
+            let conn = s.connection().clone();
+            drop(s);
+            if let Err(e) = self.rebuild(conn.clone(), connection::Selecting::Present, false) {
                 // Put the previous set back; the next poll reads it again.
-                (self.rows, self.wanted) = previous;
-                if let Err(e2) = self.rebuild(conn) {
-                    tracing::warn!(error = %e2, "cannot restore the previous DCGM watches; rediscovering on the next poll");
+                self.full = previous;
+                self.apply_counters();
+                let e = match e {
+                    connection::Failed::Dcgm(e) if e.connection_lost() => return Err(self.lose(&e)),
+                    connection::Failed::Dcgm(e) => e.to_string(),
+                    connection::Failed::Devices(e) => e.to_string(),
+                };
+                if self
+                    .rebuild(conn, connection::Selecting::Present, false)
+                    .is_err()
+                {
+                    tracing::warn!(
+                        "cannot restore the previous DCGM watches; rediscovering on the next poll"
+                    );
                     self.retry.lost(Instant::now());
                 }
                 return Err(SourceError::Failed(format!(
@@ -746,12 +713,28 @@ impl Source for DcgmSource {
         }
         // Not connected: the new plan applies when the connection is back.
         self.logged_unsupported.clear();
-        self.dropped = dropped;
-        Ok(Arc::new(set))
+        self.published = Arc::new(self.effective.clone());
+        Ok(self.published.clone())
+    }
+
+    fn counters_changed(&mut self) -> Option<Arc<CounterSet>> {
+        if same_rows(&self.effective, &self.published) {
+            return None;
+        }
+        self.published = Arc::new(self.effective.clone());
+        Some(self.published.clone())
+    }
+
+    fn not_ready(&self) -> Option<String> {
+        self.session
+            .as_ref()
+            .and(self.blind.reason())
+            .map(str::to_string)
     }
 
     fn attach_waker(&mut self, waker: Waker) {
         self.waker = Some(waker);
+        self.arm_retry();
         // The watcher of the first connection started before the waker existed: restart it (the old
         // one first: its field group's name must be free again).
         if self.bind.take().is_some() {
@@ -772,140 +755,11 @@ impl Source for DcgmSource {
     }
 }
 
-/// Open a connection at start-up: embedded once; remote with a few retries (nv-hostengine may still
-/// be starting), logging what it waits for.
-fn startup_connection(
-    lib: &Library,
-    mode: &Mode,
-    interval: Duration,
-) -> Result<Connection, StartError> {
-    let mut attempt = 1;
-    loop {
-        match open_connection(lib, mode, interval) {
-            Ok(c) => return Ok(c),
-            Err(e) if matches!(mode, Mode::Remote(_)) && attempt < STARTUP_ATTEMPTS && e.connection_lost() => {
-                tracing::warn!(%mode, error = %e, attempt, "waiting for nv-hostengine");
-                std::thread::sleep(STARTUP_BACKOFF.jittered(attempt));
-                attempt += 1;
-            }
-            Err(e) => {
-                return Err(StartError::Dcgm {
-                    step: match mode {
-                        Mode::Embedded => "starting the embedded host engine (needs the NVIDIA driver and root access to /dev/nvidia*)",
-                        Mode::Remote(_) => "connecting to nv-hostengine",
-                    },
-                    source: e,
-                })
-            }
-        }
-    }
-}
-
-fn open_connection(
-    lib: &Library,
-    mode: &Mode,
-    interval: Duration,
-) -> Result<Connection, DcgmError> {
-    match mode {
-        Mode::Embedded => lib.start_embedded(),
-        Mode::Remote(target) => lib.connect(
-            target,
-            interval.clamp(Duration::from_secs(1), Duration::from_secs(5)),
-        ),
-    }
-}
-
-fn log_inventory(inv: &Inventory, selection: &Selection, selectors: &Selectors) {
-    for g in &inv.gpus {
-        tracing::info!(
-            gpu = g.identity.index,
-            uuid = %g.identity.uuid,
-            model = %g.identity.model,
-            pci_bus_id = %g.identity.pci_bus_id,
-            mig_instances = g.instances.len(),
-            nvlinks_up = g.links.len(),
-            "found GPU"
-        );
-    }
-    for s in &inv.switches {
-        tracing::info!(
-            nvswitch = s.id,
-            nvlinks_up = s.links.len(),
-            "found NvSwitch"
-        );
-    }
-    for c in &inv.cpus {
-        tracing::info!(
-            cpu = c.identity.index,
-            cores = c.cores.len(),
-            serial = c.identity.serial.as_deref().unwrap_or(""),
-            "found CPU"
-        );
-    }
-    tracing::info!(
-        gpus = inv.gpus.len(),
-        nvswitches = inv.switches.len(),
-        cpus = inv.cpus.len(),
-        driver = inv.driver_version.as_deref().unwrap_or("unknown"),
-        devices = %selectors.devices,
-        switch_devices = %selectors.switches,
-        cpu_devices = %selectors.cpus,
-        monitored_gpus = selection.gpus.gpus.len(),
-        monitored_instances = selection.gpus.instances.len(),
-        monitored_nvswitches = selection.switches.majors.len(),
-        monitored_cpus = selection.cpus.majors.len(),
-        "DCGM inventory"
-    );
-}
-
-/// Ask DCGM which profiling metrics the first GPU supports (only when the counters have DCP rows).
-fn probe_profiling(conn: &Connection, gpu: u32, counters: &CounterSet) -> Profiling {
-    if !counters.rows.iter().any(|c| c.field.is_profiling()) {
-        return Profiling::Unknown;
-    }
-    match conn.profiling_fields(gpu) {
-        Ok(supported) => Profiling::Supported(supported),
-        Err(e) => {
-            let hint = match e.code {
-                ffi::DCGM_ST_MODULE_NOT_LOADED => {
-                    "the profiling module is not loaded: install datacenter-gpu-manager-4-proprietary (needed for DCP on Ampere and older), and avoid a second host engine on this node"
-                }
-                ffi::DCGM_ST_REQUIRES_ROOT | ffi::DCGM_ST_NO_PERMISSION => {
-                    "profiling needs root and CAP_SYS_ADMIN (containers: --cap-add SYS_ADMIN)"
-                }
-                ffi::DCGM_ST_PROFILING_NOT_SUPPORTED => "this GPU does not support profiling metrics",
-                _ => "profiling metrics are unavailable",
-            };
-            Profiling::Unavailable(format!("{e}: {hint}"))
-        }
-    }
-}
-
-/// Remove the DCP rows DCGM cannot serve, with one warning. Returns the removed rows. A set reloaded
-/// after start-up is filtered with start-up's answer (dcgm-exporter does not re-ask either).
-fn filter_profiling(profiling: &Profiling, counters: &mut CounterSet) -> Vec<Counter> {
-    let names = |rows: &[Counter]| {
-        rows.iter()
-            .map(|c| c.name.as_str())
-            .collect::<Vec<_>>()
-            .join(",")
-    };
-    match profiling {
-        Profiling::Unknown => Vec::new(),
-        Profiling::Supported(supported) => {
-            let dropped =
-                counters.retain(|c| !c.field.is_profiling() || supported.contains(&c.field.id));
-            if !dropped.is_empty() {
-                tracing::warn!(skipped = %names(&dropped), "profiling (DCP) metrics not supported by this GPU; rows skipped");
-            }
-            dropped
-        }
-        Profiling::Unavailable(why) => {
-            let dropped = counters.retain(|c| !c.field.is_profiling());
-            if !dropped.is_empty() {
-                tracing::warn!(skipped = %names(&dropped), "Not collecting DCP metrics: {why}");
-            }
-            dropped
-        }
-    }
+/// Whether two counter sets read the same rows.
+fn same_rows(a: &CounterSet, b: &CounterSet) -> bool {
+    a.rows.len() == b.rows.len()
+        && a.rows
+            .iter()
+            .zip(&b.rows)
+            .all(|(x, y)| x.field.id == y.field.id && x.name == y.name)
 }

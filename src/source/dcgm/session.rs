@@ -7,7 +7,8 @@
 //! groups of at most 127 ids, with the profiling (DCP) fields in separate field groups so that a
 //! profiling failure cannot take the basic fields down (the host engine unwatches a whole field group
 //! when one of its fields fails). Watch frequency = collect interval (a watch group's own interval for
-//! its fields), keep age 600 s and unlimited samples, as dcgm-exporter does.
+//! its fields); DCGM keeps three watch intervals of samples ([`keep`]), not dcgm-exporter's 600 s: the
+//! session reads only the latest value, so older samples are host-engine memory for nothing.
 //!
 //! Reading: `dcgmEntitiesGetLatestValues` over all entities that ask for the same fields, so a cycle is
 //! normally one call (more only past 2048 values per call, or when some entities stopped asking for a
@@ -27,9 +28,12 @@ use crate::snapshot::inventory::Inventory;
 use crate::snapshot::inventory::Selection;
 use crate::snapshot::{Absent, Attribution, Entity, EntityKind, EntityReading, FieldValue};
 
-/// dcgm-exporter's watch parameters: samples kept for 600 s, no sample-count limit.
-pub const MAX_KEEP_AGE: Duration = Duration::from_secs(600);
-pub const MAX_KEEP_SAMPLES: i32 = 0;
+/// History DCGM keeps of a field watched every `every` and read once per collection: three watch
+/// intervals (a late collection or a reconnection attempt still finds a sample), as age and as sample
+/// count. dcgm-exporter keeps 600 s of every field: 20 samples at a 30 s interval, 600 at 1 s.
+pub fn keep(every: Duration) -> (Duration, i32) {
+    super::distributions::keep(every, every)
+}
 /// Most field ids one field group may hold (the API rejects 128 and more).
 const FIELD_GROUP_MAX: usize = ffi::DCGM_MAX_FIELD_IDS_PER_FIELD_GROUP - 1;
 /// Most field ids one latest-values call accepts.
@@ -252,13 +256,8 @@ impl Watching {
                     .push(conn.create_field_group(&name, chunk)?);
                 let f = self.field_groups.len() - 1;
                 for g in first_group..self.groups.len() {
-                    match conn.watch(
-                        &self.groups[g],
-                        &self.field_groups[f],
-                        every,
-                        MAX_KEEP_AGE.max(every * 2),
-                        MAX_KEEP_SAMPLES,
-                    ) {
+                    let (age, samples) = keep(every);
+                    match conn.watch(&self.groups[g], &self.field_groups[f], every, age, samples) {
                         Ok(()) => self.watches.push((g, f)),
                         Err(e) if is_prof && !e.connection_lost() => {
                             self.unwatched.extend(chunk.iter().copied());

@@ -487,18 +487,6 @@ symbols!(
     ]
 );
 
-/// Call an optional function, or answer NVML_ERROR_FUNCTION_NOT_FOUND without it.
-macro_rules! optional_call {
-    ($self:ident . $f:ident ( $($arg:expr),* )) => {
-        match $self.$f {
-            // SAFETY: see the wrapper's comment: every pointer argument is a valid, writable Rust
-            // object (or slice) of the declared C type for the duration of the call.
-            Some(f) => unsafe { f($($arg),*) },
-            None => NVML_ERROR_FUNCTION_NOT_FOUND,
-        }
-    };
-}
-
 /// A `u32` out-parameter call: the value on success, the code otherwise.
 fn out_u32(rc: nvmlReturn_t, v: c_uint) -> Result<u32, nvmlReturn_t> {
     if rc == NVML_SUCCESS {
@@ -583,14 +571,23 @@ impl Symbols {
     }
 
     pub fn driver_version(&self) -> Result<String, nvmlReturn_t> {
-        // SAFETY (optional_call): the buffer holds `len` chars.
         self.string_call::<NVML_SYSTEM_DRIVER_VERSION_BUFFER_SIZE>(|p, n| {
-            optional_call!(self.nvmlSystemGetDriverVersion(p, n))
+            self.nvmlSystemGetDriverVersion
+                .map_or(NVML_ERROR_FUNCTION_NOT_FOUND, |f| {
+                    // SAFETY: `p` points to a writable buffer of `n` chars, which the library NUL-terminates within `n`.
+                    unsafe { f(p, n) }
+                })
         })
     }
 
     pub fn process_name(&self, pid: u32) -> Result<String, nvmlReturn_t> {
-        self.string_call::<256>(|p, n| optional_call!(self.nvmlSystemGetProcessName(pid, p, n)))
+        self.string_call::<256>(|p, n| {
+            self.nvmlSystemGetProcessName
+                .map_or(NVML_ERROR_FUNCTION_NOT_FOUND, |f| {
+                    // SAFETY: `pid` is plain data; `p` points to a writable buffer of `n` chars, NUL-terminated within `n`.
+                    unsafe { f(pid, p, n) }
+                })
+        })
     }
 
     pub fn device_count(&self) -> Result<u32, nvmlReturn_t> {
@@ -620,26 +617,43 @@ impl Symbols {
 
     pub fn name(&self, d: nvmlDevice_t) -> Result<String, nvmlReturn_t> {
         self.string_call::<NVML_DEVICE_NAME_V2_BUFFER_SIZE>(|p, n| {
-            optional_call!(self.nvmlDeviceGetName(d, p, n))
+            self.nvmlDeviceGetName
+                .map_or(NVML_ERROR_FUNCTION_NOT_FOUND, |f| {
+                    // SAFETY: `d` is a device handle this library gave; `p` points to a writable buffer of `n` chars.
+                    unsafe { f(d, p, n) }
+                })
         })
     }
 
     pub fn serial(&self, d: nvmlDevice_t) -> Result<String, nvmlReturn_t> {
         self.string_call::<NVML_DEVICE_SERIAL_BUFFER_SIZE>(|p, n| {
-            optional_call!(self.nvmlDeviceGetSerial(d, p, n))
+            self.nvmlDeviceGetSerial
+                .map_or(NVML_ERROR_FUNCTION_NOT_FOUND, |f| {
+                    // SAFETY: `d` is a device handle this library gave; `p` points to a writable buffer of `n` chars.
+                    unsafe { f(d, p, n) }
+                })
         })
     }
 
     pub fn vbios_version(&self, d: nvmlDevice_t) -> Result<String, nvmlReturn_t> {
         self.string_call::<NVML_DEVICE_VBIOS_VERSION_BUFFER_SIZE>(|p, n| {
-            optional_call!(self.nvmlDeviceGetVbiosVersion(d, p, n))
+            self.nvmlDeviceGetVbiosVersion
+                .map_or(NVML_ERROR_FUNCTION_NOT_FOUND, |f| {
+                    // SAFETY: `d` is a device handle this library gave; `p` points to a writable buffer of `n` chars.
+                    unsafe { f(d, p, n) }
+                })
         })
     }
 
     pub fn pci_info(&self, d: nvmlDevice_t) -> Result<nvmlPciInfo_t, nvmlReturn_t> {
         let mut pci = nvmlPciInfo_t::default();
         let p: *mut nvmlPciInfo_t = &mut pci;
-        let rc = optional_call!(self.nvmlDeviceGetPciInfo_v3(d, p));
+        let rc = self
+            .nvmlDeviceGetPciInfo_v3
+            .map_or(NVML_ERROR_FUNCTION_NOT_FOUND, |f| {
+                // SAFETY: `d` is a device handle this library gave; `p` points to a live, writable `nvmlPciInfo_t` (the _v3 layout).
+                unsafe { f(d, p) }
+            });
         if rc == NVML_SUCCESS {
             Ok(pci)
         } else {
@@ -651,14 +665,24 @@ impl Symbols {
     pub fn mig_mode(&self, d: nvmlDevice_t) -> Result<(u32, u32), nvmlReturn_t> {
         let (mut cur, mut pending): (c_uint, c_uint) = (0, 0);
         let (a, b): (*mut c_uint, *mut c_uint) = (&mut cur, &mut pending);
-        let rc = optional_call!(self.nvmlDeviceGetMigMode(d, a, b));
+        let rc = self
+            .nvmlDeviceGetMigMode
+            .map_or(NVML_ERROR_FUNCTION_NOT_FOUND, |f| {
+                // SAFETY: `d` is a device handle this library gave; `a` and `b` point to live, writable c_uints.
+                unsafe { f(d, a, b) }
+            });
         out_u32(rc, cur).map(|c| (c, pending))
     }
 
     pub fn max_mig_device_count(&self, d: nvmlDevice_t) -> Result<u32, nvmlReturn_t> {
         let mut n: c_uint = 0;
         let p: *mut c_uint = &mut n;
-        let rc = optional_call!(self.nvmlDeviceGetMaxMigDeviceCount(d, p));
+        let rc = self
+            .nvmlDeviceGetMaxMigDeviceCount
+            .map_or(NVML_ERROR_FUNCTION_NOT_FOUND, |f| {
+                // SAFETY: `d` is a device handle this library gave; `p` points to a live, writable c_uint.
+                unsafe { f(d, p) }
+            });
         out_u32(rc, n)
     }
 
@@ -669,7 +693,12 @@ impl Symbols {
     ) -> Result<nvmlDevice_t, nvmlReturn_t> {
         let mut m: nvmlDevice_t = 0;
         let p: *mut nvmlDevice_t = &mut m;
-        let rc = optional_call!(self.nvmlDeviceGetMigDeviceHandleByIndex(d, index, p));
+        let rc =
+            self.nvmlDeviceGetMigDeviceHandleByIndex
+                .map_or(NVML_ERROR_FUNCTION_NOT_FOUND, |f| {
+                    // SAFETY: `d` is a device handle this library gave; `index` is plain data; `p` points to a live, writable handle slot.
+                    unsafe { f(d, index, p) }
+                });
         if rc == NVML_SUCCESS {
             Ok(m)
         } else {
@@ -680,20 +709,38 @@ impl Symbols {
     pub fn gpu_instance_id(&self, d: nvmlDevice_t) -> Result<u32, nvmlReturn_t> {
         let mut v: c_uint = 0;
         let p: *mut c_uint = &mut v;
-        out_u32(optional_call!(self.nvmlDeviceGetGpuInstanceId(d, p)), v)
+        out_u32(
+            self.nvmlDeviceGetGpuInstanceId
+                .map_or(NVML_ERROR_FUNCTION_NOT_FOUND, |f| {
+                    // SAFETY: `d` is a device handle this library gave (a MIG device's); `p` points to a live, writable c_uint.
+                    unsafe { f(d, p) }
+                }),
+            v,
+        )
     }
 
     pub fn clock_info(&self, d: nvmlDevice_t, clock: u32) -> Result<u32, nvmlReturn_t> {
         let mut v: c_uint = 0;
         let p: *mut c_uint = &mut v;
-        out_u32(optional_call!(self.nvmlDeviceGetClockInfo(d, clock, p)), v)
+        out_u32(
+            self.nvmlDeviceGetClockInfo
+                .map_or(NVML_ERROR_FUNCTION_NOT_FOUND, |f| {
+                    // SAFETY: `d` is a device handle this library gave; `clock` is plain data; `p` points to a live, writable c_uint.
+                    unsafe { f(d, clock, p) }
+                }),
+            v,
+        )
     }
 
     pub fn max_clock_info(&self, d: nvmlDevice_t, clock: u32) -> Result<u32, nvmlReturn_t> {
         let mut v: c_uint = 0;
         let p: *mut c_uint = &mut v;
         out_u32(
-            optional_call!(self.nvmlDeviceGetMaxClockInfo(d, clock, p)),
+            self.nvmlDeviceGetMaxClockInfo
+                .map_or(NVML_ERROR_FUNCTION_NOT_FOUND, |f| {
+                    // SAFETY: `d` is a device handle this library gave; `clock` is plain data; `p` points to a live, writable c_uint.
+                    unsafe { f(d, clock, p) }
+                }),
             v,
         )
     }
@@ -702,7 +749,11 @@ impl Symbols {
         let mut v: c_uint = 0;
         let p: *mut c_uint = &mut v;
         out_u32(
-            optional_call!(self.nvmlDeviceGetTemperature(d, sensor, p)),
+            self.nvmlDeviceGetTemperature
+                .map_or(NVML_ERROR_FUNCTION_NOT_FOUND, |f| {
+                    // SAFETY: `d` is a device handle this library gave; `sensor` is plain data; `p` points to a live, writable c_uint.
+                    unsafe { f(d, sensor, p) }
+                }),
             v,
         )
     }
@@ -711,7 +762,14 @@ impl Symbols {
     pub fn power_usage(&self, d: nvmlDevice_t) -> Result<u32, nvmlReturn_t> {
         let mut v: c_uint = 0;
         let p: *mut c_uint = &mut v;
-        out_u32(optional_call!(self.nvmlDeviceGetPowerUsage(d, p)), v)
+        out_u32(
+            self.nvmlDeviceGetPowerUsage
+                .map_or(NVML_ERROR_FUNCTION_NOT_FOUND, |f| {
+                    // SAFETY: `d` is a device handle this library gave; `p` points to a live, writable c_uint.
+                    unsafe { f(d, p) }
+                }),
+            v,
+        )
     }
 
     /// Milliwatts.
@@ -719,7 +777,11 @@ impl Symbols {
         let mut v: c_uint = 0;
         let p: *mut c_uint = &mut v;
         out_u32(
-            optional_call!(self.nvmlDeviceGetPowerManagementLimit(d, p)),
+            self.nvmlDeviceGetPowerManagementLimit
+                .map_or(NVML_ERROR_FUNCTION_NOT_FOUND, |f| {
+                    // SAFETY: `d` is a device handle this library gave; `p` points to a live, writable c_uint.
+                    unsafe { f(d, p) }
+                }),
             v,
         )
     }
@@ -728,7 +790,12 @@ impl Symbols {
     pub fn total_energy(&self, d: nvmlDevice_t) -> Result<u64, nvmlReturn_t> {
         let mut v: c_ulonglong = 0;
         let p: *mut c_ulonglong = &mut v;
-        let rc = optional_call!(self.nvmlDeviceGetTotalEnergyConsumption(d, p));
+        let rc =
+            self.nvmlDeviceGetTotalEnergyConsumption
+                .map_or(NVML_ERROR_FUNCTION_NOT_FOUND, |f| {
+                    // SAFETY: `d` is a device handle this library gave; `p` points to a live, writable c_ulonglong.
+                    unsafe { f(d, p) }
+                });
         if rc == NVML_SUCCESS {
             Ok(v)
         } else {
@@ -739,13 +806,27 @@ impl Symbols {
     pub fn performance_state(&self, d: nvmlDevice_t) -> Result<u32, nvmlReturn_t> {
         let mut v: c_uint = 0;
         let p: *mut c_uint = &mut v;
-        out_u32(optional_call!(self.nvmlDeviceGetPerformanceState(d, p)), v)
+        out_u32(
+            self.nvmlDeviceGetPerformanceState
+                .map_or(NVML_ERROR_FUNCTION_NOT_FOUND, |f| {
+                    // SAFETY: `d` is a device handle this library gave; `p` points to a live, writable c_uint (the enum's width).
+                    unsafe { f(d, p) }
+                }),
+            v,
+        )
     }
 
     pub fn fan_speed(&self, d: nvmlDevice_t) -> Result<u32, nvmlReturn_t> {
         let mut v: c_uint = 0;
         let p: *mut c_uint = &mut v;
-        out_u32(optional_call!(self.nvmlDeviceGetFanSpeed(d, p)), v)
+        out_u32(
+            self.nvmlDeviceGetFanSpeed
+                .map_or(NVML_ERROR_FUNCTION_NOT_FOUND, |f| {
+                    // SAFETY: `d` is a device handle this library gave; `p` points to a live, writable c_uint.
+                    unsafe { f(d, p) }
+                }),
+            v,
+        )
     }
 
     /// KB/s over the driver's 20 ms window.
@@ -753,7 +834,11 @@ impl Symbols {
         let mut v: c_uint = 0;
         let p: *mut c_uint = &mut v;
         out_u32(
-            optional_call!(self.nvmlDeviceGetPcieThroughput(d, counter, p)),
+            self.nvmlDeviceGetPcieThroughput
+                .map_or(NVML_ERROR_FUNCTION_NOT_FOUND, |f| {
+                    // SAFETY: `d` is a device handle this library gave; `counter` is plain data; `p` points to a live, writable c_uint.
+                    unsafe { f(d, counter, p) }
+                }),
             v,
         )
     }
@@ -761,7 +846,12 @@ impl Symbols {
     pub fn utilization_rates(&self, d: nvmlDevice_t) -> Result<nvmlUtilization_t, nvmlReturn_t> {
         let mut u = nvmlUtilization_t::default();
         let p: *mut nvmlUtilization_t = &mut u;
-        let rc = optional_call!(self.nvmlDeviceGetUtilizationRates(d, p));
+        let rc = self
+            .nvmlDeviceGetUtilizationRates
+            .map_or(NVML_ERROR_FUNCTION_NOT_FOUND, |f| {
+                // SAFETY: `d` is a device handle this library gave; `p` points to a live, writable `nvmlUtilization_t`.
+                unsafe { f(d, p) }
+            });
         if rc == NVML_SUCCESS {
             Ok(u)
         } else {
@@ -773,7 +863,11 @@ impl Symbols {
         let (mut v, mut period): (c_uint, c_uint) = (0, 0);
         let (a, b): (*mut c_uint, *mut c_uint) = (&mut v, &mut period);
         out_u32(
-            optional_call!(self.nvmlDeviceGetEncoderUtilization(d, a, b)),
+            self.nvmlDeviceGetEncoderUtilization
+                .map_or(NVML_ERROR_FUNCTION_NOT_FOUND, |f| {
+                    // SAFETY: `d` is a device handle this library gave; `a` and `b` point to live, writable c_uints.
+                    unsafe { f(d, a, b) }
+                }),
             v,
         )
     }
@@ -782,7 +876,11 @@ impl Symbols {
         let (mut v, mut period): (c_uint, c_uint) = (0, 0);
         let (a, b): (*mut c_uint, *mut c_uint) = (&mut v, &mut period);
         out_u32(
-            optional_call!(self.nvmlDeviceGetDecoderUtilization(d, a, b)),
+            self.nvmlDeviceGetDecoderUtilization
+                .map_or(NVML_ERROR_FUNCTION_NOT_FOUND, |f| {
+                    // SAFETY: `d` is a device handle this library gave; `a` and `b` point to live, writable c_uints.
+                    unsafe { f(d, a, b) }
+                }),
             v,
         )
     }
@@ -793,7 +891,12 @@ impl Symbols {
             ..Default::default()
         };
         let p: *mut nvmlMemory_v2_t = &mut m;
-        let rc = optional_call!(self.nvmlDeviceGetMemoryInfo_v2(d, p));
+        let rc = self
+            .nvmlDeviceGetMemoryInfo_v2
+            .map_or(NVML_ERROR_FUNCTION_NOT_FOUND, |f| {
+                // SAFETY: `d` is a device handle this library gave; `p` points to a live, writable `nvmlMemory_v2_t` whose `version` says its layout.
+                unsafe { f(d, p) }
+            });
         if rc == NVML_SUCCESS {
             Ok(m)
         } else {
@@ -805,7 +908,13 @@ impl Symbols {
     pub fn clocks_throttle_reasons(&self, d: nvmlDevice_t) -> Result<u64, nvmlReturn_t> {
         let mut v: c_ulonglong = 0;
         let p: *mut c_ulonglong = &mut v;
-        let rc = optional_call!(self.nvmlDeviceGetCurrentClocksThrottleReasons(d, p));
+        let rc = self.nvmlDeviceGetCurrentClocksThrottleReasons.map_or(
+            NVML_ERROR_FUNCTION_NOT_FOUND,
+            |f| {
+                // SAFETY: `d` is a device handle this library gave; `p` points to a live, writable c_ulonglong.
+                unsafe { f(d, p) }
+            },
+        );
         if rc == NVML_SUCCESS {
             Ok(v)
         } else {
@@ -824,8 +933,12 @@ impl Symbols {
             return Err(NVML_ERROR_INVALID_ARGUMENT);
         };
         let p = values.as_mut_ptr();
-        // (optional_call) the library reads and writes exactly `n` entries of `values`.
-        let rc = optional_call!(self.nvmlDeviceGetFieldValues(d, n, p));
+        let rc = self
+            .nvmlDeviceGetFieldValues
+            .map_or(NVML_ERROR_FUNCTION_NOT_FOUND, |f| {
+                // SAFETY: `d` is a device handle this library gave; `p` points to `n` live, writable `nvmlFieldValue_t` entries (the library reads and writes exactly `n`).
+                unsafe { f(d, n, p) }
+            });
         if rc == NVML_SUCCESS {
             Ok(())
         } else {
@@ -837,8 +950,15 @@ impl Symbols {
     pub fn nvlink_active(&self, d: nvmlDevice_t, link: u32) -> Result<bool, nvmlReturn_t> {
         let mut v: c_uint = 0;
         let p: *mut c_uint = &mut v;
-        out_u32(optional_call!(self.nvmlDeviceGetNvLinkState(d, link, p)), v)
-            .map(|s| s == NVML_FEATURE_ENABLED)
+        out_u32(
+            self.nvmlDeviceGetNvLinkState
+                .map_or(NVML_ERROR_FUNCTION_NOT_FOUND, |f| {
+                    // SAFETY: `d` is a device handle this library gave; `link` is plain data; `p` points to a live, writable c_uint.
+                    unsafe { f(d, link, p) }
+                }),
+            v,
+        )
+        .map(|s| s == NVML_FEATURE_ENABLED)
     }
 
     /// A process list call with NVML's size protocol: ask with the current buffer; on
@@ -883,10 +1003,15 @@ impl Symbols {
         d: nvmlDevice_t,
         buf: &mut Vec<nvmlProcessInfo_t>,
     ) -> Result<(), nvmlReturn_t> {
-        // (optional_call) `count` holds the capacity of `infos` (a buffer of that many entries).
         self.process_list(
             |count, infos| {
-                optional_call!(self.nvmlDeviceGetComputeRunningProcesses_v3(d, count, infos))
+                self.nvmlDeviceGetComputeRunningProcesses_v3.map_or(
+                    NVML_ERROR_FUNCTION_NOT_FOUND,
+                    |f| {
+                        // SAFETY: `d` is a device handle this library gave; `count` points to a c_uint holding the capacity of `infos`, a writable buffer of that many `nvmlProcessInfo_t`.
+                        unsafe { f(d, count, infos) }
+                    },
+                )
             },
             buf,
         )
@@ -900,7 +1025,13 @@ impl Symbols {
     ) -> Result<(), nvmlReturn_t> {
         self.process_list(
             |count, infos| {
-                optional_call!(self.nvmlDeviceGetGraphicsRunningProcesses_v3(d, count, infos))
+                self.nvmlDeviceGetGraphicsRunningProcesses_v3.map_or(
+                    NVML_ERROR_FUNCTION_NOT_FOUND,
+                    |f| {
+                        // SAFETY: `d` is a device handle this library gave; `count` points to a c_uint holding the capacity of `infos`, a writable buffer of that many `nvmlProcessInfo_t`.
+                        unsafe { f(d, count, infos) }
+                    },
+                )
             },
             buf,
         )
@@ -914,7 +1045,13 @@ impl Symbols {
     ) -> Result<(), nvmlReturn_t> {
         self.process_list(
             |count, infos| {
-                optional_call!(self.nvmlDeviceGetMPSComputeRunningProcesses_v3(d, count, infos))
+                self.nvmlDeviceGetMPSComputeRunningProcesses_v3.map_or(
+                    NVML_ERROR_FUNCTION_NOT_FOUND,
+                    |f| {
+                        // SAFETY: `d` is a device handle this library gave; `count` points to a c_uint holding the capacity of `infos`, a writable buffer of that many `nvmlProcessInfo_t`.
+                        unsafe { f(d, count, infos) }
+                    },
+                )
             },
             buf,
         )
@@ -933,7 +1070,12 @@ impl Symbols {
         let mut count: c_uint = 0;
         let null: *mut nvmlProcessUtilizationSample_t = std::ptr::null_mut();
         let cp: *mut c_uint = &mut count;
-        let rc = optional_call!(self.nvmlDeviceGetProcessUtilization(d, null, cp, since_us));
+        let rc = self
+            .nvmlDeviceGetProcessUtilization
+            .map_or(NVML_ERROR_FUNCTION_NOT_FOUND, |f| {
+                // SAFETY: `d` is a device handle this library gave; a NULL buffer asks for the count only, written to `cp`, a live, writable c_uint.
+                unsafe { f(d, null, cp, since_us) }
+            });
         match rc {
             NVML_SUCCESS | NVML_ERROR_INSUFFICIENT_SIZE => {}
             NVML_ERROR_NOT_FOUND => return Ok(()),
@@ -947,8 +1089,12 @@ impl Symbols {
         let mut count = cap as c_uint;
         let cp: *mut c_uint = &mut count;
         let p = buf.as_mut_ptr();
-        // (optional_call) `count` is the capacity of `buf`; the library writes at most that many.
-        let rc = optional_call!(self.nvmlDeviceGetProcessUtilization(d, p, cp, since_us));
+        let rc = self
+            .nvmlDeviceGetProcessUtilization
+            .map_or(NVML_ERROR_FUNCTION_NOT_FOUND, |f| {
+                // SAFETY: `d` is a device handle this library gave; `cp` points to a c_uint holding the capacity of `buf` (`p`), a writable buffer of that many samples.
+                unsafe { f(d, p, cp, since_us) }
+            });
         match rc {
             NVML_SUCCESS => {
                 buf.truncate((count as usize).min(cap));
@@ -968,7 +1114,12 @@ impl Symbols {
     pub fn event_set_create(&self) -> Result<nvmlEventSet_t, nvmlReturn_t> {
         let mut s: nvmlEventSet_t = 0;
         let p: *mut nvmlEventSet_t = &mut s;
-        let rc = optional_call!(self.nvmlEventSetCreate(p));
+        let rc = self
+            .nvmlEventSetCreate
+            .map_or(NVML_ERROR_FUNCTION_NOT_FOUND, |f| {
+                // SAFETY: `p` points to a live, writable event-set slot.
+                unsafe { f(p) }
+            });
         if rc == NVML_SUCCESS {
             Ok(s)
         } else {
@@ -982,7 +1133,12 @@ impl Symbols {
         types: u64,
         set: nvmlEventSet_t,
     ) -> Result<(), nvmlReturn_t> {
-        let rc = optional_call!(self.nvmlDeviceRegisterEvents(d, types, set));
+        let rc = self
+            .nvmlDeviceRegisterEvents
+            .map_or(NVML_ERROR_FUNCTION_NOT_FOUND, |f| {
+                // SAFETY: `d` is a device handle this library gave; `types` is plain data; `set` is an event set this library created and not yet freed.
+                unsafe { f(d, types, set) }
+            });
         if rc == NVML_SUCCESS {
             Ok(())
         } else {
@@ -999,7 +1155,12 @@ impl Symbols {
     ) -> Result<nvmlEventData_t, nvmlReturn_t> {
         let mut data = nvmlEventData_t::default();
         let p: *mut nvmlEventData_t = &mut data;
-        let rc = optional_call!(self.nvmlEventSetWait_v2(set, p, timeout_ms));
+        let rc = self
+            .nvmlEventSetWait_v2
+            .map_or(NVML_ERROR_FUNCTION_NOT_FOUND, |f| {
+                // SAFETY: `set` is an event set this library created and not yet freed; `p` points to a live, writable `nvmlEventData_t`; `timeout_ms` is plain data.
+                unsafe { f(set, p, timeout_ms) }
+            });
         if rc == NVML_SUCCESS {
             Ok(data)
         } else {
@@ -1008,7 +1169,11 @@ impl Symbols {
     }
 
     pub fn event_set_free(&self, set: nvmlEventSet_t) -> nvmlReturn_t {
-        optional_call!(self.nvmlEventSetFree(set))
+        self.nvmlEventSetFree
+            .map_or(NVML_ERROR_FUNCTION_NOT_FOUND, |f| {
+                // SAFETY: `set` is an event set this library created; it is not used after this call.
+                unsafe { f(set) }
+            })
     }
 }
 

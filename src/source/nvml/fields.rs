@@ -4,7 +4,9 @@
 //! Each DCGM field id maps to one NVML read ([`Read`]). A field not in the table is one NVML cannot
 //! give (profiling `DCGM_FI_PROF_*`, vGPU licensing, DCGM-computed fields): it is reported absent with
 //! reason `unsupported` and listed once at start. Units follow DCGM's: clocks MHz, temperatures °C,
-//! power W (NVML gives mW), energy mJ, framebuffer MiB (NVML gives bytes), PCIe throughput KB/s.
+//! power W (NVML gives mW), energy mJ, framebuffer MiB (NVML gives bytes), PCIe throughput KB/s, NvLink
+//! throughput MB/s — a rate, as DCGM reports it, from NVML's cumulative per-link data counters (KiB):
+//! their growth over the collect interval ([`Read::LinkRate`]), absent at the first reading.
 //! docs/sources.md ("Hosts without DCGM (NVML)") has the same table for users.
 
 use super::ffi;
@@ -61,8 +63,13 @@ pub enum Read {
     LinkState,
     /// `nvmlDeviceGetFieldValues(id, scopeId = link)`.
     LinkField(u32),
-    /// The sum of two per-link field values.
-    LinkFieldSum(u32, u32),
+    /// NvLink data throughput in MB/s: the growth of NVML's cumulative data counters
+    /// (`NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX` / `_RX`, KiB, per link) over the collect interval,
+    /// transmitted (`tx`), received (`rx`) or both; on an NvLink its own link, on a GPU all its links.
+    LinkRate {
+        tx: bool,
+        rx: bool,
+    },
 }
 
 /// The mapping: DCGM field id, its name (checked against the catalog by a test), the NVML read.
@@ -219,7 +226,7 @@ pub const TABLE: &[(u16, &str, Read)] = &[
     (
         449,
         "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL",
-        Read::Field(ffi::NVML_FI_DEV_NVLINK_BANDWIDTH_C0_TOTAL),
+        Read::LinkRate { tx: true, rx: true },
     ),
     (1508, "DCGM_FI_DEV_NVLINK_GET_STATE", Read::LinkState),
     (
@@ -240,20 +247,23 @@ pub const TABLE: &[(u16, &str, Read)] = &[
     (
         1529,
         "DCGM_FI_DEV_NVLINK_THROUGHPUT_PER_LINK",
-        Read::LinkFieldSum(
-            ffi::NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX,
-            ffi::NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX,
-        ),
+        Read::LinkRate { tx: true, rx: true },
     ),
     (
         1530,
         "DCGM_FI_DEV_NVLINK_TX_THROUGHPUT_PER_LINK",
-        Read::LinkField(ffi::NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX),
+        Read::LinkRate {
+            tx: true,
+            rx: false,
+        },
     ),
     (
         1531,
         "DCGM_FI_DEV_NVLINK_RX_THROUGHPUT_PER_LINK",
-        Read::LinkField(ffi::NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX),
+        Read::LinkRate {
+            tx: false,
+            rx: true,
+        },
     ),
 ];
 

@@ -18,13 +18,15 @@
 //! A GPU that falls off the bus (`NVML_ERROR_GPU_IS_LOST`) has its series withdrawn at once (never a
 //! stale value), logged once; the GPUs are rediscovered on the next collection, and whenever NVML's
 //! device count changes. Modules: `ffi` (C ABI, the module's only `unsafe`), [`client`] (init,
-//! errors), [`discover`], [`fields`] (the DCGM → NVML table), [`processes`] (per-process readings).
+//! errors), [`discover`], [`fields`] (the DCGM → NVML table), [`processes`] (per-process readings),
+//! [`rates`] (NvLink throughput in MB/s from NVML's cumulative counters, as DCGM gives it).
 
 pub mod client;
 pub mod discover;
 pub mod ffi;
 pub mod fields;
 pub mod processes;
+pub mod rates;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::PathBuf;
@@ -127,6 +129,8 @@ pub struct NvmlSource {
     calls: usize,
     /// When the GPUs were last discovered.
     discovered_at: Instant,
+    /// NvLink data counters' last readings, for their rates.
+    rates: rates::Rates,
 }
 
 impl NvmlSource {
@@ -156,7 +160,7 @@ impl NvmlSource {
     ) -> Result<NvmlSource, StartError> {
         drop_dcgm_only_families(counters, "");
         let rows = plan_rows(counters);
-        let want_links = rows.iter().any(|r| r.on_links);
+        let want_links = wants_links(&rows);
         let found = discover::discover(&nvml, want_links)?;
         let selected = devices.select(&found.inventory.slots())?;
         let unsupported: Vec<&str> = counters
@@ -217,6 +221,7 @@ impl NvmlSource {
             field_buf: Vec::new(),
             calls: 0,
             discovered_at: Instant::now(),
+            rates: rates::Rates::default(),
         };
         source.adopt(found, &selected);
         Ok(source)
@@ -385,6 +390,8 @@ impl NvmlSource {
             );
         }
         self.discovered_at = Instant::now();
+        // A GPU that came back may be another one under the same index: its counters start afresh.
+        self.rates.clear();
         self.adopt(found, &selected);
         Ok(())
     }
@@ -522,7 +529,6 @@ fn gpu_only(nvml_field: u32) -> bool {
             | ffi::NVML_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL
             | ffi::NVML_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL
             | ffi::NVML_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL
-            | ffi::NVML_FI_DEV_NVLINK_BANDWIDTH_C0_TOTAL
     )
 }
 
@@ -564,13 +570,40 @@ fn link_scope(e: &Entity) -> u32 {
     e.link.unwrap_or(1).saturating_sub(1)
 }
 
-/// The sum of two per-link values; absent when either is.
+/// The sum of per-link values; absent when any is.
 fn sum(a: FieldValue, b: FieldValue) -> FieldValue {
     match (a, b) {
         (FieldValue::Int(x), FieldValue::Int(y)) => FieldValue::Int(x.saturating_add(y)),
         (FieldValue::Absent(a), _) | (_, FieldValue::Absent(a)) => FieldValue::Absent(a),
         _ => FieldValue::Absent(Absent::Error),
     }
+}
+
+/// NVML's cumulative NvLink data counters (KiB), transmitted and received.
+const DATA_COUNTERS: [u32; 2] = [
+    ffi::NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX,
+    ffi::NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX,
+];
+
+/// The data counters of `links` summed (KiB): transmitted (`tx`), received (`rx`) or both; not
+/// supported without links.
+fn data_kib(
+    batch: &HashMap<(u32, u32), Result<NvmlNumber, nvmlReturn_t>>,
+    links: &[u32],
+    tx: bool,
+    rx: bool,
+) -> FieldValue {
+    let ids = DATA_COUNTERS
+        .iter()
+        .zip([tx, rx])
+        .filter(|(_, on)| *on)
+        .map(|(id, _)| *id);
+    links
+        .iter()
+        .flat_map(|&l| ids.clone().map(move |id| (id, l)))
+        .map(|key| number(batch.get(&key)))
+        .reduce(sum)
+        .unwrap_or(FieldValue::Absent(Absent::NotSupported))
 }
 
 fn number(n: Option<&Result<NvmlNumber, nvmlReturn_t>>) -> FieldValue {
@@ -603,10 +636,17 @@ impl NvmlSource {
                         let link = link_scope(e);
                         wanted.insert((id, link), ());
                     }
-                    (EntityKind::NvLink, Some(Read::LinkFieldSum(a, b))) if r.on_links => {
-                        let link = link_scope(e);
-                        wanted.insert((a, link), ());
-                        wanted.insert((b, link), ());
+                    (EntityKind::NvLink, Some(Read::LinkRate { .. })) if r.on_links => {
+                        for id in DATA_COUNTERS {
+                            wanted.insert((id, link_scope(e)), ());
+                        }
+                    }
+                    (EntityKind::Gpu, Some(Read::LinkRate { .. })) if r.on_gpus => {
+                        for &link in &g.links {
+                            for id in DATA_COUNTERS {
+                                wanted.insert((id, link), ());
+                            }
+                        }
                     }
                     _ => {}
                 }
@@ -677,7 +717,7 @@ impl NvmlSource {
         };
         let cacheable = !matches!(
             read,
-            Read::Xid | Read::Field(_) | Read::LinkField(_) | Read::LinkFieldSum(..) | Read::Name
+            Read::Xid | Read::Field(_) | Read::LinkField(_) | Read::LinkRate { .. } | Read::Name
         );
         if cacheable {
             if let Some(v) = dev.done.get(&read) {
@@ -743,10 +783,17 @@ impl NvmlSource {
             Read::Field(id) => number(batch.get(&(id, 0))),
             Read::LinkState => FieldValue::Int(1),
             Read::LinkField(id) => number(batch.get(&(id, link_scope(e)))),
-            Read::LinkFieldSum(a, b) => sum(
-                number(batch.get(&(a, link_scope(e)))),
-                number(batch.get(&(b, link_scope(e)))),
-            ),
+            // The cumulative data counters (KiB) the rate is made of, in `read_gpu`.
+            Read::LinkRate { .. } if e.kind == EntityKind::GpuInstance => {
+                FieldValue::Absent(Absent::NotSupported)
+            }
+            Read::LinkRate { tx, rx } => {
+                let links: &[u32] = match e.kind {
+                    EntityKind::NvLink => &[link_scope(e)],
+                    _ => &g.links,
+                };
+                data_kib(batch, links, tx, rx)
+            }
         }
     }
 
@@ -798,6 +845,7 @@ impl NvmlSource {
         let batch = self.field_batch(g, mine, &mut gpu_reads);
         let mut readings = Vec::with_capacity(mine.len());
         let mut lost = gpu_reads.lost;
+        let now = Instant::now();
         for e in mine {
             let mut mig_reads = e.mig.as_ref().and_then(|m| {
                 g.instances
@@ -828,6 +876,15 @@ impl NvmlSource {
                     v
                 })
                 .collect();
+            let mut values = values;
+            for (plan, v) in self.rows.iter().zip(values.iter_mut()) {
+                if matches!(plan.read, Some(Read::LinkRate { .. })) {
+                    let counter = std::mem::replace(v, FieldValue::Absent(Absent::Blank));
+                    *v = self
+                        .rates
+                        .rate((plan.field, e.kind, e.entity_id), counter, now);
+                }
+            }
             if let Some(m) = &mig_reads {
                 self.calls += m.calls;
                 lost |= m.lost;
@@ -896,6 +953,13 @@ fn drop_dcgm_only_families(counters: &mut CounterSet, what: &str) {
     );
 }
 
+/// Whether discovery must find the GPUs' NvLinks: for link rows, or for a GPU row summed over them
+/// (NvLink bandwidth).
+fn wants_links(rows: &[RowPlan]) -> bool {
+    rows.iter()
+        .any(|r| r.on_links || (r.on_gpus && matches!(r.read, Some(Read::LinkRate { .. }))))
+}
+
 fn plan_rows(counters: &CounterSet) -> Vec<RowPlan> {
     counters
         .rows
@@ -927,7 +991,7 @@ impl Source for NvmlSource {
             drop_dcgm_only_families(Arc::make_mut(&mut counters), "reloaded ");
         }
         let rows = plan_rows(&counters);
-        let want_links = rows.iter().any(|r| r.on_links);
+        let want_links = wants_links(&rows);
         let unsupported: Vec<&str> = counters
             .rows
             .iter()

@@ -2,10 +2,18 @@
 //! which utilization drives
 //! power, temperature and clocks, energy is a monotonic counter and framebuffer used + free = total.
 //!
-//! Everything is deterministic: identities come from a seed, and values from the seed and the simulated
-//! time, which advances by exactly the collect interval per poll. Two runs with the same scenario, seed
-//! and number of polls produce the same numbers — what the golden-file tests rely on. The fake libdcgm
-//! serves this same model through the DCGM C ABI.
+//! Everything is deterministic: identities (UUIDs, serials) come from the seed and the node's name, so
+//! two simulated nodes of one scenario never share a GPU UUID, and values from the seed and the
+//! simulated time, which advances by exactly the collect interval per poll. Two runs with the same
+//! scenario, seed, node name and number of polls produce the same numbers — what the golden-file tests
+//! rely on (`NODE_NAME=golden-host`). The fake libdcgm serves this same model through the DCGM C ABI.
+//!
+//! Every value is modelled (from the load, or from the GPU model's specifications: power limits,
+//! temperature thresholds, maximum clocks) or absent: a field the model has no story for reads blank,
+//! never a made-up 0. A 0 is written only where it is the modelled truth (no XID yet, no ECC error on a
+//! healthy GPU, no video engine work, an idle GPU's NvLink rate). NvLink bandwidth fields are rates, as
+//! DCGM reports them (MB/s, and bytes/s for the profiling ones); the cumulative per-link data counters
+//! NVML has are kept for the fake libnvidia-ml ([`Fleet::link_data_kib`]).
 
 use std::collections::HashSet;
 use std::f64::consts::TAU;
@@ -13,10 +21,10 @@ use std::sync::Arc;
 
 use super::cpus::SimCpu;
 use super::events::SimEvents;
-use super::models::{mig_profile, model, GpuModel};
+use super::models::{mig_profile, mig_slices, model, GpuModel};
 use super::scenario::{GpuGroup, Load, Scenario};
 use super::switches::{is_switch_port_field, port_entity_id, SimSwitch, PORT_ID_STRIDE};
-use crate::fields::{catalog, EntityLevel, FieldId, ValueType};
+use crate::fields::{catalog, EntityLevel, FieldId};
 use crate::snapshot::inventory::{CpuInfo, GpuInfo, Inventory, SwitchInfo};
 use crate::snapshot::{Absent, CpuIdentity, EntityKind, FieldValue, GpuIdentity, MigIdentity};
 use crate::source::incidents::HealthIncident;
@@ -52,9 +60,13 @@ pub struct SimGpu {
     temp_c: f64,
     power_w: f64,
     energy_mj: f64,
+    /// The instantaneous power reading (W): the averaged power with its own ripple.
+    power_instant_w: f64,
     pcie_replays: i64,
-    nvlink_bytes: f64,
-    link_bytes: Vec<f64>,
+    /// NvLink data rate over all links, bytes per second, half transmitted and half received.
+    nvlink_bytes_per_s: f64,
+    /// Per link: data transmitted and received since the driver loaded, in KiB (NVML's counters).
+    link_data_kib: Vec<(f64, f64)>,
     /// PCIe bytes sent and received (the integral of the simulated PCIe rates).
     pcie_tx_bytes: f64,
     pcie_rx_bytes: f64,
@@ -109,6 +121,16 @@ pub struct SimXid {
     pub code: u32,
 }
 
+/// The seed of a fleet's identities: the value seed and the node's name (FNV-1a), so that two nodes
+/// simulating the same scenario have different GPU UUIDs.
+fn identity_seed(seed: u64, node: &str) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in node.bytes() {
+        h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+    }
+    mix(seed ^ h)
+}
+
 /// splitmix64: a tiny, good-enough deterministic mixer.
 pub(super) fn mix(mut x: u64) -> u64 {
     x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
@@ -142,8 +164,9 @@ fn uuid(prefix: &str, seed: u64, salt: u64) -> String {
 const DGX_BUS_IDS: &[&str] = &["18", "2A", "3A", "5D", "9A", "AB", "BA", "DB"];
 
 impl SimGpu {
-    /// GPU `index` of a group: its identity and MIG instances from the seed, at rest.
-    fn new(model: &'static GpuModel, group: &GpuGroup, index: u32, seed: u64) -> SimGpu {
+    /// GPU `index` of a group: its identity and MIG instances from `ids` (the identity seed), its
+    /// state from `seed`, at rest.
+    fn new(model: &'static GpuModel, group: &GpuGroup, index: u32, seed: u64, ids: u64) -> SimGpu {
         let salt = u64::from(index);
         let bus = DGX_BUS_IDS
             .get(index as usize)
@@ -151,13 +174,13 @@ impl SimGpu {
             .unwrap_or_else(|| format!("{:02X}", 0x18 + index * 0x10));
         let identity = Arc::new(GpuIdentity {
             index,
-            uuid: uuid("GPU", seed, salt),
+            uuid: uuid("GPU", ids, salt),
             pci_bus_id: format!("00000000:{bus}:00.0"),
             model: model.name.to_string(),
-            serial: gpu_serial(seed, salt),
+            serial: gpu_serial(ids, salt),
             vbios: model.vbios.to_string(),
         });
-        let mig = sim_instances(model, &group.mig, index, seed);
+        let mig = sim_instances(model, &group.mig, index, seed, ids);
         let nvlinks = group.nvlinks.unwrap_or(model.nvlinks);
         SimGpu {
             instances: mig.iter().map(|m| m.identity.clone()).collect(),
@@ -168,17 +191,24 @@ impl SimGpu {
             xid: group.xid,
             phase: unit(seed ^ (100 + salt)) * TAU,
             period_s: 600.0 + 1200.0 * unit(seed ^ (200 + salt)),
-            serial: gpu_serial(seed, salt),
+            serial: gpu_serial(ids, salt),
             mig,
             util: 0.0,
             temp_c: 30.0,
             power_w: model.idle_w,
+            power_instant_w: model.idle_w,
             energy_mj: 1.0e9 + 1.0e8 * unit(seed ^ (400 + salt)),
             pcie_replays: 0,
-            nvlink_bytes: 0.0,
-            link_bytes: vec![0.0; nvlinks as usize],
-            pcie_tx_bytes: 0.0,
-            pcie_rx_bytes: 0.0,
+            nvlink_bytes_per_s: 0.0,
+            link_data_kib: (0..nvlinks)
+                .map(|l| {
+                    let kib = 1.0e9 * unit(seed ^ (500 + salt) ^ (u64::from(l) << 12));
+                    (kib, kib)
+                })
+                .collect(),
+            // Traffic since the driver loaded, before the simulation starts.
+            pcie_tx_bytes: 1.0e12 * unit(seed ^ (600 + salt)),
+            pcie_rx_bytes: 3.0e12 * unit(seed ^ (700 + salt)),
         }
     }
 }
@@ -190,6 +220,7 @@ fn sim_instances(
     profiles: &[String],
     index: u32,
     seed: u64,
+    ids: u64,
 ) -> Vec<SimInstance> {
     let mut mig = Vec::new();
     let mut used_gi = HashSet::new();
@@ -210,7 +241,7 @@ fn sim_instances(
                 entity_id,
                 gi_id,
                 profile: p.name.to_string(),
-                uuid: uuid("MIG", seed, 1000 + u64::from(entity_id)),
+                uuid: uuid("MIG", ids, 1000 + u64::from(entity_id)),
             }),
             mem_mib: p.mem_mib,
             slices: p.slices,
@@ -228,14 +259,20 @@ fn sim_switches(scenario: &Scenario, seed: u64) -> Vec<SimSwitch> {
         for _ in 0..group.count {
             let id = switches.len() as u32;
             let phase = unit(seed ^ (8000 + u64::from(id))) * TAU;
-            switches.push(SimSwitch::new(id, group.links.min(PORT_ID_STRIDE), phase));
+            let start_kib = 1.0e9 * unit(seed ^ (8100 + u64::from(id)));
+            switches.push(SimSwitch::new(
+                id,
+                group.links.min(PORT_ID_STRIDE),
+                phase,
+                start_kib,
+            ));
         }
     }
     switches
 }
 
-/// The scenario's CPUs, numbered from 0, their cores numbered across them.
-fn sim_cpus(scenario: &Scenario, seed: u64) -> Vec<SimCpu> {
+/// The scenario's CPUs, numbered from 0, their cores numbered across them (serials from `ids`).
+fn sim_cpus(scenario: &Scenario, seed: u64, ids: u64) -> Vec<SimCpu> {
     let mut cpus = Vec::new();
     let mut next_core = 0u32;
     for group in &scenario.cpus {
@@ -244,7 +281,7 @@ fn sim_cpus(scenario: &Scenario, seed: u64) -> Vec<SimCpu> {
             let salt = 9000 + u64::from(id);
             let identity = Arc::new(CpuIdentity {
                 index: id,
-                serial: Some(format!("{:016X}", mix(seed ^ salt))),
+                serial: Some(format!("{:016X}", mix(ids ^ salt))),
             });
             let cores = (next_core..next_core + group.cores).collect();
             next_core += group.cores;
@@ -261,18 +298,21 @@ fn sim_cpus(scenario: &Scenario, seed: u64) -> Vec<SimCpu> {
 }
 
 impl Fleet {
-    pub fn new(scenario: &Scenario, seed: u64) -> Fleet {
+    /// The fleet of `scenario` as node `node` simulates it: its identities from the seed and the node's
+    /// name, its values from the seed.
+    pub fn new(scenario: &Scenario, seed: u64, node: &str) -> Fleet {
+        let ids = identity_seed(seed, node);
         let mut gpus = Vec::new();
         for group in &scenario.gpus {
             let Some(model) = model(&group.model) else {
                 continue;
             };
             for _ in 0..group.count {
-                gpus.push(SimGpu::new(model, group, gpus.len() as u32, seed));
+                gpus.push(SimGpu::new(model, group, gpus.len() as u32, seed, ids));
             }
         }
         let by_instance = instance_index(&gpus);
-        let ids = |names: &[String]| {
+        let field_ids = |names: &[String]| {
             names
                 .iter()
                 .filter_map(|n| catalog().by_name(n).map(|f| f.id))
@@ -281,13 +321,13 @@ impl Fleet {
         let mut fleet = Fleet {
             gpus,
             switches: sim_switches(scenario, seed),
-            cpus: sim_cpus(scenario, seed),
+            cpus: sim_cpus(scenario, seed, ids),
             driver_version: scenario.driver_version.clone(),
             seed,
             time_s: 0.0,
             step: 0,
-            blank: ids(&scenario.blank_fields),
-            unsupported: ids(&scenario.unsupported_fields),
+            blank: field_ids(&scenario.blank_fields),
+            unsupported: field_ids(&scenario.unsupported_fields),
             by_instance,
             // Checked when the scenario was parsed; a scenario built in code may have none.
             events: scenario.sim_events().unwrap_or_default(),
@@ -452,6 +492,9 @@ impl Fleet {
             // Energy integrates the mean power over the step (trapezoid), so it only ever grows.
             g.energy_mj += (g.power_w + power) * 0.5 * dt * 1000.0;
             g.power_w = power.max(m.idle_w * 0.8);
+            // The instantaneous reading ripples around the averaged one (a few percent of the range).
+            g.power_instant_w = (g.power_w + 0.04 * (m.max_w - m.idle_w) * jitter(5))
+                .clamp(m.idle_w * 0.8, m.max_w * 1.05);
             let target_temp = 29.0 + 45.0 * u;
             let alpha = if dt > 0.0 {
                 1.0 - (-dt / 45.0).exp()
@@ -464,11 +507,16 @@ impl Fleet {
             }
             g.pcie_tx_bytes += pcie_tx_rate(u) * dt;
             g.pcie_rx_bytes += pcie_rx_rate(u) * dt;
-            let rate = 20.0e9 * u;
-            g.nvlink_bytes += rate * dt / 1024.0;
-            let links = g.link_bytes.len().max(1) as f64;
-            for b in &mut g.link_bytes {
-                *b += rate * dt / links / 1024.0;
+            // NvLink traffic follows utilization: 20 GB/s at full load, spread over the links.
+            g.nvlink_bytes_per_s = if g.link_data_kib.is_empty() {
+                0.0
+            } else {
+                20.0e9 * u
+            };
+            let per_link_kib = g.nvlink_bytes_per_s / g.link_data_kib.len().max(1) as f64 / 2048.0;
+            for (tx, rx) in &mut g.link_data_kib {
+                *tx += per_link_kib * dt;
+                *rx += per_link_kib * dt;
             }
         }
         let mean_util = if self.gpus.is_empty() {
@@ -505,17 +553,17 @@ impl Fleet {
         }
         if info.level == EntityLevel::Global {
             // Global fields (driver version, ...) read the same on every entity, as in DCGM.
-            return self.global_value(field, info.value_type);
+            return self.global_value(field);
         }
         match kind {
             EntityKind::Gpu => match self.gpu(entity_id) {
-                Some(g) => self.gpu_value(g, None, field, info.value_type),
+                Some(g) => self.gpu_value(g, None, field),
                 None => FieldValue::Absent(Absent::NotFound),
             },
             EntityKind::GpuInstance => match self.by_instance.get(entity_id as usize) {
                 Some(&Some((gi, mi))) => {
                     let g = &self.gpus[gi];
-                    self.gpu_value(g, Some(&g.mig[mi]), field, info.value_type)
+                    self.gpu_value(g, Some(&g.mig[mi]), field)
                 }
                 _ => FieldValue::Absent(Absent::NotFound),
             },
@@ -524,12 +572,10 @@ impl Fleet {
                 let link = (entity_id % 32) as usize;
                 match self.gpu(gpu) {
                     // NvSwitch port counters do not exist on a GPU's own links.
-                    Some(g) if link < g.link_bytes.len() && is_switch_port_field(field) => {
+                    Some(g) if link < g.link_data_kib.len() && is_switch_port_field(field) => {
                         FieldValue::Absent(Absent::NotSupported)
                     }
-                    Some(g) if link < g.link_bytes.len() => {
-                        self.link_value(g, link, field, info.value_type)
-                    }
+                    Some(g) if link < g.link_data_kib.len() => self.link_value(g, field),
                     _ => FieldValue::Absent(Absent::NotFound),
                 }
             }
@@ -558,31 +604,37 @@ impl Fleet {
     }
 
     /// A global field: the same on every entity.
-    fn global_value(&self, field: FieldId, ty: ValueType) -> FieldValue {
+    fn global_value(&self, field: FieldId) -> FieldValue {
         match field {
             1 => FieldValue::Text(self.driver_version.clone().into()),
             2 => FieldValue::Text(format!("12.{}", self.driver_version).into()),
-            _ => zero(ty),
+            _ => FieldValue::Absent(Absent::Blank),
         }
     }
 
-    fn link_value(&self, g: &SimGpu, link: usize, field: FieldId, ty: ValueType) -> FieldValue {
-        let bytes = g.link_bytes[link];
+    /// Cumulative NvLink data (KiB transmitted, received) of link `link` of GPU `gpu` since the driver
+    /// loaded: what NVML's per-link throughput counters hold (the fake libnvidia-ml serves them).
+    pub fn link_data_kib(&self, gpu: u32, link: u32) -> Option<(f64, f64)> {
+        self.gpu(gpu)?.link_data_kib.get(link as usize).copied()
+    }
+
+    fn link_value(&self, g: &SimGpu, field: FieldId) -> FieldValue {
+        let per_link = g.nvlink_bytes_per_s / g.link_data_kib.len().max(1) as f64;
         match field {
             1508 => FieldValue::Int(1), // link state: up
-            1529 | 1532 | 1533 => FieldValue::Int(bytes as i64),
-            1530 | 1531 => FieldValue::Int((bytes * 0.5) as i64),
-            _ => zero(ty),
+            // Healthy links: no CRC, replay or recovery errors, no recovery or link-down event, no
+            // uncorrectable or retried code word.
+            1525..=1528 | 583..=585 | 587 | 588 | 590..=592 => FieldValue::Int(0),
+            // Throughput in MB/s, both directions and each.
+            1529 => FieldValue::Int((per_link / 1e6).round() as i64),
+            1530 | 1531 => FieldValue::Int((per_link / 2e6).round() as i64),
+            // The profiling counters' rates, bytes per second.
+            1532 | 1533 => FieldValue::Int((per_link / 2.0).round() as i64),
+            _ => FieldValue::Absent(Absent::Blank),
         }
     }
 
-    fn gpu_value(
-        &self,
-        g: &SimGpu,
-        mig: Option<&SimInstance>,
-        field: FieldId,
-        ty: ValueType,
-    ) -> FieldValue {
+    fn gpu_value(&self, g: &SimGpu, mig: Option<&SimInstance>, field: FieldId) -> FieldValue {
         let m = g.model;
         let (util, fb_total) = match mig {
             Some(i) => (i.util, i.mem_mib),
@@ -614,30 +666,39 @@ impl Fleet {
                 m.sm_idle_mhz
             }
         };
+        let with_nvlink = |v: FieldValue| {
+            if g.link_data_kib.is_empty() {
+                FieldValue::Absent(Absent::NotSupported)
+            } else {
+                not_on_mig(v)
+            }
+        };
         match field {
             51 => FieldValue::Text("Nvidia".into()),
             53 => FieldValue::Text(g.serial.clone().into()),
             85 => FieldValue::Text(m.vbios.into()),
             100 => FieldValue::Int(sm_clock()),
             101 => FieldValue::Int(m.mem_mhz),
-            110 => FieldValue::Int(m.sm_max_mhz),
+            112 => FieldValue::Int(self.clock_mask(g.identity.index) as i64),
+            140 if !m.memory_sensor => FieldValue::Absent(Absent::NotSupported),
             140 => FieldValue::Int((g.temp_c + 4.0).round() as i64),
             150 => FieldValue::Int(g.temp_c.round() as i64),
             155 => FieldValue::Double((g.power_w * 1000.0).round() / 1000.0),
             156 => FieldValue::Int(g.energy_mj as i64),
+            157 => FieldValue::Double((g.power_instant_w * 1000.0).round() / 1000.0),
             202 => FieldValue::Int(g.pcie_replays),
             203 => not_on_mig(FieldValue::Int(util.round() as i64)),
             204 => not_on_mig(FieldValue::Int((util * 0.6).round() as i64)),
+            // No video engine work in the simulated loads.
             206 | 207 => not_on_mig(FieldValue::Int(0)),
-            112 => FieldValue::Int(self.clock_mask(g.identity.index) as i64),
             230 => FieldValue::Int(g.xid),
             250 => FieldValue::Int(fb_total),
             251 => FieldValue::Int(fb_total - fb_used()),
             252 => FieldValue::Int(fb_used()),
             253 => FieldValue::Int(if mig.is_some() { 0 } else { m.fb_reserved_mib }),
             254 => FieldValue::Double(((fb_used() as f64 / fb_total as f64) * 1e4).round() / 1e4),
-            393..=395 => not_on_mig(FieldValue::Int(0)),
-            449 => not_on_mig(FieldValue::Int(g.nvlink_bytes as i64)),
+            // NvLink bandwidth over all links: a rate in MB/s, as DCGM reports it.
+            449 => with_nvlink(FieldValue::Int((g.nvlink_bytes_per_s / 1e6).round() as i64)),
             // vGPU licensing does not exist on a bare-metal GPU.
             526 => FieldValue::Absent(Absent::NotSupported),
             1001 => FieldValue::Double(round6(0.97 * u)),
@@ -650,16 +711,94 @@ impl Fleet {
             1008 => FieldValue::Double(round6(0.12 * u)),
             1009 => FieldValue::Double(pcie_tx_rate(u).round()),
             1010 => FieldValue::Double(pcie_rx_rate(u).round()),
+            // NvLink data rates in bytes per second, each direction half of the traffic.
+            1011 | 1012 => {
+                with_nvlink(FieldValue::Int((g.nvlink_bytes_per_s / 2.0).round() as i64))
+            }
             // Cumulative PCIe bytes: the rates above integrated over simulated time.
             1091 => FieldValue::Int(g.pcie_tx_bytes as i64),
             1092 => FieldValue::Int(g.pcie_rx_bytes as i64),
-            _ => match ty {
-                // Text fields the simulator has no story for are blank, as many are on real GPUs.
-                ValueType::String | ValueType::Binary => FieldValue::Absent(Absent::Blank),
-                _ => zero(ty),
-            },
+            _ => spec_value(m, field)
+                .or_else(|| self.board_value(g, field, busy))
+                .or_else(|| healthy_value(field, !g.link_data_kib.is_empty(), mig.is_some()))
+                // A field the model has no story for is blank (as many text fields are on real
+                // GPUs), never a made-up 0.
+                .unwrap_or(FieldValue::Absent(Absent::Blank)),
         }
     }
+}
+
+impl Fleet {
+    /// A field the board answers from what it is ([`GpuTraits`](super::models::GpuTraits)) and how it
+    /// is set up (persistence on, compute mode Default, confidential computing off, P0), or its PCIe
+    /// traffic; absent where the model's traits do not know it.
+    fn board_value(&self, g: &SimGpu, field: FieldId, busy: bool) -> Option<FieldValue> {
+        let m = g.model;
+        let t = &m.traits;
+        let int =
+            |v: Option<i64>| v.map_or(FieldValue::Absent(Absent::NotSupported), FieldValue::Int);
+        let u = g.util / 100.0;
+        Some(match field {
+            52 | 55 => FieldValue::Int(i64::from(g.identity.index)),
+            58 => int(t.pci_device.map(|d| (i64::from(d) << 16) | 0x10DE)),
+            63 => {
+                let (major, minor) = t.compute_capability;
+                FieldValue::Int((i64::from(major) << 32) | i64::from(minor))
+            }
+            65 | 74 | 190 => FieldValue::Int(0),
+            66 => FieldValue::Int(1),
+            67 => int(mig_slices(m).map(|_| i64::from(!g.mig.is_empty()))),
+            69 => int(mig_slices(m).map(i64::from)),
+            90 => int(t.bar1_mib),
+            94 => FieldValue::Int(i64::from(t.gpm)),
+            102 => int(t.video_mhz.map(|(idle, max)| if busy { max } else { idle })),
+            115 => int(t.video_mhz.map(|(_, max)| max)),
+            153 => int(m.specs.slowdown_c.map(|c| c - g.temp_c.round() as i64)),
+            // PCIe throughput in KB/s (the simulated rates).
+            200 => FieldValue::Int((pcie_tx_rate(u) / 1000.0).round() as i64),
+            201 => FieldValue::Int((pcie_rx_rate(u) / 1000.0).round() as i64),
+            235 | 237 => int(t.pcie_gen.map(i64::from)),
+            236 | 238 => FieldValue::Int(16),
+            _ => return None,
+        })
+    }
+}
+
+/// A field the GPU model's specifications answer: clocks' maxima and application clocks, power
+/// limits, temperature thresholds (absent where the model's [`GpuSpecs`] does not know it).
+fn spec_value(m: &GpuModel, field: FieldId) -> Option<FieldValue> {
+    let s = &m.specs;
+    let watts =
+        |w: Option<f64>| w.map_or(FieldValue::Absent(Absent::NotSupported), FieldValue::Double);
+    let celsius =
+        |c: Option<i64>| c.map_or(FieldValue::Absent(Absent::NotSupported), FieldValue::Int);
+    Some(match field {
+        110 | 113 => FieldValue::Int(m.sm_max_mhz),
+        111 | 114 => FieldValue::Int(m.mem_mhz),
+        151 if !m.memory_sensor => FieldValue::Absent(Absent::NotSupported),
+        151 => celsius(s.memory_max_operating_c),
+        152 => celsius(s.max_operating_c),
+        158 => celsius(s.slowdown_c),
+        159 => celsius(s.shutdown_c),
+        160 | 162..=164 => watts(s.power_limit_w),
+        161 => watts(s.power_min_w),
+        _ => return None,
+    })
+}
+
+/// A health or error field of a healthy simulated GPU: ECC on and no ECC error, no retired page, no
+/// row remapped, no NvLink error (on a GPU with NvLinks; not on MIG instances, as DCGM reports them).
+fn healthy_value(field: FieldId, nvlinks: bool, mig: bool) -> Option<FieldValue> {
+    Some(match field {
+        300 => FieldValue::Int(1),
+        301 => FieldValue::Int(1),
+        310..=345 | 390..=392 => FieldValue::Int(0),
+        393..=396 if mig => FieldValue::Absent(Absent::NotSupported),
+        393..=396 => FieldValue::Int(0),
+        400..=439 | 497..=499 if !nvlinks || mig => FieldValue::Absent(Absent::NotSupported),
+        400..=439 | 497..=499 => FieldValue::Int(0),
+        _ => return None,
+    })
 }
 
 /// Simulated PCIe transmit and receive rates (bytes per second) at a utilization `u` in 0..=1.
@@ -675,14 +814,6 @@ fn round6(x: f64) -> f64 {
     (x * 1e6).round() / 1e6
 }
 
-fn zero(ty: ValueType) -> FieldValue {
-    match ty {
-        ValueType::Double => FieldValue::Double(0.0),
-        ValueType::Int64 => FieldValue::Int(0),
-        _ => FieldValue::Absent(Absent::Blank),
-    }
-}
-
 /// DCGM entity id of link `link` (0-based) of GPU `gpu` in the simulated numbering.
 /// The DCGM link entity id of NvLink `link` (0-based) of GPU `gpu`.
 pub fn link_entity_id(gpu: u32, link: u32) -> u32 {
@@ -694,7 +825,7 @@ mod tests {
     use super::*;
 
     fn fleet() -> Fleet {
-        Fleet::new(&Scenario::load("default").unwrap(), 7)
+        Fleet::new(&Scenario::load("default").unwrap(), 7, "node-a")
     }
 
     #[test]

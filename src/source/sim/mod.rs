@@ -35,6 +35,17 @@ use crate::snapshot::inventory::Wanted;
 use crate::snapshot::{Absent, Attribution, Entity, EntityReading, FieldValue, Reading};
 use crate::telemetry::self_metrics::SelfMetrics;
 
+/// The node a simulated fleet belongs to, whose name its GPU UUIDs derive from: `NODE_NAME`
+/// (`node_name_env`, when set and not blank), else the kernel's host name. The fake libraries of the
+/// tests take it the same way, so they and `--simulate` agree on a host.
+pub fn node_name(node_name_env: Option<&str>) -> String {
+    node_name_env
+        .map(str::trim)
+        .filter(|n| !n.is_empty())
+        .map(str::to_string)
+        .unwrap_or_else(|| gethostname::gethostname().to_string_lossy().into_owned())
+}
+
 /// A [`Source`] over a simulated [`Fleet`].
 pub struct SimSource {
     fleet: Fleet,
@@ -56,15 +67,17 @@ pub struct SimSource {
 }
 
 impl SimSource {
-    /// Build the fleet and decide which entities to monitor (`-d`, `-s`, `-p`); absent ids are an error.
+    /// Build the fleet node `node` simulates ([`node_name`]) and decide which entities to monitor
+    /// (`-d`, `-s`, `-p`); absent ids are an error.
     pub fn new(
         scenario: &Scenario,
         seed: u64,
+        node: &str,
         counters: Arc<CounterSet>,
         selectors: &Selectors,
         interval: Duration,
     ) -> Result<SimSource, DeviceError> {
-        let fleet = Fleet::new(scenario, seed);
+        let fleet = Fleet::new(scenario, seed, node);
         let waveforms = waveforms::Waveforms::new(&scenario.waveforms, fleet.gpus().len() as u32);
         let fleet_xids = fleet.xid_log().len();
         let entities = fleet.inventory().entities(

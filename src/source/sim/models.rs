@@ -1,5 +1,13 @@
 //! The simulated GPU models and their MIG profiles: static facts (names, memory, power range, clocks,
-//! NvLinks, VBIOS, MIG placement) the fleet model and the scenario checker read. Data, not behaviour.
+//! NvLinks, VBIOS, MIG placement, and the limits each board reports: [`GpuSpecs`]) the fleet model and
+//! the scenario checker read. Data, not behaviour.
+//!
+//! The limits and traits are those real boards report, read from `nvidia-smi -q` of each model ("Power
+//! Readings", "Temperature", "Max Clocks", "BAR1", "PCI"; PCI device ids as the PCI id registry lists
+//! them): an H100 SXM5 80GB board (its export variant H800, the same board and
+//! firmware limits, driver 525), an A100-SXM4 (driver 535) and an L4; the A30's power limit is its
+//! datasheet TDP. A limit not known for a model is `None`, and the simulator leaves the field absent
+//! rather than inventing it.
 
 /// Static facts about a GPU model.
 #[derive(Debug)]
@@ -16,6 +24,44 @@ pub struct GpuModel {
     pub nvlinks: u32,
     pub vbios: &'static str,
     pub profiles: &'static [MigProfile],
+    /// Whether the board has a memory temperature sensor (HBM boards do; the L4's GDDR6 reads N/A).
+    pub memory_sensor: bool,
+    pub specs: GpuSpecs,
+    pub traits: GpuTraits,
+}
+
+/// What the chip and board are (PCI device id, CUDA compute capability, PCIe link, BAR1, video clocks,
+/// GPM); `None` where not known for the model.
+#[derive(Debug)]
+pub struct GpuTraits {
+    /// PCI device id (vendor 0x10DE).
+    pub pci_device: Option<u16>,
+    /// CUDA compute capability (major, minor).
+    pub compute_capability: (u32, u32),
+    /// PCIe generation of the link (x16 on every model here).
+    pub pcie_gen: Option<u32>,
+    /// BAR1 aperture in MiB.
+    pub bar1_mib: Option<i64>,
+    /// Video engine clock idle and maximum, MHz.
+    pub video_mhz: Option<(i64, i64)>,
+    /// GPU performance monitoring (Hopper and newer).
+    pub gpm: bool,
+}
+
+/// Limits a board reports (DCGM's power-limit, temperature-threshold and max-clock fields); `None`
+/// where not known for the model (the field is then absent).
+#[derive(Debug)]
+pub struct GpuSpecs {
+    /// Default power limit in W, which is also the maximum and, unchanged, the current and enforced one.
+    pub power_limit_w: Option<f64>,
+    /// The lowest power limit that can be set, in W.
+    pub power_min_w: Option<f64>,
+    /// GPU temperatures in °C: slowdown, shutdown, maximum operating.
+    pub slowdown_c: Option<i64>,
+    pub shutdown_c: Option<i64>,
+    pub max_operating_c: Option<i64>,
+    /// Memory maximum operating temperature in °C.
+    pub memory_max_operating_c: Option<i64>,
 }
 
 /// A MIG GPU-instance profile.
@@ -142,6 +188,16 @@ const GH200_PROFILES: &[MigProfile] = &[
     },
 ];
 
+/// No known limit.
+const UNKNOWN_LIMITS: GpuSpecs = GpuSpecs {
+    power_limit_w: None,
+    power_min_w: None,
+    slowdown_c: None,
+    shutdown_c: None,
+    max_operating_c: None,
+    memory_max_operating_c: None,
+};
+
 static MODELS: &[GpuModel] = &[
     GpuModel {
         key: "H100-SXM5-80GB",
@@ -156,6 +212,23 @@ static MODELS: &[GpuModel] = &[
         nvlinks: 18,
         vbios: "96.00.99.00.01",
         profiles: H100_PROFILES,
+        memory_sensor: true,
+        traits: GpuTraits {
+            pci_device: Some(0x2330),
+            compute_capability: (9, 0),
+            pcie_gen: Some(5),
+            bar1_mib: Some(131_072),
+            video_mhz: Some((765, 1545)),
+            gpm: true,
+        },
+        specs: GpuSpecs {
+            power_limit_w: Some(700.0),
+            power_min_w: Some(200.0),
+            slowdown_c: Some(89),
+            shutdown_c: Some(92),
+            max_operating_c: Some(87),
+            memory_max_operating_c: Some(95),
+        },
     },
     GpuModel {
         key: "A100-SXM4-80GB",
@@ -170,6 +243,23 @@ static MODELS: &[GpuModel] = &[
         nvlinks: 12,
         vbios: "92.00.45.00.05",
         profiles: A100_PROFILES,
+        memory_sensor: true,
+        traits: GpuTraits {
+            pci_device: Some(0x20B2),
+            compute_capability: (8, 0),
+            pcie_gen: Some(4),
+            bar1_mib: None,
+            video_mhz: Some((585, 1290)),
+            gpm: false,
+        },
+        specs: GpuSpecs {
+            power_limit_w: Some(400.0),
+            power_min_w: Some(100.0),
+            slowdown_c: Some(89),
+            shutdown_c: Some(92),
+            max_operating_c: Some(85),
+            memory_max_operating_c: Some(95),
+        },
     },
     GpuModel {
         key: "A30",
@@ -184,6 +274,19 @@ static MODELS: &[GpuModel] = &[
         nvlinks: 4,
         vbios: "92.00.66.00.02",
         profiles: A30_PROFILES,
+        memory_sensor: true,
+        traits: GpuTraits {
+            pci_device: Some(0x20B7),
+            compute_capability: (8, 0),
+            pcie_gen: Some(4),
+            bar1_mib: None,
+            video_mhz: None,
+            gpm: false,
+        },
+        specs: GpuSpecs {
+            power_limit_w: Some(165.0),
+            ..UNKNOWN_LIMITS
+        },
     },
     GpuModel {
         key: "GH200-96GB",
@@ -198,6 +301,17 @@ static MODELS: &[GpuModel] = &[
         nvlinks: 18,
         vbios: "96.00.74.00.1C",
         profiles: GH200_PROFILES,
+        memory_sensor: true,
+        traits: GpuTraits {
+            pci_device: None,
+            compute_capability: (9, 0),
+            pcie_gen: None,
+            bar1_mib: None,
+            video_mhz: None,
+            gpm: true,
+        },
+        // The module's power budget is shared with the Grace CPU: no GPU board limit to state.
+        specs: UNKNOWN_LIMITS,
     },
     GpuModel {
         key: "L4",
@@ -212,6 +326,21 @@ static MODELS: &[GpuModel] = &[
         nvlinks: 0,
         vbios: "95.04.29.00.06",
         profiles: &[],
+        memory_sensor: false,
+        traits: GpuTraits {
+            pci_device: Some(0x27B8),
+            compute_capability: (8, 9),
+            pcie_gen: Some(4),
+            bar1_mib: None,
+            video_mhz: None,
+            gpm: false,
+        },
+        // Its driver reports temperature thresholds only as margins (T.Limit), not as temperatures.
+        specs: GpuSpecs {
+            power_limit_w: Some(72.0),
+            power_min_w: Some(40.0),
+            ..UNKNOWN_LIMITS
+        },
     },
 ];
 
@@ -221,6 +350,11 @@ pub fn model(key: &str) -> Option<&'static GpuModel> {
 
 pub fn model_keys() -> Vec<&'static str> {
     MODELS.iter().map(|m| m.key).collect()
+}
+
+/// The most MIG compute slices the model has (`None`: no MIG).
+pub fn mig_slices(model: &GpuModel) -> Option<u32> {
+    model.profiles.iter().map(|p| p.slices).max()
 }
 
 pub fn mig_profile(model: &'static GpuModel, name: &str) -> Option<&'static MigProfile> {

@@ -107,7 +107,7 @@ mod tests {
 
     fn check(yaml: &str) -> Result<SimProcesses, String> {
         let scenario = Scenario::parse(yaml, "s.yaml").map_err(|e| e.to_string())?;
-        let fleet = Fleet::new(&scenario, 1);
+        let fleet = Fleet::new(&scenario, 1, "node-a");
         SimProcesses::new(
             &fleet,
             &scenario.processes,

@@ -238,6 +238,7 @@ mod tests {
         let mut s = SimSource::new(
             &scenario,
             7,
+            "node-a",
             Arc::new(CounterSet { ..counters }),
             &Selectors::default(),
             Duration::from_secs(1),

@@ -1,6 +1,7 @@
 //! Simulated NvSwitches (an HGX baseboard's switch chips) and their NvLink ports: temperature and rail
 //! power follow the traffic, per-port transmit/receive counters grow with the GPUs' mean utilization
-//! (the traffic an all-reduce puts on the fabric), error counters stay at zero. Link-level fields read
+//! (the traffic an all-reduce puts on the fabric, from what they held at start), error counters stay at
+//! zero; fields not modelled (IDDQ currents, latency histograms) are absent. Link-level fields read
 //! on a switch itself answer the sum over its ports. Deterministic, like the GPU model.
 
 use crate::fields::{FieldId, ValueType};
@@ -35,16 +36,24 @@ pub fn is_switch_port_field(field: FieldId) -> bool {
     (780..=878).contains(&field)
 }
 
+/// A port's error counters (fatal, non-fatal, replay, recovery, flit, CRC, ECC; per-lane CRC and ECC):
+/// 0 on a healthy fabric. Its latency histograms and per-lane throughputs are not modelled.
+fn port_error_counter(field: FieldId) -> bool {
+    (782..=788).contains(&field) || (809..=824).contains(&field)
+}
+
 impl SimSwitch {
-    pub fn new(id: u32, ports: u32, phase: f64) -> SimSwitch {
+    /// Switch `id` with `ports` ports up; `start_kib`: what each port's counters hold at start (the
+    /// traffic since the driver loaded).
+    pub fn new(id: u32, ports: u32, phase: f64, start_kib: f64) -> SimSwitch {
         SimSwitch {
             id,
             ports,
             phase,
             temp_c: 34.0,
             power_vdd_w: 18.0,
-            tx_kib: vec![0.0; ports as usize],
-            rx_kib: vec![0.0; ports as usize],
+            tx_kib: vec![start_kib; ports as usize],
+            rx_kib: vec![start_kib; ports as usize],
         }
     }
 
@@ -73,7 +82,6 @@ impl SimSwitch {
     pub fn switch_value(&self, field: FieldId, ty: ValueType) -> FieldValue {
         match field {
             701 => FieldValue::Int(850),
-            702..=704 => FieldValue::Int(0),
             705 => FieldValue::Int(self.power_vdd_w.round() as i64),
             706 => FieldValue::Int((self.power_vdd_w * 0.45).round() as i64),
             707 => FieldValue::Int((self.power_vdd_w * 0.2).round() as i64),
@@ -89,7 +97,7 @@ impl SimSwitch {
             1524 => FieldValue::Text("96.10.6D.00.01".into()),
             780 => FieldValue::Int(self.tx_kib.iter().sum::<f64>() as i64),
             781 => FieldValue::Int(self.rx_kib.iter().sum::<f64>() as i64),
-            782..=830 => FieldValue::Int(0),
+            f if port_error_counter(f) => FieldValue::Int(0),
             f if is_switch_port_field(f) => FieldValue::Absent(Absent::NotSupported),
             _ => match ty {
                 ValueType::String | ValueType::Binary => FieldValue::Absent(Absent::Blank),
@@ -105,14 +113,15 @@ impl SimSwitch {
         Some(match field {
             780 => FieldValue::Int(tx as i64),
             781 => FieldValue::Int(rx as i64),
-            782..=830 => FieldValue::Int(0),
+            f if port_error_counter(f) => FieldValue::Int(0),
             865 => FieldValue::Int(i64::from(port)),
             // ACTIVE
             870 => FieldValue::Int(2),
             // NSCQ device type: GPU
             871 => FieldValue::Int(1),
-            872..=877 => FieldValue::Int(0),
-            878 => FieldValue::Absent(Absent::Blank),
+            // The remote GPU's PCIe domain, device and function (its bus and link are not modelled).
+            872 | 874 | 875 => FieldValue::Int(0),
+            873 | 876..=878 => FieldValue::Absent(Absent::Blank),
             // NVML's per-GPU-link counters do not exist on a switch port.
             _ => FieldValue::Absent(Absent::NotSupported),
         })

@@ -14,6 +14,8 @@ pub struct Config {
     pub profiling: bool,
     /// `FAKE_DCGM_FAULTS`.
     pub faults: Faults,
+    /// `FAKE_DCGM_STARTUP`.
+    pub startup: StartupFaults,
 }
 
 /// `FAKE_DCGM_FAULTS`: a comma-separated list of `key=value`.
@@ -68,12 +70,14 @@ impl Config {
     /// Read the `FAKE_DCGM_*` variables.
     pub fn from_env() -> Result<Config, ConfigError> {
         let var = |k: &str| std::env::var(k).ok().filter(|v| !v.trim().is_empty());
-        Config::from_values(
+        let mut cfg = Config::from_values(
             var("FAKE_DCGM_SCENARIO").as_deref(),
             var("FAKE_DCGM_SEED").as_deref(),
             var("FAKE_DCGM_PROFILING").as_deref(),
             var("FAKE_DCGM_FAULTS").as_deref(),
-        )
+        )?;
+        cfg.startup = StartupFaults::parse(var("FAKE_DCGM_STARTUP").as_deref().unwrap_or(""))?;
+        Ok(cfg)
     }
 
     pub fn from_values(
@@ -102,6 +106,7 @@ impl Config {
             seed,
             profiling,
             faults: Faults::parse(faults.unwrap_or(""))?,
+            startup: StartupFaults::default(),
         })
     }
 }
@@ -180,6 +185,70 @@ impl Faults {
     }
 }
 
+// ---------------------------------------------------------------- FAKE_DCGM_STARTUP
+
+/// `FAKE_DCGM_STARTUP`: a host engine that is not ready when the exporter starts (a comma-separated
+/// list of `key=value`, like `FAKE_DCGM_FAULTS`). Times count from `dcgmInit`.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct StartupFaults {
+    /// `hostengine_up_after_ms=N`: `dcgmConnect_v2/_v3` fail with `DCGM_ST_CONNECTION_NOT_VALID` until
+    /// N ms after `dcgmInit` (a standalone nv-hostengine that comes up after the exporter).
+    pub hostengine_up_after: Option<Duration>,
+    /// `embedded_fails_ms=N`: `dcgmStartEmbedded*` fail with `DCGM_ST_NVML_NOT_LOADED` until N ms after
+    /// `dcgmInit` (the driver is not loaded yet).
+    pub embedded_fails_for: Option<Duration>,
+    /// `profiling_from_connect=N`: the profiling module is loaded only from the N-th successful
+    /// connection / embedded start on (counted from `dcgmInit`); before it, profiling behaves as with
+    /// `FAKE_DCGM_PROFILING=off`.
+    pub profiling_from_connect: Option<u32>,
+    /// `gpus_after_ms=N`: the host engine lists no GPU (nor MIG instance or GPU link) until N ms after
+    /// `dcgmInit` (a huge N: never).
+    pub gpus_after: Option<Duration>,
+}
+
+impl StartupFaults {
+    pub fn parse(list: &str) -> Result<StartupFaults, ConfigError> {
+        let mut f = StartupFaults::default();
+        for (pos, item) in list.split(',').enumerate() {
+            let item = item.trim();
+            if item.is_empty() {
+                continue;
+            }
+            let bad = |why: &str| {
+                ConfigError(format!(
+                    "FAKE_DCGM_STARTUP item {} {item:?}: {why}",
+                    pos + 1
+                ))
+            };
+            let (key, value) = item
+                .split_once('=')
+                .ok_or_else(|| bad("expected key=value"))?;
+            let num = value
+                .trim()
+                .parse::<u64>()
+                .map_err(|_| bad("not an unsigned integer"))?;
+            match key.trim() {
+                "hostengine_up_after_ms" => {
+                    f.hostengine_up_after = Some(Duration::from_millis(num))
+                }
+                "embedded_fails_ms" => f.embedded_fails_for = Some(Duration::from_millis(num)),
+                "profiling_from_connect" => {
+                    f.profiling_from_connect =
+                        Some(u32::try_from(num).map_err(|_| bad("too large"))?)
+                }
+                "gpus_after_ms" => f.gpus_after = Some(Duration::from_millis(num)),
+                _ => {
+                    return Err(bad(
+                        "unknown item (known: hostengine_up_after_ms, embedded_fails_ms, \
+                         profiling_from_connect, gpus_after_ms)",
+                    ))
+                }
+            }
+        }
+        Ok(f)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -225,5 +294,24 @@ mod tests {
         );
         let e = Config::from_values(None, None, Some("maybe"), None).unwrap_err();
         assert!(e.0.starts_with("FAKE_DCGM_PROFILING=\"maybe\""));
+    }
+
+    #[test]
+    fn startup_items() {
+        let f = StartupFaults::parse(
+            "hostengine_up_after_ms=20000, embedded_fails_ms=500,profiling_from_connect=2,gpus_after_ms=9",
+        )
+        .unwrap();
+        assert_eq!(f.hostengine_up_after, Some(Duration::from_secs(20)));
+        assert_eq!(f.embedded_fails_for, Some(Duration::from_millis(500)));
+        assert_eq!(f.profiling_from_connect, Some(2));
+        assert_eq!(f.gpus_after, Some(Duration::from_millis(9)));
+        assert_eq!(StartupFaults::parse("").unwrap(), StartupFaults::default());
+        let e = StartupFaults::parse("gpus_after_ms=x").unwrap_err();
+        assert_eq!(
+            e.0,
+            "FAKE_DCGM_STARTUP item 1 \"gpus_after_ms=x\": not an unsigned integer"
+        );
+        assert!(StartupFaults::parse("late=1").is_err());
     }
 }

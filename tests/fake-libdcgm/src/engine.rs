@@ -18,7 +18,7 @@ use dcgm_otel::source::sim::switches::port_entity_id;
 use dcgm_otel::source::sim::waveforms::Waveforms;
 use dcgm_otel::source::sim::{Fleet, Scenario};
 
-use crate::config::Config;
+use crate::config::{Config, StartupFaults};
 
 /// The one engine of this process.
 static ENGINE: LazyLock<Mutex<Engine>> = LazyLock::new(|| Mutex::new(Engine::default()));
@@ -128,6 +128,8 @@ pub struct Engine {
     health_watches: HashMap<usize, u32>,
     /// Health checks answered so far (the `health_check_error` fault counts these).
     health_checks: u64,
+    /// `FAKE_DCGM_STARTUP`: when `dcgmInit` ran and the connections made since.
+    startup: StartupState,
 }
 
 /// One sample of `dcgmGetValuesSince_v2`.
@@ -273,6 +275,75 @@ struct MigRef {
     mig: Arc<MigIdentity>,
 }
 
+// ---------------------------------------------------------------- FAKE_DCGM_STARTUP
+
+/// When `dcgmInit` ran and how many connections succeeded since: what `FAKE_DCGM_STARTUP` measures.
+#[derive(Debug, Default)]
+struct StartupState {
+    init_at: Option<Instant>,
+    /// Successful `dcgmConnect*` / `dcgmStartEmbedded*` calls since `dcgmInit`.
+    connects: u32,
+}
+
+impl StartupState {
+    fn begun() -> StartupState {
+        StartupState {
+            init_at: Some(Instant::now()),
+            connects: 0,
+        }
+    }
+
+    /// Whether less than `d` has passed since `dcgmInit`.
+    fn within(&self, d: Option<Duration>) -> bool {
+        match (self.init_at, d) {
+            (Some(at), Some(d)) => at.elapsed() < d,
+            _ => false,
+        }
+    }
+}
+
+impl Engine {
+    fn startup_faults(&self) -> &StartupFaults {
+        &self.cfg.startup
+    }
+
+    /// `hostengine_up_after_ms` / `embedded_fails_ms`: refuse a connection while the engine is not up
+    /// yet; otherwise count the connection (it succeeds).
+    fn admit_startup(&mut self, embedded: bool) -> Result<(), i32> {
+        if embedded
+            && self
+                .startup
+                .within(self.startup_faults().embedded_fails_for)
+        {
+            return Err(ffi::DCGM_ST_NVML_NOT_LOADED);
+        }
+        if !embedded
+            && self
+                .startup
+                .within(self.startup_faults().hostengine_up_after)
+        {
+            return Err(ffi::DCGM_ST_CONNECTION_NOT_VALID);
+        }
+        self.startup.connects += 1;
+        Ok(())
+    }
+
+    /// Whether the profiling module is loaded: `FAKE_DCGM_PROFILING`, and `profiling_from_connect`
+    /// once that many connections were made.
+    fn profiling_loaded(&self) -> bool {
+        self.cfg.profiling
+            && self
+                .startup_faults()
+                .profiling_from_connect
+                .is_none_or(|n| self.startup.connects >= n)
+    }
+
+    /// `gpus_after_ms`: no GPU is listed yet.
+    fn gpus_hidden(&self) -> bool {
+        self.startup.within(self.startup_faults().gpus_after)
+    }
+}
+
 impl Engine {
     // ---------------------------------------------------------------- lifecycle
 
@@ -288,7 +359,11 @@ impl Engine {
                 format!("FAKE_DCGM_SCENARIO={:?}: {e}", cfg.scenario),
             )
         })?;
-        let fleet = Fleet::new(&scenario, cfg.seed);
+        let fleet = Fleet::new(
+            &scenario,
+            cfg.seed,
+            &dcgm_otel::source::sim::node_name(std::env::var("NODE_NAME").ok().as_deref()),
+        );
         let waveforms = Waveforms::new(&scenario.waveforms, fleet.gpus().len() as u32);
         *self = Engine {
             cfg,
@@ -300,6 +375,7 @@ impl Engine {
             next_group: FIRST_GROUP,
             next_field_group: FIRST_FIELD_GROUP,
             bind_event: (0, now_us()),
+            startup: StartupState::begun(),
             ..Engine::default()
         };
         Ok(())
@@ -341,6 +417,7 @@ impl Engine {
             return Err(ffi::DCGM_ST_BADPARAM);
         }
         self.admit_connection()?;
+        self.admit_startup(true)?;
         self.handles
             .insert(ffi::DCGM_EMBEDDED_HANDLE, ConnKind::Embedded);
         Ok(ffi::DCGM_EMBEDDED_HANDLE)
@@ -349,6 +426,7 @@ impl Engine {
     /// `dcgmConnect_v2/_v3`.
     pub fn connect(&mut self, address: &str) -> Result<usize, i32> {
         self.admit_connection()?;
+        self.admit_startup(false)?;
         let h = self.next_handle;
         self.next_handle += 1;
         self.handles
@@ -420,6 +498,9 @@ impl Engine {
 
     /// Visible GPUs (at most DCGM_MAX_NUM_DEVICES, vanished ones removed).
     pub fn gpus(&self) -> Vec<Arc<GpuIdentity>> {
+        if self.gpus_hidden() {
+            return Vec::new();
+        }
         self.fleet()
             .map(|f| {
                 f.gpus()
@@ -433,6 +514,9 @@ impl Engine {
     }
 
     fn gpu(&self, index: u32) -> Option<(Arc<GpuIdentity>, u32, usize)> {
+        if self.gpus_hidden() {
+            return None;
+        }
         let f = self.fleet()?;
         f.gpus()
             .iter()
@@ -718,7 +802,7 @@ impl Engine {
 
     /// `dcgmProfGetSupportedMetricGroups` for one GPU.
     pub fn metric_groups(&self, gpu: u32) -> Result<Box<dcgmProfGetMetricGroups_v3>, i32> {
-        if !self.cfg.profiling {
+        if !self.profiling_loaded() {
             return Err(ffi::DCGM_ST_MODULE_NOT_LOADED);
         }
         if self.gpu(gpu).is_none() {
@@ -878,7 +962,7 @@ impl Engine {
             .field_groups
             .get(&field_group)
             .ok_or(ffi::DCGM_ST_NOT_CONFIGURED)?;
-        if !self.cfg.profiling
+        if !self.profiling_loaded()
             && fg
                 .fields
                 .iter()
@@ -1328,7 +1412,7 @@ impl Engine {
         if !global && !self.entity_exists(key) {
             return sample(ffi::DCGM_ST_OK, sentinel(ft, Absent::NotFound));
         }
-        if !self.cfg.profiling && is_profiling(info) {
+        if !self.profiling_loaded() && is_profiling(info) {
             return sample(
                 ffi::DCGM_ST_NOT_SUPPORTED,
                 sentinel(ft, Absent::NotSupported),
@@ -1463,7 +1547,7 @@ mod tests {
             Some(faults),
         )
         .unwrap();
-        let fleet = Fleet::new(&Scenario::load("default").unwrap(), 1);
+        let fleet = Fleet::new(&Scenario::load("default").unwrap(), 1, "node-a");
         Engine {
             cfg,
             initialized: true,
@@ -1630,5 +1714,34 @@ mod tests {
         let raw = ffi::DCGM_FE_GPU | (3 << 8) | (1 << 24);
         assert!(e.entity_exists((ffi::DCGM_FE_LINK, raw)));
         assert!(!e.entity_exists((ffi::DCGM_FE_LINK, ffi::DCGM_FE_GPU | (40 << 8))));
+    }
+
+    /// `FAKE_DCGM_STARTUP`: connections refused until the engine is up, profiling from the second
+    /// connection, no GPU listed in the first window.
+    #[test]
+    fn startup_faults() {
+        let mut e = engine_with("", true);
+        e.cfg.startup = StartupFaults::parse(
+            "hostengine_up_after_ms=60000,profiling_from_connect=2,gpus_after_ms=60000",
+        )
+        .unwrap();
+        e.startup = StartupState::begun();
+        assert_eq!(e.connect("x"), Err(ffi::DCGM_ST_CONNECTION_NOT_VALID));
+        assert!(e.gpus().is_empty());
+        assert_eq!(
+            e.group_entities(ffi::DCGM_FE_GPU_I).unwrap(),
+            Vec::<u32>::new()
+        );
+        // The embedded engine is not delayed by the remote one's window.
+        e.start_embedded(ffi::DCGM_OPERATION_MODE_AUTO).unwrap();
+        assert!(!e.profiling_loaded());
+        e.start_embedded(ffi::DCGM_OPERATION_MODE_AUTO).unwrap();
+        assert!(e.profiling_loaded());
+        e.cfg.startup = StartupFaults::parse("embedded_fails_ms=60000").unwrap();
+        assert_eq!(
+            e.start_embedded(ffi::DCGM_OPERATION_MODE_AUTO),
+            Err(ffi::DCGM_ST_NVML_NOT_LOADED)
+        );
+        assert_eq!(e.gpus().len(), 2);
     }
 }

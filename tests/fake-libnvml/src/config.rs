@@ -4,7 +4,8 @@
 /// Everything the environment configures.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Config {
-    /// `FAKE_NVML_SCENARIO`: built-in name or YAML path (default `default`).
+    /// `FAKE_NVML_SCENARIO`: built-in name or YAML path (default: `FAKE_DCGM_SCENARIO`, else
+    /// `default`).
     pub scenario: String,
     /// `FAKE_NVML_SEED` (default 1).
     pub seed: u64,
@@ -39,7 +40,10 @@ impl Config {
                 .map_err(|_| format!("FAKE_NVML_SEED={s:?}: not an unsigned integer"))?,
         };
         Ok(Config {
-            scenario: var("FAKE_NVML_SCENARIO").unwrap_or_else(|| "default".into()),
+            // Both fakes model one node: without its own scenario, NVML sees the fake libdcgm's GPUs.
+            scenario: var("FAKE_NVML_SCENARIO")
+                .or_else(|| var("FAKE_DCGM_SCENARIO"))
+                .unwrap_or_else(|| "default".into()),
             seed,
             faults: Faults::parse(&var("FAKE_NVML_FAULTS").unwrap_or_default())?,
         })

@@ -230,7 +230,11 @@ pub unsafe extern "C" fn nvmlInit_v2() -> nvmlReturn_t {
                 return NVML_ERROR_UNKNOWN;
             }
         };
-        let fleet = Fleet::new(&scenario, cfg.seed);
+        let fleet = Fleet::new(
+            &scenario,
+            cfg.seed,
+            &dcgm_otel::source::sim::node_name(std::env::var("NODE_NAME").ok().as_deref()),
+        );
         *guard = Some(Engine {
             processes: scenario.processes.clone(),
             fleet,
@@ -754,12 +758,33 @@ fn dcgm_field_of(nvml_field: c_uint) -> Option<(u16, bool)> {
         NVML_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL => (419, false),
         NVML_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL => (429, false),
         NVML_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL => (439, false),
-        NVML_FI_DEV_NVLINK_BANDWIDTH_C0_TOTAL => (449, false),
-        NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX => (1530, true),
-        NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX => (1531, true),
         NVML_FI_DEV_NVLINK_ERROR_DL_CRC => (1525, true),
         NVML_FI_DEV_NVLINK_ERROR_DL_REPLAY => (1527, true),
         NVML_FI_DEV_NVLINK_ERROR_DL_RECOVERY => (1528, true),
+        _ => return None,
+    })
+}
+
+/// NVML's cumulative NvLink data counters, in KiB since the driver loaded: a link's transmitted or
+/// received data (`scopeId` = link), or counter set 0 over all links (`BANDWIDTH_C0_TOTAL`). `None` for
+/// other fields.
+fn link_counter(e: &Engine, gpu: u32, field: c_uint, link: c_uint) -> Option<FieldValue> {
+    let kib = |link: u32| e.fleet.link_data_kib(gpu, link);
+    let total = |(tx, rx): (f64, f64)| FieldValue::Int((tx + rx) as i64);
+    let absent = FieldValue::Absent(Absent::NotFound);
+    Some(match field {
+        NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX => {
+            kib(link).map_or(absent, |(tx, _)| FieldValue::Int(tx as i64))
+        }
+        NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX => {
+            kib(link).map_or(absent, |(_, rx)| FieldValue::Int(rx as i64))
+        }
+        NVML_FI_DEV_NVLINK_BANDWIDTH_C0_TOTAL => {
+            let sum = (0..)
+                .map_while(kib)
+                .fold((0.0, 0.0), |(a, b), (tx, rx)| (a + tx, b + rx));
+            total(sum)
+        }
         _ => return None,
     })
 }
@@ -782,13 +807,16 @@ pub unsafe extern "C" fn nvmlDeviceGetFieldValues(
         let list = unsafe { std::slice::from_raw_parts_mut(values, count as usize) };
         let index = e.fleet.gpus()[pos].identity.index;
         for v in list {
-            let read = match dcgm_field_of(v.fieldId) {
-                None => FieldValue::Absent(Absent::NotSupported),
-                Some((f, true)) => {
-                    e.fleet
-                        .value(EntityKind::NvLink, link_entity_id(index, v.scopeId), f)
-                }
-                Some((f, false)) => e.fleet.value(EntityKind::Gpu, index, f),
+            let read = match link_counter(e, index, v.fieldId, v.scopeId) {
+                Some(read) => read,
+                None => match dcgm_field_of(v.fieldId) {
+                    None => FieldValue::Absent(Absent::NotSupported),
+                    Some((f, true)) => {
+                        e.fleet
+                            .value(EntityKind::NvLink, link_entity_id(index, v.scopeId), f)
+                    }
+                    Some((f, false)) => e.fleet.value(EntityKind::Gpu, index, f),
+                },
             };
             match read {
                 FieldValue::Int(i) => {

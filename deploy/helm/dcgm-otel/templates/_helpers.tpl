@@ -50,9 +50,15 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- if .Values.countersConfigMap.name }}{{ .Values.countersConfigMap.key }}{{ else }}metrics{{ end }}
 {{- end }}
 
-{{/* The API server is needed for pod metadata: pod labels, pod UIDs with pod labels, DRA. */}}
+{{/* The API server is needed for pod metadata: pod labels, pod UIDs, DRA. */}}
 {{- define "dcgm-otel.needsApi" -}}
-{{- if and .Values.kubernetes.enabled (or .Values.kubernetes.enablePodLabels .Values.kubernetesDRA.enabled) }}true{{ end }}
+{{- if and .Values.kubernetes.enabled (or .Values.kubernetes.enablePodLabels .Values.kubernetes.enablePodUID .Values.kubernetesDRA.enabled) }}true{{ end }}
+{{- end }}
+
+{{/* The server asks every client for a certificate it must present (mTLS): the kubelet's probes have none. */}}
+{{- define "dcgm-otel.requiresClientCert" -}}
+{{- $tls := .Values.tlsServerConfig }}
+{{- if and $tls.enabled (has $tls.clientAuthType (list "RequireAndVerifyClientCert" "RequireAnyClientCert")) }}true{{ end }}
 {{- end }}
 
 {{/* The counters come from the API (-m): only for the chart's own ConfigMap or an existing one. */}}

@@ -3,7 +3,11 @@
 //! `KUBECONFIG` (its current context: `server`, `certificate-authority[-data]`, and a `token`,
 //! `tokenFile` or `client-certificate[-data]` + `client-key[-data]` user). Exec and auth-provider
 //! plugins and `insecure-skip-tls-verify` are not supported: such a kubeconfig is reported, and pod
-//! metadata is then unavailable.
+//! metadata is then unavailable. Neither is a credential (token, token file, client certificate) for an
+//! `http://` server: it would go over the network in clear, so such a kubeconfig is refused with one
+//! line (`http://` stays for a local `kubectl proxy` without a user). A certificate authority, when
+//! given, is the only one trusted (`watch` builds the TLS settings); the system roots only without it.
+//! `Debug` of these settings never shows a token or a key.
 
 use std::path::{Path, PathBuf};
 
@@ -13,8 +17,8 @@ use serde::Deserialize;
 /// The in-cluster ServiceAccount directory.
 pub const SERVICE_ACCOUNT_DIR: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
 
-/// How requests authenticate.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// How requests authenticate. `Debug` shows the kind, never the secret.
+#[derive(Clone, PartialEq, Eq)]
 pub enum Auth {
     None,
     /// A bearer token re-read from this file for every request (projected tokens rotate).
@@ -27,13 +31,25 @@ pub enum Auth {
     },
 }
 
+impl std::fmt::Debug for Auth {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Auth::None => f.write_str("None"),
+            Auth::TokenFile(p) => write!(f, "TokenFile({})", p.display()),
+            Auth::Token(_) => f.write_str("Token(<redacted>)"),
+            Auth::ClientCert { .. } => f.write_str("ClientCert(<redacted>)"),
+        }
+    }
+}
+
 /// How to reach the API server.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ApiConfig {
-    /// `https://host:port` (or `http://` for a local proxy), no trailing slash.
+    /// `https://host:port` (or `http://` for a local proxy without credentials), no trailing slash.
     pub server: String,
-    /// PEM CA bundle trusted besides the system roots.
+    /// PEM CA bundle: the only roots trusted when given (the system roots without it).
     pub ca_pem: Option<Vec<u8>>,
+    /// Redacted in `Debug` ([`Auth`]).
     pub auth: Auth,
     /// Where this came from, for logs.
     pub origin: String,
@@ -168,6 +184,11 @@ impl ApiConfig {
         if !(server.starts_with("https://") || server.starts_with("http://")) {
             return Err(err(format!("server '{server}' is not an http(s) URL")));
         }
+        if server.starts_with("http://") && auth != Auth::None {
+            return Err(err(format!(
+                "server '{server}' is plain http: a bearer token or client certificate is never sent without TLS; use https:// (or a kubectl proxy without a user)"
+            )));
+        }
         Ok(ApiConfig {
             server,
             ca_pem,
@@ -256,11 +277,11 @@ mod tests {
         let path = dir.path().join("config");
         std::fs::write(
             &path,
-            "apiVersion: v1\nkind: Config\ncurrent-context: b\nclusters:\n- name: c1\n  cluster: {server: 'https://10.0.0.1:6443/', certificate-authority-data: aGVsbG8=}\n- name: c2\n  cluster: {server: 'http://127.0.0.1:8001'}\ncontexts:\n- {name: a, context: {cluster: c1, user: u1}}\n- {name: b, context: {cluster: c2, user: u2}}\nusers:\n- {name: u1, user: {token: abc}}\n- {name: u2, user: {tokenFile: tok}}\n",
+            "apiVersion: v1\nkind: Config\ncurrent-context: b\nclusters:\n- name: c1\n  cluster: {server: 'https://10.0.0.1:6443/', certificate-authority-data: aGVsbG8=}\n- name: c2\n  cluster: {server: 'https://127.0.0.1:8001'}\ncontexts:\n- {name: a, context: {cluster: c1, user: u1}}\n- {name: b, context: {cluster: c2, user: u2}}\nusers:\n- {name: u1, user: {token: abc}}\n- {name: u2, user: {tokenFile: tok}}\n",
         )
         .unwrap();
         let c = ApiConfig::from_kubeconfig(&path).unwrap();
-        assert_eq!(c.server, "http://127.0.0.1:8001");
+        assert_eq!(c.server, "https://127.0.0.1:8001");
         assert_eq!(c.auth, Auth::TokenFile(dir.path().join("tok")));
         let text = std::fs::read_to_string(&path)
             .unwrap()
@@ -270,5 +291,57 @@ mod tests {
         assert_eq!(c.server, "https://10.0.0.1:6443");
         assert_eq!(c.ca_pem.as_deref(), Some(&b"hello"[..]));
         assert_eq!(c.auth, Auth::Token("abc".into()));
+    }
+
+    /// Issue 35: a kubeconfig naming an `http://` server with a token sent the token in clear.
+    #[test]
+    fn a_credential_is_never_for_a_plain_http_server() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("config");
+        let write = |user: &str| {
+            std::fs::write(
+                &path,
+                format!("apiVersion: v1\nkind: Config\ncurrent-context: a\nclusters:\n- name: c\n  cluster: {{server: 'http://10.0.0.1:8080'}}\ncontexts:\n- {{name: a, context: {{cluster: c, user: u}}}}\nusers:\n- {{name: u, user: {user}}}\n"),
+            )
+            .unwrap();
+        };
+        for user in ["{token: abc}", "{tokenFile: tok}"] {
+            write(user);
+            let e = ApiConfig::from_kubeconfig(&path).unwrap_err().to_string();
+            assert!(
+                e.contains("server 'http://10.0.0.1:8080' is plain http: a bearer token or client certificate is never sent without TLS"),
+                "{e}"
+            );
+        }
+        // A local proxy without a user stays possible.
+        write("{}");
+        assert_eq!(ApiConfig::from_kubeconfig(&path).unwrap().auth, Auth::None);
+    }
+
+    /// Issue 35: `Debug` of the settings printed the token and the client key.
+    #[test]
+    fn debug_never_shows_a_secret() {
+        let c = ApiConfig {
+            server: "https://k".into(),
+            ca_pem: None,
+            auth: Auth::Token("s3cr3t-t0ken".into()),
+            origin: "test".into(),
+        };
+        let text = format!("{c:?}");
+        assert!(
+            !text.contains("s3cr3t") && text.contains("Token(<redacted>)"),
+            "{text}"
+        );
+        let cert = Auth::ClientCert {
+            cert: b"CERTDATA".to_vec(),
+            key: b"PRIVATEKEYDATA".to_vec(),
+        };
+        let text = format!("{cert:?}");
+        assert!(
+            !text.contains("PRIVATEKEY") && !text.contains("CERTDATA"),
+            "{text}"
+        );
+        // The byte values of a Vec<u8> would show too.
+        assert!(!text.contains("80, 82"), "{text}");
     }
 }

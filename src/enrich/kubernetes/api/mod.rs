@@ -16,14 +16,23 @@
 //! [`stale_after`] (10 collect intervals, at least 10 s) after the watch was lost, then is emptied
 //! (series lose their pod labels and API UIDs) until a list succeeds again; each change is logged once. Requests are counted in
 //! `dcgm_otel_kubernetes_api_requests_total{verb,result}`. The bytes of a list page and of the watch
-//! stream are decoded by [`stream`] (no I/O, bounded line and page sizes).
+//! stream are decoded by [`stream`] (no I/O, bounded line and page sizes) into the typed [`objects`].
+//!
+//! The API server is trusted with pod metadata, not with the node: a watch has a total deadline, a list
+//! a page count and a deadline, the cache a bound in objects and bytes, objects of other nodes are
+//! dropped ([`watch`]); TLS trusts the cluster's CA alone when one is given, and a bearer token is never
+//! sent over plain `http://` ([`config`]).
 
 pub mod config;
+pub mod objects;
 pub mod stream;
 pub mod watch;
 
 pub use config::{ApiConfig, Auth, ConfigError};
 pub use watch::{get_object, Cache, Resource, Watcher};
 
-pub use stream::{MAX_LIST_PAGE, MAX_WATCH_LINE};
-pub use watch::{stale_after, WATCH_TIMEOUT_S};
+pub use stream::{LIST_LIMIT, MAX_LIST_PAGE, MAX_WATCH_LINE};
+pub use watch::{
+    stale_after, MAX_CACHE_BYTES, MAX_CACHE_OBJECTS, MAX_LIST_PAGES, WATCH_DEADLINE,
+    WATCH_TIMEOUT_S,
+};

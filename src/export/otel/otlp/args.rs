@@ -20,8 +20,8 @@ pub enum OtlpPipeline {
     Sdk,
 }
 
-/// The OTLP flags.
-#[derive(Debug, Clone, Args)]
+/// The OTLP flags. `Debug` leaves out the headers' values (they carry API keys).
+#[derive(Clone, Args)]
 #[command(next_help_heading = "OTLP")]
 pub struct OtlpArgs {
     /// Push metrics over OTLP; without an endpoint, to http://localhost:4317 (grpc) or :4318 (http/protobuf).
@@ -130,4 +130,21 @@ pub struct OtlpArgs {
     /// service.name of the pushed resources [default: dcgm-otel] [env: OTEL_SERVICE_NAME].
     #[arg(long = "otel-service-name", value_name = "NAME")]
     pub otel_service_name: Option<String>,
+}
+
+impl std::fmt::Debug for OtlpArgs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OtlpArgs")
+            .field("otlp", &self.otlp)
+            .field("otlp_endpoint", &self.otlp_endpoint)
+            .field("otlp_protocol", &self.otlp_protocol)
+            .field(
+                "otlp_headers",
+                &self.otlp_headers.as_ref().map(|_| "<redacted>"),
+            )
+            .field("otlp_certificate", &self.otlp_certificate)
+            .field("otlp_client_certificate", &self.otlp_client_certificate)
+            .field("otlp_client_key", &self.otlp_client_key)
+            .finish_non_exhaustive()
+    }
 }

@@ -93,6 +93,11 @@ struct Instrument {
     head: Vec<u8>,
 }
 
+/// Whether a row's field is a rate: its DCGM unit is per second (`MB/s`, `KB/s`).
+fn is_rate(c: &crate::counters::Counter) -> bool {
+    crate::export::otel::units::field_unit(&c.field).is_some_and(|u| u.ends_with("/s"))
+}
+
 /// The instruments of a counter set, but for rows of the fields in `replaced` (`semconv` names only).
 fn instruments(counters: &CounterSet, replaced: &[FieldId]) -> Vec<Instrument> {
     let mut seen: HashSet<&str> = HashSet::new();
@@ -107,6 +112,10 @@ fn instruments(counters: &CounterSet, replaced: &[FieldId]) -> Vec<Instrument> {
         }
         let kind = match c.kind {
             MetricKind::Gauge => Kind::Gauge,
+            // A rate (a DCGM unit per second: NVLink bandwidth in MB/s) is a gauge whatever the CSV
+            // says: dcgm-exporter 4.5.3-4.8.2 types DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL `counter`, which
+            // :9400 keeps, but a monotonic Sum of a rate would be read as totals.
+            MetricKind::Counter if is_rate(c) => Kind::Gauge,
             MetricKind::Counter if c.field.value_type == ValueType::Int64 => Kind::IntCounter,
             MetricKind::Counter => Kind::DoubleCounter,
             MetricKind::Label => continue,

@@ -83,8 +83,8 @@ impl std::fmt::Debug for TlsFiles {
     }
 }
 
-/// Resolved OTLP settings.
-#[derive(Debug, Clone)]
+/// Resolved OTLP settings. `Debug` shows the headers' names, never their values (API keys).
+#[derive(Clone)]
 pub struct OtlpConfig {
     pub signal: Signal,
     pub protocol: Protocol,
@@ -97,6 +97,28 @@ pub struct OtlpConfig {
     pub interval: Duration,
     pub temporality: Temporality,
     pub max_pending: usize,
+}
+
+impl std::fmt::Debug for OtlpConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let headers: Vec<String> = self
+            .headers
+            .iter()
+            .map(|(k, _)| format!("{k}=<redacted>"))
+            .collect();
+        f.debug_struct("OtlpConfig")
+            .field("signal", &self.signal)
+            .field("protocol", &self.protocol)
+            .field("endpoint", &self.endpoint)
+            .field("headers", &headers)
+            .field("timeout", &self.timeout)
+            .field("gzip", &self.gzip)
+            .field("tls", &self.tls)
+            .field("interval", &self.interval)
+            .field("temporality", &self.temporality)
+            .field("max_pending", &self.max_pending)
+            .finish()
+    }
 }
 
 impl OtlpConfig {
@@ -606,6 +628,20 @@ mod tests {
     }
 
     const C: Duration = Duration::from_millis(1000);
+
+    /// Issue 35: `Debug` of the settings printed the headers, which carry API keys.
+    #[test]
+    fn debug_never_shows_a_header_value() {
+        let args = cli(&["--otlp", "--otlp-headers", "authorization=Bearer%20s3cr3t"]);
+        let text = format!("{args:?}");
+        assert!(!text.contains("s3cr3t"), "{text}");
+        let c = resolve(&args, C, &env_of(&[])).unwrap().unwrap();
+        let text = format!("{c:?}");
+        assert!(
+            !text.contains("s3cr3t") && text.contains("authorization=<redacted>"),
+            "{text}"
+        );
+    }
 
     #[test]
     fn off_unless_enabled_or_endpoint_set() {

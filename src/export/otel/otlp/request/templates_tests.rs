@@ -348,3 +348,33 @@ fn the_fleet_carries_distributions() {
         .count();
     assert!(histograms >= 3, "{histograms} histograms");
 }
+
+/// A rate is a Gauge over OTLP even where the counters CSV types it `counter` (dcgm-exporter
+/// 4.5.3-4.8.2's `DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL`, MB/s): :9400 writes the CSV's type, OTLP what
+/// the value is. A real total stays a monotonic Sum.
+#[test]
+fn a_rate_typed_counter_in_the_csv_is_a_gauge_over_otlp() {
+    let counters = crate::counters::parse(
+        "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL, counter, NVLink.\n\
+         DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION, counter, Energy.\n",
+        "test",
+    )
+    .unwrap();
+    let kinds: Vec<(String, Kind)> = instruments(&counters, &[])
+        .into_iter()
+        .map(|i| (i.name, i.kind))
+        .collect();
+    assert_eq!(
+        kinds,
+        vec![
+            (
+                "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL".to_string(),
+                Kind::Gauge
+            ),
+            (
+                "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION".to_string(),
+                Kind::IntCounter
+            ),
+        ]
+    );
+}
