@@ -16,6 +16,12 @@
 //!    liveness failure — then connects the source (a host engine that does not answer is tried again
 //!    by the collector, never a reason to exit), starts the enrichers and the collector thread (which
 //!    also follows the counters file), and waits for SIGTERM/SIGINT.
+//!
+//! Shutdown is bounded: the server gives open connections [`crate::server::SHUTDOWN_GRACE`], the
+//! collector [`COLLECTOR_STOP_WAIT`] to finish its cycle (a DCGM call that never returns cannot be
+//! cancelled: the process then exits without it), OTLP up to 5 s to deliver; and whatever happens, the
+//! process exits [`SHUTDOWN_LIMIT`] after the signal (under systemd's `TimeoutStopSec=15s` and
+//! Kubernetes' 30 s grace period).
 
 mod signals;
 
@@ -37,6 +43,11 @@ use crate::source::sim::Scenario;
 pub use crate::startup::StartError;
 use crate::startup::{ResolveContext, StartContext};
 use crate::telemetry::self_metrics::SelfMetrics;
+
+/// How long the collector thread gets to finish once the server has stopped.
+pub const COLLECTOR_STOP_WAIT: Duration = Duration::from_secs(3);
+/// The longest shutdown, from SIGTERM/SIGINT to the process's exit.
+pub const SHUTDOWN_LIMIT: Duration = Duration::from_secs(12);
 
 /// Everything start-up needs, resolved and checked, nothing started.
 pub struct Plan {
@@ -194,6 +205,7 @@ impl Plan {
             web_config: server.web_config.clone(),
             web: server.web.clone(),
             http_metrics: server.http_metrics.clone(),
+            pprof: server.pprof(),
             counters: reloader.as_ref().map(|r| (r.describe(), r.request_flag())),
             collect_now: pipeline::waker(&control_tx),
         }));
@@ -208,7 +220,12 @@ impl Plan {
             body: exports.body.clone(),
             status: status.clone(),
         };
-        let serving = runtime.spawn(server.serve(state, started, signals::wait_for_termination()));
+        // SIGTERM/SIGINT end serving; from then on the process has SHUTDOWN_LIMIT to exit.
+        let terminated = async {
+            signals::wait_for_termination().await;
+            exit_after(SHUTDOWN_LIMIT);
+        };
+        let serving = runtime.spawn(server.serve(state, started, terminated));
 
         let source = opened.start(&ctx)?;
         let processes = match self.processes {
@@ -237,20 +254,64 @@ impl Plan {
             reloader,
             waker: Some(pipeline::waker(&control_tx)),
         };
+        let (collector_done, collector_stopped) = std::sync::mpsc::sync_channel::<()>(1);
         let collector = std::thread::Builder::new()
             .name("collector".into())
-            .spawn(move || pipeline.run(control_rx))
+            .spawn(move || {
+                pipeline.run(control_rx);
+                let _ = collector_done.send(());
+            })
             .map_err(|e| {
                 StartError::environment(format!("cannot start the collector thread: {e}"))
             })?;
         let _ = runtime.block_on(serving);
         let _ = control_tx.send(Control::Stop);
         drop(control_tx);
-        let _ = collector.join();
+        stop_collector(collector, &collector_stopped);
         if let Some(otel) = exports.otel {
             otel.shutdown();
         }
         runtime.shutdown_timeout(Duration::from_secs(1));
         Ok(())
+    }
+}
+
+/// Wait up to [`COLLECTOR_STOP_WAIT`] for the collector thread (told to stop) to end. A thread stuck in a
+/// source call that never returns is left behind: the process exits without it.
+fn stop_collector(collector: std::thread::JoinHandle<()>, stopped: &std::sync::mpsc::Receiver<()>) {
+    match stopped.recv_timeout(COLLECTOR_STOP_WAIT) {
+        Err(std::sync::mpsc::RecvTimeoutError::Timeout) => tracing::warn!(
+            wait_s = COLLECTOR_STOP_WAIT.as_secs(),
+            "the collector did not stop in time (a source call that does not return?); exiting without it"
+        ),
+        // Done, or the thread ended without saying so (a panic): it is gone either way.
+        _ => {
+            let _ = collector.join();
+        }
+    }
+}
+
+/// From now on the process has `limit` to exit: past it, one error line and exit code 1, whatever is
+/// still running. Should the exit itself hang (a library's exit handler waiting on a call that never
+/// returns), the process aborts 2 s later.
+fn exit_after(limit: Duration) {
+    let spawned = std::thread::Builder::new()
+        .name("shutdown-limit".into())
+        .spawn(move || {
+            std::thread::sleep(limit);
+            tracing::error!(
+                limit_s = limit.as_secs(),
+                "shutdown did not finish in time; exiting now"
+            );
+            let _ = std::thread::Builder::new()
+                .name("shutdown-abort".into())
+                .spawn(|| {
+                    std::thread::sleep(Duration::from_secs(2));
+                    std::process::abort();
+                });
+            std::process::exit(1);
+        });
+    if let Err(e) = spawned {
+        tracing::warn!(error = %e, "cannot start the shutdown time limit; shutdown is not bounded");
     }
 }
