@@ -14,6 +14,7 @@ mod config_file_e2e;
 mod configmap_e2e;
 mod containers_e2e;
 mod dcgm_e2e;
+mod dcgm_exporter_diff;
 mod dcgm_header_facts;
 mod device_selection_e2e;
 mod distributions_e2e;
