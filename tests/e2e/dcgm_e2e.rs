@@ -251,8 +251,12 @@ fn profiling_off_skips_dcp_rows_with_one_warning() {
         .flat_map(|c| {
             kv(c)
                 .get("fields")
-                .map(|f| f.split(',').filter_map(|id| id.parse().ok()).collect())
-                .unwrap_or_else(Vec::new)
+                .map(|f| {
+                    f.split(',')
+                        .filter_map(|id| id.parse().ok())
+                        .collect::<Vec<u16>>()
+                })
+                .unwrap_or_default()
                 .into_iter()
                 .map(move |id| (c, id))
         })

@@ -127,7 +127,10 @@ fn check(c: &Case) {
     terminate(e);
     let calls = fake.calls();
     let (added, read) = watched_and_read(&calls);
-    assert_eq!(added, c.entities, "{what}: entities put into watched groups");
+    assert_eq!(
+        added, c.entities,
+        "{what}: entities put into watched groups"
+    );
     assert_eq!(read, c.entities, "{what}: entities read by the collection");
 }
 
@@ -141,7 +144,11 @@ fn gpu_and_mig_selection_watches_and_serves_only_what_is_selected() {
     let cases = [
         // Flex (the default): a GPU with MIG instances is monitored through them.
         case(&[], &["1:0", "4:8", "4:9", "4:10"], &[gpu0, gi8, gi9, gi10]),
-        case(&["-d", "f"], &["1:0", "4:8", "4:9", "4:10"], &[gpu0, gi8, gi9, gi10]),
+        case(
+            &["-d", "f"],
+            &["1:0", "4:8", "4:9", "4:10"],
+            &[gpu0, gi8, gi9, gi10],
+        ),
         // Every GPU as a whole, the MIG GPU included; no instance.
         case(&["-d", "g"], &["1:0", "1:1"], &[gpu0, gpu1]),
         case(&["-d", "i"], &["4:8", "4:9", "4:10"], &[gi8, gi9, gi10]),
@@ -157,7 +164,11 @@ fn gpu_and_mig_selection_watches_and_serves_only_what_is_selected() {
             &["1:0", "1:1", "4:8", "4:9", "4:10"],
             &[gpu0, gpu1, gi8, gi9, gi10],
         ),
-        case(&["-d", "g:0,1+i:9"], &["1:0", "1:1", "4:9"], &[gpu0, gpu1, gi9]),
+        case(
+            &["-d", "g:0,1+i:9"],
+            &["1:0", "1:1", "4:9"],
+            &[gpu0, gpu1, gi9],
+        ),
         Case {
             env: vec![("DCGM_EXPORTER_DEVICES_STR", "i:10".into())],
             ..case(&[], &["4:10"], &[gi10])
@@ -191,9 +202,8 @@ fn absent_mig_entity_id_is_refused_through_libdcgm() {
 fn switch_selection_watches_only_the_selected_switches_and_ports() {
     let csv = scenario_counters("hgx-h100");
     let gpu_links = |gpu: u32| (0..18).map(move |p| link(FE_GPU, gpu, p));
-    let switch_ports = |sw: u32, ports: std::ops::Range<u32>| {
-        ports.map(move |p| link(FE_SWITCH, sw, p))
-    };
+    let switch_ports =
+        |sw: u32, ports: std::ops::Range<u32>| ports.map(move |p| link(FE_SWITCH, sw, p));
     // GPU 2 with its links; switch 1 with ports 0-2.
     let mut entities = set(["1:2", "3:1"]);
     entities.extend(gpu_links(2));
@@ -217,7 +227,9 @@ fn switch_selection_watches_only_the_selected_switches_and_ports() {
     // `-s g`: every switch, none of their ports; `-d i` on GPUs without MIG: no GPU, no GPU link.
     check(&Case {
         scenario: "hgx-h100",
-        args: ["-f", &csv, "-d", "i", "-s", "g"].map(String::from).to_vec(),
+        args: ["-f", &csv, "-d", "i", "-s", "g"]
+            .map(String::from)
+            .to_vec(),
         env: Vec::new(),
         entities: set(["3:0", "3:1", "3:2", "3:3"]),
         series: set((0..4).map(|s| format!("nvswitch=nvswitch{s}"))),
@@ -235,11 +247,6 @@ fn cpu_selection_watches_only_the_selected_cpus_and_cores() {
             .to_vec(),
         env: Vec::new(),
         entities: set(["1:0", "7:1", "8:72", "8:73"]),
-        series: set([
-            "gpu=0",
-            "cpu=1",
-            "cpu=1,cpucore=72",
-            "cpu=1,cpucore=73",
-        ]),
+        series: set(["gpu=0", "cpu=1", "cpu=1,cpucore=72", "cpu=1,cpucore=73"]),
     });
 }

@@ -24,7 +24,9 @@ const INTERVAL_MS: &str = "500";
 
 /// `/metrics` (empty while the exporter does not answer).
 fn body(e: &Exporter) -> String {
-    get(e.port, "/metrics").map(|r| r.text()).unwrap_or_default()
+    get(e.port, "/metrics")
+        .map(|r| r.text())
+        .unwrap_or_default()
 }
 
 /// The value of `series` (written as in the body: `name` or `name{labels}`), 0 when absent.
@@ -65,8 +67,13 @@ fn collections_keep_pace(
     let h1 = value(&last, "dcgm_otel_collects_total{source=\"simulated\"}");
     let c1 = collections(control);
     let (made, control_made) = (h1 - h0, c1 - c0);
-    eprintln!("collections over the window: {made} facing the hung peer, {control_made} in the control");
-    assert!(control_made >= 4.0, "the control collected {control_made} times");
+    eprintln!(
+        "collections over the window: {made} facing the hung peer, {control_made} in the control"
+    );
+    assert!(
+        control_made >= 4.0,
+        "the control collected {control_made} times"
+    );
     assert!(
         made >= 0.75 * control_made,
         "a hung peer slowed collection down: {made} collections against the control's {control_made}"
@@ -106,19 +113,31 @@ fn a_hung_kubelet_is_timed_out_and_collection_keeps_its_interval() {
     let last = collections_keep_pace(&hung, &control, Duration::from_secs(60), |b| {
         timeouts(b) >= before + 8.0
     });
-    assert!(peer.accepted() >= 8, "the exporter connected {} times", peer.accepted());
+    assert!(
+        peer.accepted() >= 8,
+        "the exporter connected {} times",
+        peer.accepted()
+    );
     // Every call failed by its deadline, none by another error; the series are served meanwhile.
-    assert_eq!(value(&last, "dcgm_otel_kubelet_requests_total{result=\"ok\"}"), 0.0);
     assert_eq!(
-        value(&last, "dcgm_otel_kubelet_requests_total{result=\"unavailable\"}")
-            + value(&last, "dcgm_otel_kubelet_requests_total{result=\"error\"}"),
+        value(&last, "dcgm_otel_kubelet_requests_total{result=\"ok\"}"),
+        0.0
+    );
+    assert_eq!(
+        value(
+            &last,
+            "dcgm_otel_kubelet_requests_total{result=\"unavailable\"}"
+        ) + value(&last, "dcgm_otel_kubelet_requests_total{result=\"error\"}"),
         0.0,
         "{last}"
     );
     assert!(last.contains("\nDCGM_FI_DEV_GPU_TEMP{gpu=\"0\""), "{last}");
     let control_body = body(&control);
     assert_eq!(
-        value(&control_body, "dcgm_otel_kubelet_requests_total{result=\"timeout\"}"),
+        value(
+            &control_body,
+            "dcgm_otel_kubelet_requests_total{result=\"timeout\"}"
+        ),
         0.0,
         "the control's kubelet answers"
     );
@@ -246,9 +265,19 @@ fn a_hung_container_runtime_is_timed_out_and_collection_keeps_its_interval() {
     let control = start(&good_socket);
     let hung = start(&hung_socket);
     let errors = |b: &str| value(b, "dcgm_otel_container_runtime_errors_total");
-    collections_keep_pace(&hung, &control, Duration::from_secs(60), |b| errors(b) >= 3.0);
-    assert!(peer.accepted() >= 3, "the exporter connected {} times", peer.accepted());
-    assert_eq!(errors(&body(&control)), 0.0, "the control's runtime answers");
+    collections_keep_pace(&hung, &control, Duration::from_secs(60), |b| {
+        errors(b) >= 3.0
+    });
+    assert!(
+        peer.accepted() >= 3,
+        "the exporter connected {} times",
+        peer.accepted()
+    );
+    assert_eq!(
+        errors(&body(&control)),
+        0.0,
+        "the control's runtime answers"
+    );
     let err = common::terminate(hung);
     assert_eq!(
         err.lines()

@@ -405,7 +405,7 @@ fn energy_from_power_without_a_counter_and_none_when_the_counter_goes_backwards(
     let absent = || FieldValue::Absent(dcgm_otel::snapshot::Absent::NotSupported);
     let energy1 = [1_000_000, 1_300_000, 200_000, 500_000, 800_000];
     let mut out = String::new();
-    for k in 0..5usize {
+    for (k, &energy1) in energy1.iter().enumerate() {
         let reading = |g: usize, power: FieldValue, energy: FieldValue, pod: &str| EntityReading {
             entity: gpus[g].clone(),
             values: vec![FieldValue::Int(50), power, energy, FieldValue::Double(0.5)],
@@ -413,7 +413,7 @@ fn energy_from_power_without_a_counter_and_none_when_the_counter_goes_backwards(
         };
         let entities = vec![
             reading(0, FieldValue::Double(100.0 * (k + 1) as f64), absent(), "a"),
-            reading(1, FieldValue::Double(123.0), FieldValue::Int(energy1[k]), "b"),
+            reading(1, FieldValue::Double(123.0), FieldValue::Int(energy1), "b"),
             reading(2, absent(), absent(), "c"),
         ];
         let derived = acc.collect(&entities, &counters, k as f64, &EqualShares);
@@ -433,7 +433,9 @@ fn energy_from_power_without_a_counter_and_none_when_the_counter_goes_backwards(
         out.clear();
         renderer.render_metrics(&snap, &mut out);
     }
-    let id = |g: u32| format!("gpu=\"{g}\",UUID=\"GPU-{g}\",pci_bus_id=\"00000000:0{g}:00.0\",device=\"nvidia{g}\",modelName=\"NVIDIA H100 80GB HBM3\",Hostname=\"node-a\"");
+    let id = |g: u32| {
+        format!("gpu=\"{g}\",UUID=\"GPU-{g}\",pci_bus_id=\"00000000:0{g}:00.0\",device=\"nvidia{g}\",modelName=\"NVIDIA H100 80GB HBM3\",Hostname=\"node-a\"")
+    };
     let pod = |p: &str| format!("container=\"main\",namespace=\"ml\",pod=\"{p}\"");
     let energy: Vec<&str> = out
         .lines()
@@ -442,12 +444,24 @@ fn energy_from_power_without_a_counter_and_none_when_the_counter_goes_backwards(
     assert_eq!(
         energy,
         [
-            format!("dcgm_otel_pod_gpu_energy_joules_total{{{},{}}} 1200", id(0), pod("a")),
-            format!("dcgm_otel_pod_gpu_energy_joules_total{{{},{}}} 900", id(1), pod("b")),
+            format!(
+                "dcgm_otel_pod_gpu_energy_joules_total{{{},{}}} 1200",
+                id(0),
+                pod("a")
+            ),
+            format!(
+                "dcgm_otel_pod_gpu_energy_joules_total{{{},{}}} 900",
+                id(1),
+                pod("b")
+            ),
         ]
     );
     assert!(
-        out.contains(&format!("dcgm_otel_pod_gpu_seconds_total{{{},{}}} 4\n", id(2), pod("c"))),
+        out.contains(&format!(
+            "dcgm_otel_pod_gpu_seconds_total{{{},{}}} 4\n",
+            id(2),
+            pod("c")
+        )),
         "{out}"
     );
     let mut text = String::new();

@@ -34,7 +34,8 @@ fn scenario(dir: &Path, extra: &str) -> String {
     format!("--simulate={}", path.display())
 }
 
-const CONSTANT_POWER: &str = "  - { field: DCGM_FI_DEV_POWER_USAGE, gpu: 0, square: { low: 300, high: 300, period: 1s } }\n";
+const CONSTANT_POWER: &str =
+    "  - { field: DCGM_FI_DEV_POWER_USAGE, gpu: 0, square: { low: 300, high: 300, period: 1s } }\n";
 
 /// The simulated node (its pods as the cluster), collecting every 200 ms.
 fn start(simulate: &str, extra: &[&str]) -> Exporter {
@@ -68,7 +69,12 @@ const SECONDS: &str = "dcgm_otel_pod_gpu_seconds_total";
 const JOULES: &str = "dcgm_otel_pod_gpu_energy_joules_total";
 
 /// Scrape until `cond` holds (every 50 ms), or panic after 30 s; every body is handed to `each` first.
-fn scrape_until(e: &Exporter, what: &str, mut each: impl FnMut(&str), cond: impl Fn(&str) -> bool) -> String {
+fn scrape_until(
+    e: &Exporter,
+    what: &str,
+    mut each: impl FnMut(&str),
+    cond: impl Fn(&str) -> bool,
+) -> String {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         let body = get(e.port, "/metrics").unwrap().text();
@@ -76,7 +82,10 @@ fn scrape_until(e: &Exporter, what: &str, mut each: impl FnMut(&str), cond: impl
         if cond(&body) {
             return body;
         }
-        let own: Vec<&str> = body.lines().filter(|l| l.starts_with("dcgm_otel_pod")).collect();
+        let own: Vec<&str> = body
+            .lines()
+            .filter(|l| l.starts_with("dcgm_otel_pod"))
+            .collect();
         assert!(Instant::now() < deadline, "{what}:\n{}", own.join("\n"));
         std::thread::sleep(Duration::from_millis(50));
     }
@@ -85,7 +94,12 @@ fn scrape_until(e: &Exporter, what: &str, mut each: impl FnMut(&str), cond: impl
 /// At a constant 300 W the pod's joules are 300 × its GPU-seconds, counted from power.
 fn energy_from_power(simulate: &str, extra: &[&str]) {
     let e = start(simulate, extra);
-    let body = scrape_until(&e, "intervals charged from power", |_| {}, |b| intervals(b, "power") >= 5.0);
+    let body = scrape_until(
+        &e,
+        "intervals charged from power",
+        |_| {},
+        |b| intervals(b, "power") >= 5.0,
+    );
     let (seconds, joules) = (pod_value(&body, SECONDS), pod_value(&body, JOULES));
     assert!(seconds > 0.0, "{body}");
     // Both are rendered with 6 decimals.
@@ -141,18 +155,29 @@ fn an_energy_counter_going_backwards_gives_its_interval_no_energy() {
         "three falls of the counter",
         |b| {
             let j = pod_value(b, JOULES);
-            assert!(j >= last_joules, "the pod's joules went down: {last_joules} then {j}");
+            assert!(
+                j >= last_joules,
+                "the pod's joules went down: {last_joules} then {j}"
+            );
             last_joules = j;
         },
         |b| intervals(b, "none") >= 3.0,
     );
     let (joules, falls) = (pod_value(&body, JOULES), intervals(&body, "none"));
     let rises = joules / 1000.0;
-    assert_eq!(rises.fract(), 0.0, "{joules} J is not a whole number of rises");
+    assert_eq!(
+        rises.fract(),
+        0.0,
+        "{joules} J is not a whole number of rises"
+    );
     assert!(
         (rises - falls).abs() <= 1.0,
         "{rises} rises of 1,000 J and {falls} falls: the falls were charged"
     );
-    assert_eq!(intervals(&body, "power"), 0.0, "the counter was read: no power");
+    assert_eq!(
+        intervals(&body, "power"),
+        0.0,
+        "the counter was read: no power"
+    );
     assert!(intervals(&body, "counter") >= 2.0 * falls - 2.0, "{body}");
 }

@@ -427,7 +427,9 @@ fn the_rules_fire_on_what_the_exporter_serves() {
     let expanded: Vec<Vec<Sample>> = reference.values().map(|v| expand(v)).collect();
     for n in 0..COLLECTIONS {
         assert!(
-            expanded.iter().any(|e| e.get(n).is_some_and(|s| *s != Sample::Absent)),
+            expanded
+                .iter()
+                .any(|e| e.get(n).is_some_and(|s| *s != Sample::Absent)),
             "{}: collection {} has no sample",
             committed_path.display(),
             n + 1
@@ -443,7 +445,12 @@ fn the_rules_fire_on_what_the_exporter_serves() {
         "{} values differ from {} (UPDATE_GOLDEN=1 re-records it when the change is meant):\n{}",
         diffs.len(),
         committed_path.display(),
-        diffs.iter().take(20).cloned().collect::<Vec<_>>().join("\n")
+        diffs
+            .iter()
+            .take(20)
+            .cloned()
+            .collect::<Vec<_>>()
+            .join("\n")
     );
 }
 

@@ -55,10 +55,9 @@ fn scraper(port: u16, seen: Arc<Seen>, stop: Arc<AtomicBool>) -> std::thread::Jo
                 Ok(r) if r.status == 200 => {
                     if gzip {
                         assert_eq!(r.header("Content-Encoding"), Some("gzip"));
-                    } else if let Some(c) = value(
-                        &r.text(),
-                        "dcgm_otel_collects_total{source=\"dcgm\"}",
-                    ) {
+                    } else if let Some(c) =
+                        value(&r.text(), "dcgm_otel_collects_total{source=\"dcgm\"}")
+                    {
                         seen.collections.fetch_max(c as u64, Ordering::AcqRel);
                     }
                 }
@@ -110,9 +109,11 @@ fn scrapes_at_50_per_second_read_dcgm_once_per_collection() {
             || seen.scrapes.load(Ordering::Acquire) >= from + n,
         );
     };
-    wait_for("the first collection served", Duration::from_secs(20), || {
-        seen.collections.load(Ordering::Acquire) == 1
-    });
+    wait_for(
+        "the first collection served",
+        Duration::from_secs(20),
+        || seen.collections.load(Ordering::Acquire) == 1,
+    );
     scrapes_past(SCRAPES_BETWEEN);
     for k in 2..=1 + EXTRA_COLLECTIONS {
         common::signal(&e, "-HUP");

@@ -48,10 +48,7 @@ impl Hung {
     }
 
     /// Accept with `accept` until dropped, keeping every connection.
-    fn hold(
-        &self,
-        accept: impl Fn() -> std::io::Result<Box<dyn Send>> + Send + 'static,
-    ) {
+    fn hold(&self, accept: impl Fn() -> std::io::Result<Box<dyn Send>> + Send + 'static) {
         let (accepted, stop) = (self.accepted.clone(), self.stop.clone());
         std::thread::spawn(move || {
             let mut held = Vec::new();
