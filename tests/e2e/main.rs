@@ -19,6 +19,7 @@ mod dcgm_header_facts;
 mod device_selection_e2e;
 mod distributions_e2e;
 mod docs_e2e;
+mod engine_e2e;
 mod entities_e2e;
 mod fake_libdcgm_abi;
 mod fake_libdcgm_entities_abi;
