@@ -21,7 +21,8 @@
 #      and CPU time (utime+stime) from /proc/<pid> every second; reports CPU per collect cycle,
 #      RSS at start/max/end and its growth.
 # Exporter and wrk share the machine's cores: the figures are for that setup (see docs/performance.md).
-# No timing is asserted: the script fails only when the exporter does not start or does not serve.
+# No timing is asserted: the script fails only when the exporter does not start or does not serve, or a
+# wrk run fails (wrk's exit status, a non-2xx answer, a connect/read/write error).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -82,9 +83,17 @@ say "start to first /metrics ${first_ms} ms (spawn → first body with GPU serie
 # ---- 2. load -----------------------------------------------------------------------------------------
 run_wrk() { # name, connections, extra wrk args...
   local name=$1 c=$2; shift 2
-  wrk -t1 -c"$c" -d"${load_s}s" --latency "$@" "$url" >"$tmp/wrk.txt" 2>&1 || true
+  # A wrk that fails, a scrape not answered 200, or a connection that fails is a failure of the run (issue
+  # 40: `|| true` let a run with every scrape refused pass); wrk's timeouts (an answer slower than 2 s) are
+  # timing, reported but not failed.
+  wrk_failed() { echo "load.sh: wrk $name ($c conns): $1" >&2; cat "$tmp/wrk.txt" >&2; exit 1; }
+  wrk -t1 -c"$c" -d"${load_s}s" --latency "$@" "$url" >"$tmp/wrk.txt" 2>&1 || wrk_failed "exit status $?"
   local rps p50 p99 errs
   rps=$(awk '/^Requests\/sec/ {print $2}' "$tmp/wrk.txt")
+  [ -n "$rps" ] || wrk_failed "no Requests/sec line"
+  ! grep -q 'Non-2xx' "$tmp/wrk.txt" || wrk_failed "scrapes not answered 2xx"
+  awk '/Socket errors/ { gsub(",", ""); if ($4 + $6 + $8 > 0) bad = 1 } END { exit bad }' "$tmp/wrk.txt" \
+    || wrk_failed "connect/read/write errors"
   p50=$(awk '$1=="50%" {print $2}' "$tmp/wrk.txt")
   p99=$(awk '$1=="99%" {print $2}' "$tmp/wrk.txt")
   errs=$(awk '/Non-2xx|Socket errors/ {print}' "$tmp/wrk.txt" | tr '\n' ' ')

@@ -4,7 +4,7 @@
 //! The kubelet is asked **once per collect interval**, on the collector thread, before the snapshot is
 //! published ([`podresources`] is the gRPC client; [`mapping`] matches device ids to entities). Scrapes
 //! never reach the kubelet, however many there are (dcgm-exporter 4.x asks it on every scrape and for
-//! every entity group). Each call has a deadline of min(collect interval, 10 s).
+//! every entity group). Each call has a deadline of min(collect interval / 2, 10 s).
 //!
 //! When a call fails the last good mapping is kept for up to [`KEEP_INTERVALS`] more intervals (a kubelet
 //! restart does not blank the pod labels), then dropped: series carry no pod labels until the kubelet
@@ -192,9 +192,13 @@ fn slice_weight(slice: &DraSlice) -> usize {
 }
 
 impl KubernetesConfig {
-    /// The deadline for a collect interval: min(interval, 10 s).
+    /// The deadline for a collect interval: min(interval / 2, 10 s). The call runs on the collector
+    /// thread, so a kubelet that accepts and never answers holds each collection up to the deadline: half
+    /// the interval leaves the other half for the collection itself, and the next one starts on its tick
+    /// (a deadline as long as the interval made every collection overrun its tick, halving the rate;
+    /// `tests/e2e/hung_peers_e2e.rs`).
     pub fn deadline_for(interval: Duration) -> Duration {
-        interval.min(MAX_DEADLINE)
+        (interval / 2).min(MAX_DEADLINE)
     }
 
     /// The settings the flags give, for a collect interval.

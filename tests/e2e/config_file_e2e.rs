@@ -161,12 +161,30 @@ fn watch_groups_sample_their_fields_at_their_own_interval() {
             .and_then(|(_, v)| v.parse::<f64>().ok())
             .unwrap()
     };
+    // The control: power, in the 200 ms group, is read again at each collection (the simulated
+    // power moves every collection), so a body three collections later is a fresh one.
+    let power = |b: &str| {
+        b.lines()
+            .find(|l| l.starts_with("DCGM_FI_DEV_POWER_USAGE{gpu=\"0\""))
+            .map(str::to_string)
+            .unwrap()
+    };
     let first = scrape(e.port);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
     let mut later = scrape(e.port);
     while collects(&later) < collects(&first) + 3.0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no three collections in 20 s:\n{later}"
+        );
         std::thread::sleep(std::time::Duration::from_millis(50));
         later = scrape(e.port);
     }
+    assert_ne!(
+        power(&first),
+        power(&later),
+        "the 200 ms group was not read again"
+    );
     assert_eq!(energy(&first), energy(&later));
     terminate(e);
 

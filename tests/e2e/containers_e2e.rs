@@ -212,8 +212,10 @@ fn gpus_given_to_running_containers_carry_their_name() {
     assert!(!gpu0.contains("container="), "{gpu0}");
 }
 
+/// An absent socket: each failed call is counted, and the outage is logged once. (A socket that
+/// accepts and never answers, the case that could delay collections, is the next test.)
 #[test]
-fn an_absent_runtime_socket_delays_nothing_and_is_counted() {
+fn an_absent_runtime_socket_is_counted_and_logged_once() {
     let dir = tempfile::tempdir().unwrap();
     let socket = dir.path().join("nobody.sock");
     let e = common::start(
@@ -243,6 +245,60 @@ fn an_absent_runtime_socket_delays_nothing_and_is_counted() {
             .count(),
         1,
         "logged once per outage:\n{stderr}"
+    );
+}
+
+/// A runtime that accepts and never answers delays no collection: each call is cut off at its 2 s
+/// deadline and counted, while collections go on at their 200 ms interval. Measured in what the
+/// exporter counts, not in wall-clock limits: collections per cut-off call are ~10 when the call runs
+/// beside the collections, and at most ~1 if a collection waited for it; at least 3 are required.
+#[test]
+fn a_hung_runtime_socket_delays_no_collection_and_is_counted() {
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("docker.sock");
+    // Reads the request, then waits for the exporter to give up (its close ends the read).
+    hostile_runtime(&socket, |conn| {
+        use std::io::Read as _;
+        let _ = conn.read(&mut [0u8; 1]);
+    });
+    let e = start_with_runtime(&socket);
+    let collects = |b: &str| {
+        b.lines()
+            .find_map(|l| l.strip_prefix("dcgm_otel_collects_total{source=\"simulated\"} "))
+            .map_or(0.0, |v| v.parse::<f64>().unwrap())
+    };
+    let first = scrape_until(e.port, "the first hung call cut off and counted", |b| {
+        runtime_errors(b) >= 1.0
+    });
+    let (c0, n0) = (collects(&first), runtime_errors(&first));
+    let started = Instant::now();
+    let later = scrape_until(e.port, "two more hung calls cut off and counted", |b| {
+        runtime_errors(b) >= n0 + 2.0
+    });
+    let (c1, n1) = (collects(&later), runtime_errors(&later));
+    let (calls, collections) = (n1 - n0, c1 - c0);
+    eprintln!(
+        "{collections} collections during {calls} hung runtime calls ({:?}): one every {:?}",
+        started.elapsed(),
+        started.elapsed() / (collections.max(1.0) as u32)
+    );
+    assert!(
+        collections >= 3.0 * calls,
+        "{collections} collections during {calls} runtime calls cut off at 2 s: collections waited for the runtime"
+    );
+    assert!(!later.contains("container="), "{later}");
+    assert!(later.contains("DCGM_FI_DEV_GPU_TEMP{gpu=\"0\""));
+    let err = common::terminate(e);
+    assert!(
+        err.contains("/containers/json: no complete answer within 2s (cut off)"),
+        "{err}"
+    );
+    assert_eq!(
+        err.lines()
+            .filter(|l| l.contains("container runtime API failed"))
+            .count(),
+        1,
+        "logged once per outage:\n{err}"
     );
 }
 

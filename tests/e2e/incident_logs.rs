@@ -351,8 +351,13 @@ fn metrics_and_logs_go_to_their_own_endpoints() {
     // variables win over the generic ones, and a signal endpoint is used as it is.
     let metrics_sink = Sink::http_paths(0, None, "/v1/logs", "/custom/metrics");
     let logs_sink = Sink::grpc(0, None);
+    // The generic endpoint: a port the test holds and never listens on (nothing may arrive there).
+    let (_refusing, refused_port) = common::refusing_port();
     let env = env_of(vec![
-        ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:9".into()),
+        (
+            "OTEL_EXPORTER_OTLP_ENDPOINT",
+            format!("http://127.0.0.1:{refused_port}"),
+        ),
         ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf".into()),
         (
             "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT",
@@ -399,7 +404,8 @@ fn metrics_and_logs_go_to_their_own_endpoints() {
 
 #[test]
 fn records_wait_while_the_collector_is_down() {
-    let port = common::free_port();
+    // The collector's port, held by the test: refused until the collector listens on it.
+    let (collector_socket, port) = common::refusing_port();
     let (counters, base) = fleet();
     let env = env_of(vec![
         (
@@ -439,7 +445,8 @@ fn records_wait_while_the_collector_is_down() {
         );
         std::thread::sleep(Duration::from_millis(20));
     }
-    let sink = Sink::http(port, None);
+    collector_socket.listen(128).unwrap();
+    let sink = Sink::http_on(collector_socket.into(), None);
     let records = sink.wait_for_records(5);
     export.shutdown();
     assert_eq!(records.len(), 5);

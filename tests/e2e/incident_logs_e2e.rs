@@ -147,6 +147,9 @@ fn dcgm_source_reads_incidents_for_log_records_without_exp_rows() {
 /// holding an instance, and with no pod or MIG attributes (the `demo` scenario's GPU 1).
 #[test]
 fn a_whole_gpu_incident_on_a_mig_gpu_is_one_record_on_the_gpu() {
+    // Metrics go to a port the test holds and never listens on (refused), logs to the receiver.
+    let (_refusing, refused_port) = common::refusing_port();
+    let metrics_endpoint = format!("http://127.0.0.1:{refused_port}/");
     let logs = Sink::grpc(0, None);
     let exporter = common::start(
         &[
@@ -158,7 +161,10 @@ fn a_whole_gpu_incident_on_a_mig_gpu_is_one_record_on_the_gpu() {
             "--otlp-endpoint",
             &logs.url(),
         ],
-        &[("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", "http://127.0.0.1:9/")],
+        &[(
+            "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT",
+            metrics_endpoint.as_str(),
+        )],
     );
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
     let started = loop {
@@ -190,6 +196,7 @@ fn a_whole_gpu_incident_on_a_mig_gpu_is_one_record_on_the_gpu() {
     // One record per event start (each start at its own time), not one per pod.
     let mut times: Vec<u64> = started.iter().map(|(_, r)| r.time_unix_nano).collect();
     let n = times.len();
+    times.sort_unstable();
     times.dedup();
     assert_eq!(times.len(), n, "an event start arrived more than once");
 }

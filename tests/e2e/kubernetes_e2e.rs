@@ -40,26 +40,17 @@ impl Drop for Exporter {
     }
 }
 
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-/// Start `dcgm-otel --simulate[=scenario] --simulate-seed 1 -c 200 -a 127.0.0.1:<port> <extra>` with
-/// NODE_NAME=node-a and a clean environment; its log goes to `<dir>/exporter.log`.
+/// Start `dcgm-otel --simulate[=scenario] --simulate-seed 1 -c 200 -a 127.0.0.1:0 <extra>` with
+/// NODE_NAME=node-a and a clean environment; its log goes to `<dir>/exporter.log`, whose "serving
+/// /metrics" line says the port it bound (never a port found free here and bound again there).
 fn exporter(dir: &Path, scenario: &str, extra: &[&str]) -> Exporter {
     exporter_env(dir, scenario, extra, &[])
 }
 
 /// [`exporter`] with extra environment variables.
 fn exporter_env(dir: &Path, scenario: &str, extra: &[&str], env: &[(&str, &str)]) -> Exporter {
-    let port = free_port();
     let log = dir.join("exporter.log");
     let log_file = std::fs::File::create(&log).unwrap();
-    let address = format!("127.0.0.1:{port}");
     let simulate = format!("--simulate={scenario}");
     let mut args = vec![
         simulate.as_str(),
@@ -68,7 +59,7 @@ fn exporter_env(dir: &Path, scenario: &str, extra: &[&str], env: &[(&str, &str)]
         "-c",
         "200",
         "-a",
-        address.as_str(),
+        "127.0.0.1:0",
     ];
     args.extend_from_slice(extra);
     let child = Command::new(env!("CARGO_BIN_EXE_dcgm-otel"))
@@ -80,7 +71,36 @@ fn exporter_env(dir: &Path, scenario: &str, extra: &[&str], env: &[(&str, &str)]
         .stderr(log_file)
         .spawn()
         .unwrap();
-    Exporter { child, port, log }
+    let mut ex = Exporter {
+        child,
+        port: 0,
+        log,
+    };
+    let end = Instant::now() + Duration::from_secs(20);
+    while ex.port == 0 {
+        let text = std::fs::read_to_string(&ex.log).unwrap_or_default();
+        ex.port = text
+            .lines()
+            .filter(|l| l.contains("serving /metrics"))
+            .find_map(|l| {
+                l.split_once("address=")?
+                    .1
+                    .split([' ', ':'])
+                    .nth(1)?
+                    .parse()
+                    .ok()
+            })
+            .unwrap_or(0);
+        if ex.port == 0 {
+            let exited = ex.child.try_wait().unwrap();
+            assert!(
+                exited.is_none() && Instant::now() < end,
+                "no \"serving /metrics\" address (exit {exited:?}):\n{text}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+    ex
 }
 
 /// GET /metrics with a tiny HTTP/1.1 client; `None` while the exporter is not answering yet.
@@ -391,35 +411,62 @@ fn settings_from_dcgm_exporter_environment_variables() {
     );
 }
 
+/// Each id type matches its own ids only: in `uid` mode (the default) a device name (`nvidia0`)
+/// names no GPU, and in `device-name` mode a UUID names none. In each mode a second pod, named the
+/// mode's way, is the control: its GPU is labelled, so the reply was read.
 #[test]
 fn uuid_ids_do_not_match_in_device_name_mode_and_vice_versa() {
-    let dir = tempfile::tempdir().unwrap();
     let f = fleet("default");
-    let sock = socket_in(dir.path());
-    let _kubelet = Kubelet::start(
-        &sock,
-        pods(vec![pod(
-            "ns",
-            "by-index",
-            vec![container("c", "nvidia.com/gpu", &["nvidia0"])],
-        )]),
-    );
-    // default id type uid: `nvidia0` does not name a GPU
-    let ex = exporter(
-        dir.path(),
-        "default",
-        &[
-            "-k",
-            "--pod-resources-kubelet-socket",
-            sock.to_str().unwrap(),
-        ],
-    );
-    let body = scrape_until(ex.port, "a kubelet reply", |b| requests(b, "ok") >= 2.0);
-    assert!(!body.contains("pod="), "{body}");
-    assert_eq!(
-        series(&body, "DCGM_FI_DEV_GPU_TEMP")[0],
-        temp_line(&f, 0, None, "")
-    );
+    let gi_2g = f.mig[1][1].0;
+    let control_uid = f.mig[1][1].2.clone();
+    let control_name = format!("nvidia1/gi{gi_2g}/vgpu0");
+    for (mode, foreign, control) in [
+        ("uid", "nvidia0".to_string(), control_uid),
+        ("device-name", f.gpu_uuid[0].clone(), control_name),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let sock = socket_in(dir.path());
+        let _kubelet = Kubelet::start(
+            &sock,
+            pods(vec![
+                pod(
+                    "ns",
+                    "foreign-id",
+                    vec![container("c", "nvidia.com/gpu", &[&foreign])],
+                ),
+                pod(
+                    "ns",
+                    "control",
+                    vec![container("c", "nvidia.com/gpu", &[&control])],
+                ),
+            ]),
+        );
+        let ex = exporter(
+            dir.path(),
+            "default",
+            &[
+                "-k",
+                "--kubernetes-gpu-id-type",
+                mode,
+                "--pod-resources-kubelet-socket",
+                sock.to_str().unwrap(),
+            ],
+        );
+        let body = scrape_until(ex.port, "the control pod's label", |b| {
+            b.contains("pod=\"control\"")
+        });
+        assert!(!body.contains("pod=\"foreign-id\""), "{mode}: {body}");
+        assert_eq!(
+            series(&body, "DCGM_FI_DEV_GPU_TEMP"),
+            vec![
+                temp_line(&f, 0, None, ""),
+                temp_line(&f, 1, Some(0), ""),
+                temp_line(&f, 1, Some(1), &pod_attrs("c", "ns", "control")),
+                temp_line(&f, 1, Some(2), ""),
+            ],
+            "{mode}"
+        );
+    }
 }
 
 #[test]
@@ -596,6 +643,9 @@ fn kubelet_down_then_back_and_garbage_replies() {
         vec![container("cuda", "nvidia.com/gpu", &[&f.gpu_uuid[0]])],
     )]);
     let mut kubelet = Kubelet::start(&sock, good.clone());
+    // Every collection's body is also written to `dump` (the debug dump): the keep-then-drop rule is
+    // checked on each of them at the end, not only on the bodies a scrape happened to catch.
+    let dump = dir.path().join("dump");
     let ex = exporter(
         dir.path(),
         "default",
@@ -603,6 +653,10 @@ fn kubelet_down_then_back_and_garbage_replies() {
             "-k",
             "--pod-resources-kubelet-socket",
             sock.to_str().unwrap(),
+            "--dump-enabled",
+            "--dump-directory",
+            dump.to_str().unwrap(),
+            "--dump-compression=false",
         ],
     );
     let labelled = temp_line(&f, 0, None, &pod_attrs("cuda", "team-a", "trainer-0"));
@@ -663,6 +717,60 @@ fn kubelet_down_then_back_and_garbage_replies() {
     assert_eq!(log_count(&ex, "keeping the last pod mapping"), 2);
     assert_eq!(log_count(&ex, "pod mapping dropped"), 2);
     assert_eq!(log_count(&ex, "pod mapping restored"), 2);
+
+    // Every recorded body, in collection order: a kubelet call per collection, so the failures in a
+    // row are counted from the bodies' own counters (unknown after a skipped body that mixed a
+    // success and a failure). Within 1..=3 failures in a row the mapping is kept, from 4 dropped.
+    drop(ex);
+    let (mut ok_before, mut failed_before, mut in_a_row) = (0.0, 0.0, Some(0.0));
+    let (mut kept, mut dropped) = (Vec::new(), Vec::new());
+    for (seq, b) in dumped_bodies(&dump) {
+        let (ok, failed) = (requests(&b, "ok"), failed_requests(&b));
+        in_a_row = match (ok > ok_before, failed > failed_before) {
+            (true, false) => Some(0.0),
+            (false, true) => in_a_row.map(|n| n + failed - failed_before),
+            (false, false) => in_a_row,
+            (true, true) => None,
+        };
+        (ok_before, failed_before) = (ok, failed);
+        match in_a_row {
+            Some(n) if (1.0..=3.0).contains(&n) => {
+                assert_eq!(gpu0(&b), labelled, "collection {seq}: {n} failed in a row");
+                kept.push(n);
+            }
+            Some(n) if n >= 4.0 => {
+                assert_eq!(gpu0(&b), bare, "collection {seq}: {n} failed in a row");
+                dropped.push(n);
+            }
+            _ => {}
+        }
+    }
+    // Both outages recorded in their keeping and their dropping part (bodies skipped by a busy
+    // dump writer aside, every collection is there: 3 kept per outage).
+    assert!(kept.len() >= 4, "kept: {kept:?}");
+    assert!(dropped.len() >= 2, "dropped: {dropped:?}");
+}
+
+/// The bodies `--dump-enabled --dump-compression=false` wrote into `dir`
+/// (`metrics-<time>-<collection>.prom`), in collection order.
+fn dumped_bodies(dir: &Path) -> Vec<(u64, String)> {
+    let mut bodies: Vec<(u64, String)> = std::fs::read_dir(dir)
+        .unwrap()
+        .filter_map(|e| {
+            let e = e.ok()?;
+            let name = e.file_name().to_string_lossy().into_owned();
+            let seq = name
+                .strip_prefix("metrics-")?
+                .strip_suffix(".prom")?
+                .rsplit('-')
+                .next()?
+                .parse()
+                .ok()?;
+            Some((seq, std::fs::read_to_string(e.path()).ok()?))
+        })
+        .collect();
+    bodies.sort();
+    bodies
 }
 
 #[test]
@@ -702,40 +810,54 @@ fn kubelet_is_asked_once_per_interval_however_many_scrapes() {
     assert_eq!(value(&first, "dcgm_otel_kubernetes_pods"), 32.0);
     let calls_before = kubelet.calls();
     let collects_before = value(&first, "dcgm_otel_collects_total{source=\"simulated\"}");
-    // 3 scrapers, each about every 20 ms (up to 30 scrapes per 200 ms interval), for about 3 s
+    // 3 scrapers, each about every 20 ms (up to 30 scrapes per 200 ms interval), until at least 5
+    // collections went by with more than 3 scrapes each (a condition, not a time: a loaded machine
+    // takes longer to get there).
     let port = ex.port;
-    let end = Instant::now() + Duration::from_secs(3);
+    let collects_of = |x: &str| value(x, "dcgm_otel_collects_total{source=\"simulated\"}");
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let scraped = Arc::new(std::sync::atomic::AtomicU32::new(0));
+    let newest = Arc::new(Mutex::new(first.clone()));
     let scrapers: Vec<_> = (0..3)
         .map(|_| {
+            let (stop, scraped, newest) = (stop.clone(), scraped.clone(), newest.clone());
             std::thread::spawn(move || {
-                let (mut n, mut last) = (0u32, None);
-                while Instant::now() < end {
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
                     if let Some(b) = scrape(port) {
-                        last = Some(b);
-                        n += 1;
+                        scraped.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        let mut n = newest.lock().unwrap();
+                        if collects_of(&b) > collects_of(&n) {
+                            *n = b;
+                        }
                     }
                     std::thread::sleep(Duration::from_millis(20));
                 }
-                (n, last)
             })
         })
         .collect();
-    let results: Vec<(u32, Option<String>)> =
-        scrapers.into_iter().map(|t| t.join().unwrap()).collect();
-    let scrapes: u32 = results.iter().map(|r| r.0).sum();
+    let end = Instant::now() + Duration::from_secs(60);
+    loop {
+        let collects = collects_of(&newest.lock().unwrap()) - collects_before;
+        let scrapes = f64::from(scraped.load(std::sync::atomic::Ordering::Relaxed));
+        if collects >= 5.0 && scrapes > 3.0 * collects {
+            break;
+        }
+        assert!(
+            Instant::now() < end,
+            "{scrapes} scrapes for {collects} collections in 60 s"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    for s in scrapers {
+        s.join().unwrap();
+    }
+    let scrapes = scraped.load(std::sync::atomic::Ordering::Relaxed);
     // the newest body (highest collection count) any scraper saw
-    let last = results
-        .into_iter()
-        .filter_map(|r| r.1)
-        .chain(std::iter::once(first.clone()))
-        .max_by(|a, b| {
-            let c = |x: &str| value(x, "dcgm_otel_collects_total{source=\"simulated\"}");
-            c(a).total_cmp(&c(b))
-        })
-        .unwrap();
+    let last = newest.lock().unwrap().clone();
     let calls = kubelet.calls() - calls_before;
     let collects = value(&last, "dcgm_otel_collects_total{source=\"simulated\"}") - collects_before;
-    assert!(collects >= 3.0, "collections went on: {collects}");
+    assert!(collects >= 5.0, "collections went on: {collects}");
     assert!(
         f64::from(scrapes) > 2.0 * collects,
         "scrapes {scrapes}, collections {collects}"
@@ -1017,7 +1139,15 @@ fn shared_gpu_pods_get_the_vgpu_label_and_dra_claims_their_device() {
         ],
         &[("KUBECONFIG", kubeconfig.to_str().unwrap())],
     );
-    let body = scrape_until(ex.port, "DRA claim", |b| b.contains("dra_claim_name"));
+    let body = scrape_until(ex.port, "DRA claim and GPU 0's time", |b| {
+        b.contains("dra_claim_name")
+            && b.lines()
+                .filter(|l| {
+                    l.starts_with("dcgm_otel_pod_gpu_seconds_total{gpu=\"0\"") && !l.ends_with(" 0")
+                })
+                .count()
+                == 2
+    });
     let dra = format!(
         ",container=\"main\",dra_claim_name=\"slice-claim\",dra_claim_namespace=\"ml\",dra_device_name=\"mig-1-3\",dra_driver_name=\"gpu.nvidia.com\",dra_mig_device_uuid=\"{mig_uuid}\",dra_mig_profile=\"{profile}\",dra_pool_name=\"node-a\",namespace=\"ml\",pod=\"dra-consumer\""
     );
@@ -1050,12 +1180,15 @@ fn shared_gpu_pods_get_the_vgpu_label_and_dra_claims_their_device() {
         .collect();
     assert_eq!(power.len(), 2);
     assert_eq!(power[0], power[1]);
-    // Cost counters: each sharing pod has half of GPU 0.
+    // Cost counters: each sharing pod has half of GPU 0 (equal halves, in one body).
     let secs: Vec<&str> = body
         .lines()
         .filter(|l| l.starts_with("dcgm_otel_pod_gpu_seconds_total{gpu=\"0\""))
+        .map(|l| l.rsplit_once(' ').unwrap().1)
         .collect();
     assert_eq!(secs.len(), 2, "{body}");
+    assert_eq!(secs[0], secs[1], "halves of GPU 0's seconds:\n{body}");
+    assert!(secs[0].parse::<f64>().unwrap() > 0.0, "{body}");
 }
 
 #[test]

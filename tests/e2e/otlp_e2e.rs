@@ -706,7 +706,9 @@ both_pipelines!(
 );
 
 fn collector_down_at_start_then_up_case(pipeline: &str) {
-    let port = common::free_port();
+    // The collector's port is bound by the test and not listening: connections are refused (the
+    // collector is down) and no other process can take the port before the collector comes up on it.
+    let (collector_socket, port) = common::refusing_port();
     let args = piped(
         otlp_args(
             &format!("http://127.0.0.1:{port}"),
@@ -716,36 +718,40 @@ fn collector_down_at_start_then_up_case(pipeline: &str) {
     );
     let exporter = start_exporter(&args, &[]);
     let pid = exporter.child.id();
-    // Collector down: exports fail, are retried with backoff and dropped beyond 2 pending; :9400 serves.
-    let deadline = Instant::now() + WAIT;
-    loop {
-        let r = common::get(exporter.port, "/metrics").unwrap();
+    let dropped = |port: u16| -> f64 {
+        let r = common::get(port, "/metrics").unwrap();
         assert_eq!(r.status, 200);
-        let m = r.text();
-        let dropped = m
+        r.text()
             .lines()
             .find(|l| l.starts_with("dcgm_otel_otlp_dropped_exports_total{"))
             .and_then(|l| l.rsplit(' ').next())
             .and_then(|v| v.parse::<f64>().ok())
-            .unwrap_or(0.0);
-        if dropped > 0.0 {
-            break;
+            .unwrap_or(0.0)
+    };
+    // Collector down: exports fail, are retried with backoff and dropped beyond 2 pending; :9400 serves.
+    let wait_dropped = |at_least: f64, what: &str| -> f64 {
+        let deadline = Instant::now() + WAIT;
+        loop {
+            let n = dropped(exporter.port);
+            if n >= at_least {
+                return n;
+            }
+            assert!(Instant::now() < deadline, "{what}: {n} dropped exports");
+            std::thread::sleep(Duration::from_millis(100));
         }
-        assert!(
-            Instant::now() < deadline,
-            "no dropped export counted while the collector is down:\n{m}"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    };
+    let first = wait_dropped(1.0, "no dropped export counted while the collector is down");
     let rss_down = vm_rss_kib(pid);
-    std::thread::sleep(Duration::from_secs(2));
+    // Ten more requests built and dropped (work done, not time waited) must not grow memory.
+    wait_dropped(first + 10.0, "no ten more dropped exports");
     let rss_down_later = vm_rss_kib(pid);
     // Collector up on the same port: data arrives.
-    let sink = Sink::grpc(port, None);
+    collector_socket.listen(128).unwrap();
+    let sink = Sink::grpc_on(collector_socket.into(), None);
     let got = sink.wait_for(2, WAIT);
     assert_eq!(got[1].req.resource_metrics.len(), GPU_RESOURCES);
     let rss_up = vm_rss_kib(pid);
-    eprintln!("VmRSS: collector down {rss_down} KiB, 2 s later {rss_down_later} KiB, after recovery {rss_up} KiB");
+    eprintln!("VmRSS: collector down {rss_down} KiB, ten dropped exports later {rss_down_later} KiB, after recovery {rss_up} KiB");
     assert!(
         rss_down_later < rss_down + 16 * 1024,
         "memory grows while the collector is down"
@@ -754,26 +760,97 @@ fn collector_down_at_start_then_up_case(pipeline: &str) {
     drop(exporter);
 }
 
+/// Data points of every kind in a request.
+fn data_points_in(req: &ExportMetricsServiceRequest) -> usize {
+    req.resource_metrics
+        .iter()
+        .flat_map(|rm| &rm.scope_metrics)
+        .flat_map(|sm| &sm.metrics)
+        .map(|m| match &m.data {
+            Some(Data::Gauge(g)) => g.data_points.len(),
+            Some(Data::Sum(s)) => s.data_points.len(),
+            Some(Data::Histogram(h)) => h.data_points.len(),
+            Some(Data::ExponentialHistogram(h)) => h.data_points.len(),
+            Some(Data::Summary(s)) => s.data_points.len(),
+            None => 0,
+        })
+        .sum()
+}
+
+/// The export self-metrics are what the receiver got: as many delivered requests as it received,
+/// their protobuf bytes summed, and the last request's size, data points and resources (the gauges
+/// are set when a request is encoded: the last delivered one, or the next, then in flight).
 #[test]
 fn the_export_self_metrics_tell_what_was_sent() {
-    // The /metrics body is rendered at collection, so the gauges of an export show from the next
-    // one on.
+    use prost::Message as _;
     let sink = Sink::grpc(0, None);
-    let e = start_exporter(&otlp_args(&format!("http://{}", sink.addr), &[]), &[]);
+    // An export every 2 s, a collection (and a /metrics body) every 200 ms.
+    let e = start_exporter(
+        &otlp_args(
+            &format!("http://{}", sink.addr),
+            &["--otlp-export-interval", "2000"],
+        ),
+        &[],
+    );
+    let metric = |body: &str, prefix: &str| -> f64 {
+        body.lines()
+            .filter(|l| l.starts_with(prefix))
+            .filter_map(|l| l.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok()))
+            .sum()
+    };
     let deadline = Instant::now() + WAIT;
-    for gauge in [
-        "dcgm_otel_otlp_data_points{",
-        "dcgm_otel_otlp_request_bytes{",
-        "dcgm_otel_otlp_resources{",
+    let (body, received_then) = loop {
+        let body = common::get(e.port, "/metrics").unwrap().text();
+        let received = sink.received().len();
+        if metric(&body, "dcgm_otel_otlp_exports_total{") >= 2.0 {
+            break (body, received);
+        }
+        assert!(Instant::now() < deadline, "no two exports counted:\n{body}");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let exports = metric(&body, "dcgm_otel_otlp_exports_total{") as usize;
+    // Delivered means stored by the receiver (it stores before it answers).
+    assert!(
+        received_then >= exports,
+        "{exports} exports counted, {received_then} received"
+    );
+    // The next request too, in case the gauges are already its own.
+    let got = sink.wait_for(exports + 1, WAIT);
+    let sizes: Vec<usize> = got.iter().map(|r| r.req.encoded_len()).collect();
+    assert_eq!(
+        metric(&body, "dcgm_otel_otlp_sent_bytes_total{") as usize,
+        sizes[..exports].iter().sum::<usize>(),
+        "sent bytes of {exports} requests of {sizes:?}"
+    );
+    let gauges = (
+        metric(&body, "dcgm_otel_otlp_request_bytes{") as usize,
+        metric(&body, "dcgm_otel_otlp_data_points{") as usize,
+        metric(&body, "dcgm_otel_otlp_resources{") as usize,
+    );
+    let of = |i: usize| {
+        let req = &got[i].req;
+        (sizes[i], data_points_in(req), req.resource_metrics.len())
+    };
+    assert!(
+        gauges == of(exports - 1) || gauges == of(exports),
+        "gauges (bytes, points, resources) {gauges:?}; last delivered {:?}, next {:?}",
+        of(exports - 1),
+        of(exports)
+    );
+    for zero in [
+        "dcgm_otel_otlp_export_failures_total{",
+        "dcgm_otel_otlp_retries_total{",
+        "dcgm_otel_otlp_dropped_exports_total{",
+    ] {
+        assert_eq!(metric(&body, zero), 0.0, "{zero}\n{body}");
+    }
+    for timing in [
         "dcgm_otel_otlp_encode_duration_seconds{",
         "dcgm_otel_otlp_collect_duration_seconds{",
+        "dcgm_otel_otlp_export_duration_seconds{",
     ] {
-        while self_metric(e.port, gauge) <= 0.0 {
-            assert!(Instant::now() < deadline, "{gauge} not set");
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        assert!(metric(&body, timing) > 0.0, "{timing} not set:\n{body}");
     }
-    assert!(!sink.received().is_empty());
 }
 
 #[test]
@@ -955,8 +1032,10 @@ fn hpc_jobs_make_one_resource_per_gpu_and_job_case(pipeline: &str) {
     // Attribution end to end: GPU 0 runs two HPC jobs (--hpc-job-mapping-dir). Under the entity
     // model GPU 0 is one Resource without job attributes (shared by two jobs: its readings leave
     // once); the SDK path, before that model, makes one Resource per job.
+    // GPU 1's MIG instance 1 (3g.40gb) runs one job: its Resource carries it.
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("0"), "job-a\njob-b\n").unwrap();
+    std::fs::write(dir.path().join("1.1"), "job-c\n").unwrap();
     let sink = Sink::grpc(0, None);
     let jobs_dir = dir.path().display().to_string();
     let exporter = start_exporter(
@@ -995,10 +1074,27 @@ fn hpc_jobs_make_one_resource_per_gpu_and_job_case(pipeline: &str) {
         .collect();
     jobs.sort();
     assert_eq!(jobs, vec!["-"], "a GPU shared by two jobs is one Resource");
-    assert!(resources
+    // GPU 1: its board and instances 3 and 7 carry no job; instance 1 carries its one job.
+    let gpu1: BTreeMap<String, String> = resources
         .iter()
         .filter(|r| r["nvidia.gpu.index"] == "1")
-        .all(|r| !r.contains_key("hpc.job.id")));
+        .map(|r| {
+            (
+                r.get("nvidia.mig.instance_id")
+                    .cloned()
+                    .unwrap_or_else(|| "board".into()),
+                r.get("hpc.job.id").cloned().unwrap_or_else(|| "-".into()),
+            )
+        })
+        .collect();
+    assert_eq!(
+        gpu1,
+        BTreeMap::from(
+            [("board", "-"), ("1", "job-c"), ("3", "-"), ("7", "-")]
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+        ),
+        "{resources:#?}"
+    );
 }
 
 /// The `DCGM_EXP_*` families go out on OTLP too (the `direct` pipeline writes every derived family):

@@ -376,3 +376,102 @@ fn pod_churn_is_bounded_by_the_series_limit_then_the_retention() {
         MAX_SERIES as f64
     );
 }
+
+/// The energy fallbacks, exactly (docs/kubernetes.md "Energy"), over five collections 1 s apart:
+/// - GPU 0 has no energy counter (`NotSupported`), its power reads 100, 200, 300, 400, 500 W: each
+///   interval's energy is the trapezoid of the power at both ends, 150 + 250 + 350 + 450 = 1200 J (not
+///   1000 or 1400, the power at one end);
+/// - GPU 1's counter reads 1,000,000, 1,300,000, then 200,000 (it went backwards: a driver reload),
+///   500,000, 800,000 mJ: the interval where it fell has no energy (not the power's 123 W, not a negative
+///   delta, not the new reading), the others 300 J each: 900 J;
+/// - GPU 2 has neither: its pod has GPU-seconds and no energy series.
+#[test]
+fn energy_from_power_without_a_counter_and_none_when_the_counter_goes_backwards() {
+    let counters = Arc::new(counters::parse(CSV, "test").unwrap());
+    let registry = SelfMetrics::new();
+    let mut acc = CostAccumulator::new(
+        CostSettings {
+            idle_threshold_percent: 5.0,
+            retention: Duration::from_secs(600),
+        },
+        &registry,
+    );
+    let renderer = Renderer::new(LabelStyle::default(), None);
+    let host = Arc::new(HostInfo {
+        hostname: Some("node-a".into()),
+        node_name: None,
+    });
+    let gpus: Vec<Arc<Entity>> = (0..3).map(|i| Arc::new(Entity::gpu(gpu(i)))).collect();
+    let absent = || FieldValue::Absent(dcgm_otel::snapshot::Absent::NotSupported);
+    let energy1 = [1_000_000, 1_300_000, 200_000, 500_000, 800_000];
+    let mut out = String::new();
+    for (k, &energy1) in energy1.iter().enumerate() {
+        let reading = |g: usize, power: FieldValue, energy: FieldValue, pod: &str| EntityReading {
+            entity: gpus[g].clone(),
+            values: vec![FieldValue::Int(50), power, energy, FieldValue::Double(0.5)],
+            attribution: attribution(&[pod]),
+        };
+        let entities = vec![
+            reading(0, FieldValue::Double(100.0 * (k + 1) as f64), absent(), "a"),
+            reading(1, FieldValue::Double(123.0), FieldValue::Int(energy1), "b"),
+            reading(2, absent(), absent(), "c"),
+        ];
+        let derived = acc.collect(&entities, &counters, k as f64, &EqualShares);
+        let snap = Snapshot {
+            seq: k as u64 + 1,
+            taken_at: SystemTime::now(),
+            counters: counters.clone(),
+            host: host.clone(),
+            driver_version: None,
+            entities,
+            derived,
+            per_set: Vec::new(),
+            incidents: Vec::new(),
+            distributions: Default::default(),
+            processes: Vec::new(),
+        };
+        out.clear();
+        renderer.render_metrics(&snap, &mut out);
+    }
+    let id = |g: u32| {
+        format!("gpu=\"{g}\",UUID=\"GPU-{g}\",pci_bus_id=\"00000000:0{g}:00.0\",device=\"nvidia{g}\",modelName=\"NVIDIA H100 80GB HBM3\",Hostname=\"node-a\"")
+    };
+    let pod = |p: &str| format!("container=\"main\",namespace=\"ml\",pod=\"{p}\"");
+    let energy: Vec<&str> = out
+        .lines()
+        .filter(|l| l.starts_with("dcgm_otel_pod_gpu_energy_joules_total{"))
+        .collect();
+    assert_eq!(
+        energy,
+        [
+            format!(
+                "dcgm_otel_pod_gpu_energy_joules_total{{{},{}}} 1200",
+                id(0),
+                pod("a")
+            ),
+            format!(
+                "dcgm_otel_pod_gpu_energy_joules_total{{{},{}}} 900",
+                id(1),
+                pod("b")
+            ),
+        ]
+    );
+    assert!(
+        out.contains(&format!(
+            "dcgm_otel_pod_gpu_seconds_total{{{},{}}} 4\n",
+            id(2),
+            pod("c")
+        )),
+        "{out}"
+    );
+    let mut text = String::new();
+    registry.render(&mut text);
+    for line in [
+        "dcgm_otel_pod_energy_intervals_total{source=\"counter\"} 3",
+        "dcgm_otel_pod_energy_intervals_total{source=\"power\"} 4",
+        // GPU 1's fall, and GPU 2's four intervals.
+        "dcgm_otel_pod_energy_intervals_total{source=\"none\"} 5",
+    ] {
+        assert!(text.lines().any(|l| l == line), "{line} not in:\n{text}");
+    }
+}

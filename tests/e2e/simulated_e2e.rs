@@ -5,7 +5,7 @@
 use crate::support::{common, peers};
 
 use std::io::Read as _;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use common::{check_golden, fixtures_dir, get, get_with, run_to_exit, scrape, start};
 
@@ -133,12 +133,32 @@ fn energy_of_gpu0(body: &str) -> i64 {
         .expect("energy series for GPU 0")
 }
 
+/// The first value of `name` (a self-metric) in `body`.
+fn self_metric(body: &str, name: &str) -> Option<f64> {
+    body.lines()
+        .find(|l| l.starts_with(name) && l[name.len()..].starts_with([' ', '{']))
+        .and_then(|l| l.rsplit_once(' ')?.1.parse().ok())
+}
+
 #[test]
 fn energy_counter_grows_between_scrapes() {
     let e = start(&["--simulate", "-c", "150"], &[]);
-    let first = energy_of_gpu0(&scrape(e.port));
-    std::thread::sleep(Duration::from_millis(700));
-    let second = energy_of_gpu0(&scrape(e.port));
+    let body = scrape(e.port);
+    let (first, collects) = (
+        energy_of_gpu0(&body),
+        self_metric(&body, "dcgm_otel_collects_total").unwrap(),
+    );
+    // Two collections later (a deadline, not a sleep: a loaded machine may collect late).
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let later = loop {
+        let body = scrape(e.port);
+        if self_metric(&body, "dcgm_otel_collects_total").unwrap() >= collects + 2.0 {
+            break body;
+        }
+        assert!(Instant::now() < deadline, "no two collections in 20 s");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let second = energy_of_gpu0(&later);
     assert!(second > first, "energy did not grow: {first} then {second}");
 }
 
@@ -207,6 +227,25 @@ fn endpoints_health_ready_gzip_methods() {
     assert!(resp.starts_with("HTTP/1.1 405"), "{resp}");
 }
 
+/// The rows of a counters CSV as dcgm-exporter reads them (read here, not with the exporter's own
+/// parser): (name, type) of every line that is neither blank nor a comment.
+fn csv_rows(text: &str) -> Vec<(String, String)> {
+    text.lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .map(|l| {
+            let mut cols = l.split(',').map(str::trim);
+            let name = cols.next().unwrap_or_default().to_string();
+            let kind = cols.next().unwrap_or_default().to_string();
+            (name, kind)
+        })
+        .collect()
+}
+
+/// Each of dcgm-exporter's counters files loads as it is, and every one of its rows is accounted
+/// for in the body: a family of its name and type with samples, a label of its name (`label` rows),
+/// or counted as absent (`dcgm_otel_absent_values_total{field=...}`: the simulated fleet does not
+/// support it). A row dropped on the way fails, whatever the other rows do.
 #[test]
 fn every_dcgm_exporter_csv_loads_unchanged() {
     let dir = fixtures_dir().join("dcgm-exporter-csv");
@@ -219,16 +258,47 @@ fn every_dcgm_exporter_csv_loads_unchanged() {
             }
         }
     }
+    files.sort();
     assert_eq!(files.len(), 6, "{files:?}");
     for f in files {
         let path = f.to_str().unwrap();
+        let rows = csv_rows(&std::fs::read_to_string(&f).unwrap());
+        assert!(rows.len() >= 10, "{path}: {rows:?}");
         let e = start(&["--simulate", "-c", "60000", "-f", path], &[]);
         let body = scrape(e.port);
+        let lines: Vec<&str> = body.lines().collect();
+        let unaccounted: Vec<String> = rows
+            .iter()
+            .filter(|(name, kind)| {
+                let served = lines.contains(&format!("# TYPE {name} {kind}").as_str())
+                    && lines.iter().any(|l| l.starts_with(&format!("{name}{{")));
+                let label = kind == "label"
+                    && lines.iter().any(|l| {
+                        !l.starts_with('#')
+                            && (l.contains(&format!(",{name}=\""))
+                                || l.contains(&format!("{{{name}=\"")))
+                    });
+                let absent = self_metric_prefix(
+                    &body,
+                    &format!("dcgm_otel_absent_values_total{{field=\"{name}\","),
+                ) > 0.0;
+                !(served || label || absent)
+            })
+            .map(|(name, kind)| format!("{name} ({kind})"))
+            .collect();
         assert!(
-            body.contains("DCGM_FI_DEV_SM_CLOCK{") || body.contains("dcgm_sm_clock{"),
-            "{path}"
+            unaccounted.is_empty(),
+            "{path}: rows neither served, nor a label, nor counted absent: {unaccounted:?}\n{body}"
         );
     }
+}
+
+/// The sum of the samples whose line starts with `prefix`.
+fn self_metric_prefix(body: &str, prefix: &str) -> f64 {
+    body.lines()
+        .filter(|l| l.starts_with(prefix))
+        .filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
+        .sum()
 }
 
 #[test]
@@ -300,19 +370,26 @@ fn environment_is_used_when_the_flag_is_absent_and_the_flag_wins() {
 /// serving.
 #[test]
 fn sighup_never_kills_the_exporter() {
-    let e = start(&["--simulate", "-c", "1000"], &[]);
+    let mut e = start(&["--simulate", "-c", "1000"], &[]);
+    let log = common::follow_stderr(&mut e);
+    // Signals sent before the exporter handled the previous one may be delivered as one (POSIX
+    // signals coalesce): each SIGHUP is sent after the line of the one before.
     for _ in 0..5 {
         common::signal(&e, "-HUP");
-        std::thread::sleep(Duration::from_millis(100));
+        common::next_line_with(
+            &log,
+            "SIGHUP received: nothing to reload",
+            Duration::from_secs(20),
+        );
         assert_eq!(get(e.port, "/metrics").unwrap().status, 200);
     }
-    let mut e = e;
     assert!(e.child.try_wait().unwrap().is_none(), "exited after SIGHUP");
-    let err = common::terminate(e);
-    assert_eq!(
-        err.matches("SIGHUP received: nothing to reload").count(),
-        5,
-        "{err}"
+    common::terminate(e);
+    // Exactly one line per SIGHUP: none beyond the five.
+    let rest: Vec<String> = log.iter().collect();
+    assert!(
+        !rest.iter().any(|l| l.contains("SIGHUP received")),
+        "{rest:#?}"
     );
 }
 
@@ -382,8 +459,26 @@ fn pod_label_flag_under_plain_simulate_works_without_a_warning() {
 #[test]
 fn plain_simulate_shows_pods_and_cost_counters_split_by_process_use() {
     let e = common::start_as_user(&["--simulate", "-c", "200", "--collect-processes"], &[]);
-    std::thread::sleep(Duration::from_millis(1500));
-    let body = scrape(e.port);
+    // Until both pods have GPU time (a deadline, not a sleep).
+    let has_seconds = |b: &str, pod: &str| {
+        b.lines().any(|l| {
+            l.starts_with("dcgm_otel_pod_gpu_seconds_total{gpu=\"0\"")
+                && l.contains(&format!("pod=\"{pod}\""))
+                && !l.ends_with(" 0")
+        })
+    };
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let body = loop {
+        let body = scrape(e.port);
+        if has_seconds(&body, "llm-finetune-0") && has_seconds(&body, "notebook-alice") {
+            break body;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no GPU time for both pods of GPU 0 in 20 s:\n{body}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
     for needle in [
         "namespace=\"research\",pod=\"llm-finetune-0\"",
         "container=\"trainer\"",

@@ -167,14 +167,15 @@ fn socket_activation_serves_metrics_on_the_inherited_socket() {
     if !have("systemd-socket-activate") {
         return;
     }
-    // -a names a port nobody listens on: with --web-systemd-socket the address is not bound.
-    let unused = common::free_port().to_string();
+    // -a names a port the test holds and never listens on: with --web-systemd-socket the address is
+    // not bound (an exporter that bound it would fail to start, or would answer there).
+    let (_held, unused) = common::refusing_port();
     let a = socket_activate(&["-a", &format!("127.0.0.1:{unused}")]);
     assert_eq!(get_when_ready(a.port, "/ready", &[]).status, 200);
     let r = common::get(a.port, "/metrics").unwrap();
     assert_eq!(r.status, 200);
     assert_serves_metrics(&r.text());
-    assert!(std::net::TcpStream::connect(("127.0.0.1", unused.parse::<u16>().unwrap())).is_err());
+    assert!(std::net::TcpStream::connect(("127.0.0.1", unused)).is_err());
 }
 
 #[test]

@@ -22,10 +22,9 @@ fn fake_library() -> String {
 /// Run the exporter on the fake libdcgm until it has collected once, stop it, and return
 /// (stdout, stderr).
 fn run_on_fake(args: &[&str], env: &[(&str, &str)]) -> (String, String) {
-    let port = common::free_port();
     let mut cmd = Command::new(common::binary());
     cmd.args(["--dcgm-library", &fake_library()])
-        .args(["-a", &format!("127.0.0.1:{port}")])
+        .args(["-a", "127.0.0.1:0"])
         .args(args)
         .env_remove("__DCGM_DBG_FILE")
         .env_remove("__DCGM_DBG_LVL")
@@ -36,10 +35,7 @@ fn run_on_fake(args: &[&str], env: &[(&str, &str)]) -> (String, String) {
     for (k, v) in env {
         cmd.env(k, v);
     }
-    let mut e = common::Exporter {
-        child: cmd.spawn().unwrap(),
-        port,
-    };
+    let mut e = common::spawn_on_port_it_reports(cmd, std::time::Duration::from_secs(20));
     common::wait_ready(&e, std::time::Duration::from_secs(20));
     let mut out = e.child.stdout.take().unwrap();
     let err = common::terminate(e);
@@ -287,7 +283,7 @@ fn an_unusable_dump_directory_stops_start_up() {
         &[
             "--simulate",
             "-a",
-            &format!("127.0.0.1:{}", common::free_port()),
+            "127.0.0.1:0",
             "--dump-enabled",
             "--dump-directory",
             bad.to_str().unwrap(),
@@ -508,19 +504,40 @@ fn a_cpu_profile_downloads_behind_auth_and_parses() {
     // Symbolised: the exporter's own functions are named.
     assert!(seen.iter().any(|f| f.contains("dcgm_otel")), "{seen:?}");
 
-    // A client that goes away does not leave the profiler taken: meanwhile others get 409, then 200.
-    {
+    // A client that goes away does not leave the profiler taken: meanwhile others get 409 (required:
+    // one profile at a time), then 200. The 409 must come while the client's 3 s profile runs; a probe
+    // answered 200 first ran before that profile started (it then took the profiler itself, and the
+    // client got the 409): a new client is sent.
+    let send_gone = || {
         use std::io::Write;
         let mut gone = std::net::TcpStream::connect(("127.0.0.1", e.port)).unwrap();
         write!(
             gone,
-            "GET /debug/pprof/profile?seconds=2 HTTP/1.1\r\nHost: x\r\nAuthorization: {}\r\n\r\n",
+            "GET /debug/pprof/profile?seconds=3 HTTP/1.1\r\nHost: x\r\nAuthorization: {}\r\n\r\n",
             auth[0].1
         )
         .unwrap();
-        std::thread::sleep(Duration::from_millis(300));
-    }
+        gone
+    };
     let deadline = Instant::now() + Duration::from_secs(60);
+    let mut gone = send_gone();
+    loop {
+        let (head, body) = get_slowly(e.port, "/debug/pprof/profile?seconds=1", auth[0].1);
+        if head.starts_with("HTTP/1.1 409 Conflict") {
+            assert_eq!(
+                String::from_utf8_lossy(&body),
+                "a CPU profile is already being taken; retry when it is done\n"
+            );
+            break;
+        }
+        assert!(head.starts_with("HTTP/1.1 200 OK"), "{head}");
+        assert!(
+            Instant::now() < deadline,
+            "never a 409 while a profile was being taken"
+        );
+        gone = send_gone();
+    }
+    drop(gone);
     loop {
         let (head, body) = get_slowly(e.port, "/debug/pprof/profile?seconds=1", auth[0].1);
         if head.starts_with("HTTP/1.1 200 OK") {

@@ -14,7 +14,9 @@ pub fn binary() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_dcgm-otel"))
 }
 
-/// A port that was free a moment ago.
+/// A port that was free a moment ago. Racy: another process may take it before the caller binds it
+/// again (issue 40). Prefer [`start`] (the exporter binds :0 and says its port), a listener handed
+/// over, or [`refusing_port`].
 pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
@@ -126,11 +128,12 @@ pub fn start_as_user(args: &[&str], env: &[(&str, &str)]) -> Exporter {
 }
 
 fn start_with(args: &[&str], env: &[(&str, &str)], bare_fleet: bool) -> Exporter {
-    let port = free_port();
-    let addr = format!("127.0.0.1:{port}");
     let mut cmd = Command::new(binary());
+    // Port 0: the exporter binds a free port itself and says which in its "serving /metrics" line
+    // (never a port found free here and bound again there: another test may take it in between).
     cmd.args(args)
-        .args(["-a", &addr])
+        .args(["-a", "127.0.0.1:0"])
+        .env_remove("RUST_LOG")
         .env_remove("NODE_NAME")
         .env("NODE_NAME", "test-node")
         .stdout(Stdio::null())
@@ -145,10 +148,132 @@ fn start_with(args: &[&str], env: &[(&str, &str)], bare_fleet: bool) -> Exporter
     for (k, v) in env {
         cmd.env(k, v);
     }
-    let child = cmd.spawn().expect("cannot start dcgm-otel");
-    let exporter = Exporter { child, port };
+    let exporter = spawn_on_port_it_reports(cmd, Duration::from_secs(20));
     wait_ready(&exporter, Duration::from_secs(20));
     exporter
+}
+
+/// Spawn `cmd` (the exporter, told `-a 127.0.0.1:0`) and read its port from its "serving /metrics"
+/// log line (text or JSON) within `limit`. Its stderr is relayed through a pipe of ours, so that
+/// `child.stderr` still reads all of it (that line included), as [`terminate`] does; panics with what
+/// it wrote when it exits or says nothing of the kind within `limit`.
+pub fn spawn_on_port_it_reports(mut cmd: Command, limit: Duration) -> Exporter {
+    use std::io::BufRead;
+    cmd.stderr(Stdio::piped());
+    let mut child = cmd.spawn().expect("cannot start dcgm-otel");
+    let own = child.stderr.take().expect("stderr is piped");
+    let (relayed, mut relay) = std::io::pipe().expect("a pipe");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut lines = std::io::BufReader::new(own);
+        let mut tx = Some(tx);
+        let mut line = Vec::new();
+        let mut relaying = true;
+        loop {
+            line.clear();
+            match lines.read_until(b'\n', &mut line) {
+                Ok(0) | Err(_) => break,
+                Ok(_) => {}
+            }
+            if let Some(port) = tx.as_ref().and_then(|_| serving_port(&line)) {
+                let _ = tx.take().map(|tx| tx.send(port));
+            }
+            // Whoever holds the read end may drop it (a test that is done with the log): keep
+            // draining, so that the exporter never blocks on a full pipe.
+            relaying = relaying && relay.write_all(&line).is_ok();
+        }
+    });
+    child.stderr = Some(std::process::ChildStderr::from(std::os::fd::OwnedFd::from(
+        relayed,
+    )));
+    match rx.recv_timeout(limit) {
+        Ok(port) => Exporter { child, port },
+        Err(e) => {
+            let _ = child.kill();
+            let _ = child.wait();
+            let mut said = String::new();
+            if let Some(mut s) = child.stderr.take() {
+                let _ = s.read_to_string(&mut said);
+            }
+            panic!("dcgm-otel said no \"serving /metrics\" address ({e}); its stderr:\n{said}");
+        }
+    }
+}
+
+/// The port of a "serving /metrics" log line: `address=127.0.0.1:PORT` (text) or
+/// `"address":"127.0.0.1:PORT"` (JSON); the first address when there are several.
+fn serving_port(line: &[u8]) -> Option<u16> {
+    let line = String::from_utf8_lossy(line);
+    if !line.contains("serving /metrics") {
+        return None;
+    }
+    let rest = line
+        .split_once("address=")
+        .or_else(|| line.split_once("\"address\":\""))?
+        .1;
+    let addr = rest.split([' ', '"', '\n']).next()?;
+    addr.rsplit_once(':')?.1.parse().ok()
+}
+
+/// A loopback port bound by this test and not listening: a connection to it is refused for as long
+/// as the returned socket lives, and no other process can take the port meanwhile (unlike a port
+/// "assumed closed", such as 9). `listen` on the socket turns it into a server on the same port.
+pub fn refusing_port() -> (socket2::Socket, u16) {
+    use socket2::{Domain, Socket, Type};
+    let socket = Socket::new(Domain::IPV4, Type::STREAM, None).expect("a TCP socket");
+    socket
+        .bind(&std::net::SocketAddr::from(([127, 0, 0, 1], 0)).into())
+        .expect("bind 127.0.0.1:0");
+    let port = socket
+        .local_addr()
+        .ok()
+        .and_then(|a| a.as_socket())
+        .map(|a| a.port())
+        .expect("a bound port");
+    (socket, port)
+}
+
+/// The exporter's stderr, line by line as it writes them (taken from `e`: [`terminate`] then returns
+/// nothing of it). For a test that must see a line before it goes on, with [`next_line_with`].
+pub fn follow_stderr(e: &mut Exporter) -> std::sync::mpsc::Receiver<String> {
+    use std::io::BufRead;
+    let stderr = e
+        .child
+        .stderr
+        .take()
+        .expect("stderr is piped and not taken");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stderr).lines() {
+            let Ok(line) = line else { break };
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    rx
+}
+
+/// The next line of `lines` ([`follow_stderr`]) that contains `needle`; panics after `limit`, with
+/// the lines read meanwhile.
+pub fn next_line_with(
+    lines: &std::sync::mpsc::Receiver<String>,
+    needle: &str,
+    limit: Duration,
+) -> String {
+    let deadline = Instant::now() + limit;
+    let mut read = Vec::new();
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match lines.recv_timeout(left) {
+            Ok(line) if line.contains(needle) => return line,
+            Ok(line) => read.push(line),
+            Err(e) => panic!(
+                "no line with {needle:?} within {limit:?} ({e}); read meanwhile:\n{}",
+                read.join("\n")
+            ),
+        }
+    }
 }
 
 /// Poll /ready until 200 or panic after `limit`.

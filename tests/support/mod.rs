@@ -8,6 +8,7 @@
 //! - [`api_server`]: the fake Kubernetes API server (pods, ResourceSlices, ConfigMaps; outages).
 //! - [`fault_collector`]: a fake OTLP collector that answers slowly, throttles or hangs on a script,
 //!   recording each attempt's timing from its side (the exporter's retries and backoff).
+//! - [`hung`]: peers that accept a connection and never answer (a hung kubelet, API server, runtime).
 //! - [`otlp`]: the one OTLP receiver (metrics and logs, gRPC and HTTP, TLS) and the one attribute reader.
 //! - [`peers`]: outside programs the tests drive (rotel, promtool ...): found, or skipped with a
 //!   printed reason outside CI; started and checked the one way.
@@ -22,6 +23,7 @@ pub mod dcgm_exporter;
 pub mod exposition_diff;
 pub mod fake_lib;
 pub mod fault_collector;
+pub mod hung;
 pub mod kubelet;
 pub mod otlp;
 pub mod own_process;

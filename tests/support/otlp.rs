@@ -217,9 +217,25 @@ impl Receiver {
     /// gRPC on `port` (0: any free one), metrics and logs services.
     pub fn grpc(port: u16, tls: Option<ServerTls>) -> Receiver {
         let runtime = Self::new_runtime();
+        let listener = bind(&runtime, port);
+        Self::grpc_with(runtime, listener, tls)
+    }
+
+    /// gRPC on a listener the test bound (and kept) beforehand: a port that refused connections
+    /// until now starts answering, never free for another process in between.
+    pub fn grpc_on(listener: std::net::TcpListener, tls: Option<ServerTls>) -> Receiver {
+        let runtime = Self::new_runtime();
+        let listener = Self::adopt(&runtime, listener);
+        Self::grpc_with(runtime, listener, tls)
+    }
+
+    fn grpc_with(
+        runtime: tokio::runtime::Runtime,
+        listener: tokio::net::TcpListener,
+        tls: Option<ServerTls>,
+    ) -> Receiver {
         let store: Store = Arc::default();
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-        let listener = bind(&runtime, port);
         let addr = listener.local_addr().unwrap();
         let metrics = MetricsServiceServer::new(Grpc(store.clone()))
             .accept_compressed(tonic::codec::CompressionEncoding::Gzip);
@@ -276,9 +292,37 @@ impl Receiver {
         metrics_path: &'static str,
     ) -> Receiver {
         let runtime = Self::new_runtime();
+        let listener = bind(&runtime, port);
+        Self::http_with(runtime, listener, tls, (logs_path, metrics_path))
+    }
+
+    /// HTTP (`/v1/metrics`, `/v1/logs`) on a listener the test bound (and kept) beforehand: a port
+    /// that refused connections until now starts answering, never free for another process in
+    /// between.
+    pub fn http_on(listener: std::net::TcpListener, tls: Option<ServerTls>) -> Receiver {
+        let runtime = Self::new_runtime();
+        let listener = Self::adopt(&runtime, listener);
+        Self::http_with(runtime, listener, tls, ("/v1/logs", "/v1/metrics"))
+    }
+
+    /// `listener` on `runtime`'s reactor.
+    fn adopt(
+        runtime: &tokio::runtime::Runtime,
+        listener: std::net::TcpListener,
+    ) -> tokio::net::TcpListener {
+        listener.set_nonblocking(true).unwrap();
+        let _entered = runtime.enter();
+        tokio::net::TcpListener::from_std(listener).unwrap()
+    }
+
+    fn http_with(
+        runtime: tokio::runtime::Runtime,
+        listener: tokio::net::TcpListener,
+        tls: Option<ServerTls>,
+        (logs_path, metrics_path): (&'static str, &'static str),
+    ) -> Receiver {
         let store: Store = Arc::default();
         let (tx, mut rx) = tokio::sync::oneshot::channel::<()>();
-        let listener = bind(&runtime, port);
         let addr = listener.local_addr().unwrap();
         let acceptor =
             tls.map(|t| tokio_rustls::TlsAcceptor::from(Arc::new(rustls_server_config(&t))));
