@@ -4,12 +4,15 @@
 #
 #   docker build -t dcgm-otel .                    # slim image: runs --simulate anywhere; on a GPU host it needs libdcgm
 #   docker build --target gpu -t dcgm-otel:gpu .   # same binary on top of NVIDIA's DCGM 4.x image (libdcgm included)
+#   docker build --target collector -t dcgm-otel-collector .   # the OpenTelemetry Collector with the dcgm receiver
 #
 # Stages:
 #   planner  - reduces the source tree to what decides the dependency graph (manifests, lock file, stub targets)
 #   builder  - compiles the dependencies once (cached layer), then the real sources, with the same command CI
 #              uses for release builds: `cargo build --release --locked`
 #   gpu      - the same binary and files on nvcr.io/nvidia/cloud-native/dcgm (libdcgm.so.4 and its modules)
+#   engine-builder, collector-builder, collector - the OpenTelemetry Collector with the dcgm receiver
+#              (docs/collector.md): tests/collector's distribution and the engine library it loads
 #   runtime  - debian:bookworm-slim, non-root user, counters CSVs, /health HEALTHCHECK (the default:
 #              last stage). BuildKit builds only the stages a target needs; the legacy builder would also
 #              build (and pull) the gpu stage.
@@ -79,6 +82,46 @@ EXPOSE 9400
 HEALTHCHECK --interval=15s --timeout=5s --start-period=60s --retries=3 \
   CMD ["bash", "-c", "p=\"${DCGM_EXPORTER_LISTEN:-:9400}\"; exec 3<>\"/dev/tcp/127.0.0.1/${p##*:}\" && printf 'GET /health HTTP/1.0\\r\\nHost: localhost\\r\\n\\r\\n' >&3 && head -n 1 <&3 | grep -q ' 200 '"]
 ENTRYPOINT ["/usr/bin/dcgm-otel"]
+
+# ---------------------------------------------------------------------------------------------------------------
+# The OpenTelemetry Collector with the dcgm receiver (docs/collector.md, collector/receiver/dcgmreceiver): the
+# distribution tests/collector builds (ocb-generated sources, complete go.sum, the receiver by a go.mod replace),
+# with CGO_ENABLED=0 as ocb builds it (the receiver loads the engine with purego), beside the engine library
+# (capi/, libdcgm_otel_engine.so) at the receiver's library_path. Only `--target collector` builds these stages.
+FROM builder AS engine-builder
+RUN cargo build --release --locked -p dcgm-otel-engine \
+ && install -D -m 0755 target/release/libdcgm_otel_engine.so /engine/usr/lib/dcgm-otel/libdcgm_otel_engine.so
+
+FROM golang:1.26-bookworm AS collector-builder
+WORKDIR /src
+COPY collector/receiver/dcgmreceiver collector/receiver/dcgmreceiver
+COPY tests/collector/otelcol-dcgm tests/collector/otelcol-dcgm
+WORKDIR /src/tests/collector/otelcol-dcgm
+RUN CGO_ENABLED=0 GOFLAGS="-mod=readonly -buildvcs=false" \
+    go build -trimpath -ldflags="-s -w" -o /collector/usr/bin/otelcol-dcgm .
+
+FROM debian:bookworm-slim AS collector
+# ca-certificates: exporters over TLS; bash: the compose healthcheck (docker-compose.receiver.yaml).
+# hadolint ignore=DL3008
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends ca-certificates \
+ && rm -rf /var/lib/apt/lists/* \
+ && groupadd --system --gid 10001 dcgm-otel \
+ && useradd --system --uid 10001 --gid dcgm-otel --no-create-home --home-dir /nonexistent \
+      --shell /usr/sbin/nologin dcgm-otel
+COPY --from=builder /out/etc/ /etc/
+COPY --from=builder /out/usr/share/doc/ /usr/share/doc/
+COPY --from=engine-builder /engine/ /
+COPY --from=collector-builder /collector/ /
+# libdcgm is loaded by the engine at run time (libdcgm.so.4): mount the host's DCGM libraries into /opt/dcgm/lib,
+# or set the receiver's dcgm_library. DCGM profiling fields need root and CAP_SYS_ADMIN for the whole collector
+# (docs/collector.md: a reason to prefer the standalone exporter).
+ENV LD_LIBRARY_PATH=/opt/dcgm/lib
+USER 10001:10001
+# 4317/4318: OTLP in, 8888: the collector's own metrics, 13133: health_check, 9400: the compose override's
+# prometheus exporter.
+EXPOSE 4317 4318 8888 9400 13133
+ENTRYPOINT ["/usr/bin/otelcol-dcgm"]
 
 # ---------------------------------------------------------------------------------------------------------------
 # Default image (last stage, so a plain `docker build` gives this one): small, no GPU libraries. With

@@ -126,8 +126,18 @@ pub struct Parsed {
 
 /// Parse the command line (Go-style single-dash long flags included) and the environment.
 pub fn parse(args: &[OsString]) -> Result<Parsed, clap::Error> {
+    parse_with(command(), args).map(|(parsed, _)| parsed)
+}
+
+/// Parse `args` as the engine library does ([`crate::engine::EngineOptions`]): the same flags and
+/// syntax, but no environment variable stands in for a flag (the library's caller configures it, not
+/// the host process's environment). Also returns the ids of the flags given.
+pub fn parse_flags_only(args: &[OsString]) -> Result<(Parsed, Vec<String>), clap::Error> {
+    parse_with(command().mut_args(|a| a.env(None)), args)
+}
+
+fn parse_with(cmd: clap::Command, args: &[OsString]) -> Result<(Parsed, Vec<String>), clap::Error> {
     use clap::FromArgMatches;
-    let cmd = command();
     let matches = cmd
         .clone()
         .try_get_matches_from(flags::normalize_args(&cmd, args.iter().cloned()))?;
@@ -141,7 +151,12 @@ pub fn parse(args: &[OsString]) -> Result<Parsed, clap::Error> {
     let collectors_explicit = explicit("collectors");
     let interval_explicit = explicit("collect_interval");
     let kubernetes_explicit = explicit("kubernetes");
-    Ok(Parsed {
+    let given = matches
+        .ids()
+        .filter(|id| explicit(id.as_str()))
+        .map(|id| id.as_str().to_string())
+        .collect();
+    let parsed = Parsed {
         cli,
         collectors_explicit,
         interval_explicit,
@@ -149,7 +164,8 @@ pub fn parse(args: &[OsString]) -> Result<Parsed, clap::Error> {
         distributions_from_env: matches.value_source("distributions")
             == Some(clap::parser::ValueSource::EnvVariable),
         not_implemented: not_implemented_given(&matches),
-    })
+    };
+    Ok((parsed, given))
 }
 
 /// One line for a command-line error (see [`flags::describe_error`]).

@@ -6,12 +6,14 @@
 //! the [`export`]ers (Prometheus text, OTLP) read only snapshots, and the [`server`] only serves bytes the
 //! exporters already rendered. Underneath: [`config`] (shared settings), [`counters`] (the counters
 //! CSV), [`fields`] (the DCGM field catalog), [`telemetry`] (self-metrics, logs). Above: [`cli`] gathers
-//! every feature's flags and [`app`] wires the pieces together. docs/developing.md has the map.
+//! every feature's flags and [`app`] wires the pieces together; [`engine`] is the collection as a
+//! library (the binary runs the same phases). docs/developing.md has the map.
 
 pub mod app;
 pub mod cli;
 pub mod config;
 pub mod counters;
+pub mod engine;
 pub mod enrich;
 pub mod error_chain;
 pub mod export;

@@ -471,8 +471,6 @@ impl Publisher {
             limit_s = self.status.freshness_limit().as_secs_f64(),
             "collection stuck: the source has not answered; its series are withdrawn until it does"
         );
-        // Self-metrics first: the renderer appends them to the body it publishes.
-        self.source_up.set(0.0);
         self.stuck_total.inc();
         let seq = self.seq.fetch_add(1, Ordering::AcqRel) + 1;
         let snapshot = Arc::new(self.empty_snapshot(seq));
@@ -480,6 +478,9 @@ impl Publisher {
         for c in &self.consumers {
             c.on_snapshot(&snapshot);
         }
+        // After the empty snapshot is out, so no body shows the withdrawn series beside a 0 (a body
+        // rendered from the empty snapshot before this line shows 1 for a moment: no series, no lie).
+        self.source_up.set(0.0);
         self.status.source_up.store(false, Ordering::Release);
         self.status.stuck.store(true, Ordering::Release);
     }
@@ -528,6 +529,7 @@ impl Pipeline {
             if let Some(set) = self.source.counters_changed() {
                 self.source_changed_counters(set, &publisher, &mut metrics);
             }
+            let failed = polled.is_err();
             let (snapshot, outcome) = match polled {
                 Ok(reading) => {
                     let snapshot = self.snapshot(reading, &mut metrics, &mut process_state);
@@ -549,6 +551,9 @@ impl Pipeline {
                     );
                 }
                 publisher.publish_locked(snapshot, outcome);
+            }
+            if failed {
+                metrics.source_up.set(0.0);
             }
             self.status.cycle_done();
             // Poll, enrichment, publication and rendering: shown in the next body.
@@ -672,7 +677,8 @@ impl Pipeline {
         was_down: &mut bool,
     ) -> String {
         metrics.errors.inc();
-        metrics.source_up.set(0.0);
+        // `dcgm_otel_source_up` goes to 0 only once the empty snapshot is published (in `run`): a
+        // body rendered meanwhile from the previous snapshot must not show its series beside a 0.
         let msg = err.to_string();
         if !*was_down {
             match err {

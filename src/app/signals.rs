@@ -14,6 +14,8 @@ pub struct Reloadable {
     pub web_config: Option<PathBuf>,
     pub web: Arc<ArcSwap<WebSecurity>>,
     pub http_metrics: Arc<HttpMetrics>,
+    /// `--enable-pprof`: whether a reload can switch profiles off or on.
+    pub pprof: server::Pprof,
     /// The counters file and the flag that asks the collector to re-read it.
     pub counters: Option<(String, Arc<std::sync::atomic::AtomicBool>)>,
     /// Asks the collector for a collection now (it applies the reload before it).
@@ -33,7 +35,7 @@ pub async fn reload_on_sighup(what: Reloadable) {
     while hup.recv().await.is_some() {
         if let Some(path) = &what.web_config {
             tracing::info!(file = %path.display(), "SIGHUP: reloading the web config");
-            server::web::reload(path, &what.web, &what.http_metrics);
+            server::web::reload(path, &what.web, &what.http_metrics, what.pprof);
         }
         if let Some((from, flag)) = &what.counters {
             tracing::info!(from = %from, "SIGHUP: re-reading the counters CSV before the next collection");

@@ -28,6 +28,7 @@ use serde::Deserialize;
 
 use super::distributions::{parse_spec, GivenSpec};
 use super::duration::parse_go_duration;
+use super::local_file;
 use super::yaml_position::{duplicate_key, locate, Step};
 use crate::counters::watch_groups::WatchGroupSpec;
 use crate::counters::{self, CounterSet, CsvError};
@@ -143,7 +144,12 @@ fn yaml_duration(text: &str) -> Result<Duration, String> {
 /// Read and check a configuration file.
 pub fn load(path: &Path) -> Result<ConfigFile, ConfigFileError> {
     let shown = path.display().to_string();
-    let text = std::fs::read_to_string(path).map_err(|e| ConfigFileError {
+    let text = local_file::read_text(
+        path,
+        local_file::MAX_CONFIG_BYTES,
+        local_file::Links::Follow,
+    )
+    .map_err(|e| ConfigFileError {
         path: shown.clone(),
         position: None,
         message: format!("cannot read the config file: {e}"),

@@ -14,8 +14,13 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
+use super::local_file::{read_text, Links, MAX_CONFIG_BYTES};
+
 /// The lowest bcrypt cost accepted (`htpasswd -nBC 10 USER`); lower costs are too cheap to brute-force.
 pub const MIN_BCRYPT_COST: u32 = 10;
+/// The highest bcrypt cost accepted: each step doubles the CPU a login costs (14 is about a second on
+/// one core), and anyone who can reach the port can make the server pay it.
+pub const MAX_BCRYPT_COST: u32 = 14;
 
 /// A rejected web configuration file.
 #[derive(Debug, thiserror::Error)]
@@ -186,7 +191,7 @@ const ALLOWED_HEADERS: &[(&str, &[&str])] = &[
 
 /// Read and validate the file.
 pub fn load(path: &Path) -> Result<WebConfig, WebConfigError> {
-    let text = std::fs::read_to_string(path).map_err(|e| WebConfigError {
+    let text = read_text(path, MAX_CONFIG_BYTES, Links::Follow).map_err(|e| WebConfigError {
         path: path.display().to_string(),
         key: None,
         line: None,
@@ -534,6 +539,12 @@ pub fn check_bcrypt_hash(hash: &str) -> Result<u32, String> {
             "bcrypt cost {cost} is below the minimum {MIN_BCRYPT_COST}; regenerate with: htpasswd -nBC 10 USER"
         ));
     }
+    if cost > MAX_BCRYPT_COST {
+        return Err(format!(
+            "bcrypt cost {cost} is above the maximum {MAX_BCRYPT_COST} (every login, right or wrong, would cost the server {}x a cost-10 one); regenerate with: htpasswd -nBC 10 USER",
+            1u64 << (cost - MIN_BCRYPT_COST)
+        ));
+    }
     if hash.parse::<bcrypt::HashParts>().is_err() {
         return Err("not a valid bcrypt hash; make one with: htpasswd -nBC 10 USER".into());
     }
@@ -705,6 +716,23 @@ mod tests {
         assert!(m.contains("not a bcrypt hash"), "{m}");
         let m = msg(&format!("basic_auth_users:\n  'a:b': {HASH}\n"));
         assert!(m.contains("user name"), "{m}");
+    }
+
+    #[test]
+    fn costs_above_14_are_refused_naming_the_user() {
+        let at = |cost: &str| HASH.replace("$10$", &format!("${cost}$"));
+        assert!(p(&format!("basic_auth_users:\n  prom: {}\n", at("14"))).is_ok());
+        let m = msg(&format!(
+            "basic_auth_users:\n  prom: {HASH}\n  slow: {}\n",
+            at("15")
+        ));
+        assert!(
+            m.contains("line 3: basic_auth_users.slow: bcrypt cost 15 is above the maximum 14"),
+            "{m}"
+        );
+        let m = msg(&format!("basic_auth_users:\n  prom: {}\n", at("31")));
+        assert!(m.contains("bcrypt cost 31 is above the maximum 14"), "{m}");
+        assert!(!m.contains(&at("31")), "{m}");
     }
 
     #[test]

@@ -17,6 +17,7 @@ pub mod watch_groups;
 
 use std::path::Path;
 
+use crate::config::local_file::{self, Links};
 use crate::fields::{catalog, FieldInfo};
 
 /// How a row is exported.
@@ -123,12 +124,15 @@ pub fn load(path: &Path, explicitly_set: bool) -> Result<CounterSet, CsvError> {
 /// Read and parse a counters CSV file.
 pub fn load_file(path: &Path) -> Result<CounterSet, CsvError> {
     let origin = path.display().to_string();
-    let text = std::fs::read(path).map_err(|e| CsvError {
-        origin: origin.clone(),
-        line: 0,
-        column: 0,
-        message: format!("cannot read counters CSV: {e}"),
-    })?;
+    let text =
+        local_file::read(path, local_file::MAX_CONFIG_BYTES, Links::Follow).map_err(|e| {
+            CsvError {
+                origin: origin.clone(),
+                line: 0,
+                column: 0,
+                message: format!("cannot read counters CSV: {e}"),
+            }
+        })?;
     let text = String::from_utf8(text).map_err(|e| CsvError {
         origin: origin.clone(),
         line: 0,

@@ -8,6 +8,15 @@
 //! NvLink series take the jobs of their GPU's file. Job ids are trimmed; blank lines and duplicates are
 //! skipped.
 //!
+//! Whoever can write the directory decides labels on the unauthenticated `/metrics`, so what is read is
+//! bounded ([`crate::config::local_file`]): a job file is opened without following a symbolic link and
+//! without blocking, and read only when it is a regular file of at most [`MAX_FILE_BYTES`] (a link to a
+//! root-only file, a FIFO or a device is refused, never read); a job id is 1 to [`MAX_JOB_ID_BYTES`]
+//! characters of [`job_id_ok`]'s set, at most [`MAX_JOBS_PER_FILE`] per file; at most
+//! [`MAX_FILES`] job files are read per interval. What is refused is counted
+//! (`dcgm_otel_hpc_job_files_refused_total`, `dcgm_otel_hpc_job_ids_refused_total`) and its first
+//! occurrence logged.
+//!
 //! The directory is read once per collect interval on the collector thread (never on a scrape), so a
 //! job that starts or ends shows up within one interval. A missing or unreadable directory is logged
 //! once and leaves series without jobs; the exporter keeps running and picks the directory up when it
@@ -18,12 +27,19 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use super::Enricher;
+use crate::config::local_file::{self, Links, LocalFileError};
 use crate::snapshot::attribution::{self, Attribute};
 use crate::snapshot::{EntityKind, EntityReading};
 use crate::telemetry::self_metrics::{Metric, SelfMetrics};
 
-/// Largest job file read (bytes); longer files are truncated at this size.
-const MAX_FILE_BYTES: u64 = 64 * 1024;
+/// Largest job file read (bytes); a larger file is refused.
+pub const MAX_FILE_BYTES: u64 = 64 * 1024;
+/// Longest job id (bytes).
+pub const MAX_JOB_ID_BYTES: usize = 64;
+/// Job ids read from one file at most; later ones are refused.
+pub const MAX_JOBS_PER_FILE: usize = 32;
+/// Job files read per interval at most (names that parse as a GPU or MIG target).
+pub const MAX_FILES: usize = 1024;
 
 /// A job file's target: a GPU index and, for a MIG instance, its GPU-instance id.
 pub type JobTarget = (u32, Option<u32>);
@@ -38,43 +54,83 @@ pub fn parse_file_name(name: &str) -> Option<JobTarget> {
     }
 }
 
-/// Job ids of one file's text: trimmed, non-empty, first occurrence kept.
-pub fn parse_jobs(text: &str) -> Vec<String> {
+/// Whether `id` may become an `hpc_job` value: 1 to [`MAX_JOB_ID_BYTES`] bytes of ASCII letters, digits
+/// and `_ . - + : @ [ ]` (Slurm `123_4` and `123+0`, PBS `123.server`, LSF `123[4]`).
+pub fn job_id_ok(id: &str) -> bool {
+    (1..=MAX_JOB_ID_BYTES).contains(&id.len())
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"_.-+:@[]".contains(&b))
+}
+
+/// Job ids of one file's text: trimmed, non-empty, first occurrence kept; ids outside [`job_id_ok`] or
+/// past [`MAX_JOBS_PER_FILE`] are left out and counted in the second value.
+pub fn parse_jobs(text: &str) -> (Vec<String>, u64) {
     let mut jobs: Vec<String> = Vec::new();
+    let mut refused = 0u64;
     for line in text.lines().map(str::trim).filter(|l| !l.is_empty()) {
-        if !jobs.iter().any(|j| j == line) {
-            jobs.push(line.to_string());
+        if jobs.iter().any(|j| j == line) {
+            continue;
         }
+        if !job_id_ok(line) || jobs.len() >= MAX_JOBS_PER_FILE {
+            refused += 1;
+            continue;
+        }
+        jobs.push(line.to_string());
     }
-    jobs
+    (jobs, refused)
+}
+
+/// One read of the directory.
+#[derive(Debug, Default)]
+pub struct JobFiles {
+    pub jobs: HashMap<JobTarget, Vec<String>>,
+    /// Files not read: a link, not a regular file, too large, unreadable, or past [`MAX_FILES`].
+    pub files_refused: u64,
+    /// Job ids left out ([`parse_jobs`]).
+    pub ids_refused: u64,
+    /// The first refused file and why, for the log.
+    pub first_refusal: Option<String>,
 }
 
 /// Read the directory: jobs by target.
-pub fn read_dir(dir: &Path) -> std::io::Result<HashMap<JobTarget, Vec<String>>> {
-    use std::io::Read as _;
-    let mut out = HashMap::new();
+pub fn read_dir(dir: &Path) -> std::io::Result<JobFiles> {
+    let mut out = JobFiles::default();
+    let mut read = 0usize;
     for entry in std::fs::read_dir(dir)? {
         let Ok(entry) = entry else { continue };
         let name = entry.file_name();
         let Some(target) = name.to_str().and_then(parse_file_name) else {
             continue;
         };
-        let mut text = String::new();
-        let read = std::fs::File::open(entry.path())
-            .and_then(|f| f.take(MAX_FILE_BYTES).read_to_string(&mut text));
-        match read {
-            Ok(_) => {
-                let jobs = parse_jobs(&text);
+        let path = entry.path();
+        if read >= MAX_FILES {
+            out.refuse(&path, &format!("more than {MAX_FILES} job files"));
+            continue;
+        }
+        read += 1;
+        match local_file::read_text(&path, MAX_FILE_BYTES, Links::Refuse) {
+            Ok(text) => {
+                let (jobs, refused) = parse_jobs(&text);
+                out.ids_refused += refused;
                 if !jobs.is_empty() {
-                    out.insert(target, jobs);
+                    out.jobs.insert(target, jobs);
                 }
             }
-            Err(e) => {
-                tracing::debug!(file = %entry.path().display(), error = %e, "HPC job file unreadable; skipped")
-            }
+            Err(LocalFileError::Io(e)) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => out.refuse(&path, &e.to_string()),
         }
     }
     Ok(out)
+}
+
+impl JobFiles {
+    fn refuse(&mut self, path: &Path, why: &str) {
+        self.files_refused += 1;
+        if self.first_refusal.is_none() {
+            self.first_refusal = Some(format!("{}: {why}", path.display()));
+        }
+    }
 }
 
 /// Attribute entities from a job map: one series per job of the entity's GPU (or MIG instance).
@@ -131,6 +187,10 @@ pub struct HpcEnricher {
     failing: bool,
     errors: Arc<Metric>,
     jobs_gauge: Arc<Metric>,
+    files_refused: Arc<Metric>,
+    ids_refused: Arc<Metric>,
+    /// Whether a refused file or job id was logged at warn level (later ones go to debug).
+    warned: bool,
 }
 
 impl HpcEnricher {
@@ -153,6 +213,40 @@ impl HpcEnricher {
                 "Distinct HPC job ids found in the job mapping directory at the last read.",
                 &[],
             ),
+            files_refused: registry.counter(
+                "dcgm_otel_hpc_job_files_refused_total",
+                "HPC job files not read (a symbolic link, not a regular file, over 64 KiB, unreadable, or past 1024 files), per read of the directory.",
+                &[],
+            ),
+            ids_refused: registry.counter(
+                "dcgm_otel_hpc_job_ids_refused_total",
+                "HPC job ids left out (characters outside A-Z a-z 0-9 _ . - + : @ [ ], longer than 64, or past 32 per file), per read of the directory.",
+                &[],
+            ),
+            warned: false,
+        }
+    }
+}
+
+impl HpcEnricher {
+    /// Count what one read refused; the first refusal is a warning, later ones debug lines.
+    fn count_refusals(&mut self, found: &JobFiles) {
+        self.files_refused.add(found.files_refused as f64);
+        self.ids_refused.add(found.ids_refused as f64);
+        if found.files_refused == 0 && found.ids_refused == 0 {
+            return;
+        }
+        let file = found.first_refusal.as_deref().unwrap_or("-");
+        if self.warned {
+            tracing::debug!(
+                files = found.files_refused,
+                job_ids = found.ids_refused,
+                first = file,
+                "HPC job files or ids refused"
+            );
+        } else {
+            self.warned = true;
+            tracing::warn!(dir = %self.dir.display(), files = found.files_refused, job_ids = found.ids_refused, first = file, "HPC job files or ids refused: only regular files (no symbolic link, FIFO or device) of at most 64 KiB are read, job ids are 1-64 characters of A-Z a-z 0-9 _ . - + : @ [ ], at most 32 per file (counted in dcgm_otel_hpc_job_files_refused_total and dcgm_otel_hpc_job_ids_refused_total; further refusals are logged at debug level)");
         }
     }
 }
@@ -164,16 +258,17 @@ impl Enricher for HpcEnricher {
 
     fn enrich(&mut self, entities: &mut [EntityReading]) {
         match read_dir(&self.dir) {
-            Ok(jobs) => {
+            Ok(found) => {
                 if self.failing {
                     tracing::info!(dir = %self.dir.display(), "HPC job mapping directory readable; hpc_job labels on");
                     self.failing = false;
                 }
-                let mut distinct: Vec<&String> = jobs.values().flatten().collect();
+                self.count_refusals(&found);
+                let mut distinct: Vec<&String> = found.jobs.values().flatten().collect();
                 distinct.sort();
                 distinct.dedup();
                 self.jobs_gauge.set(distinct.len() as f64);
-                apply(&jobs, entities);
+                apply(&found.jobs, entities);
             }
             Err(e) => {
                 self.errors.inc();
@@ -214,7 +309,32 @@ mod tests {
 
     #[test]
     fn jobs_are_trimmed_and_deduplicated() {
-        assert_eq!(parse_jobs(" 42 \n\n43\r\n42\n"), ["42", "43"]);
+        assert_eq!(
+            parse_jobs(" 42 \n\n43\r\n42\n"),
+            (vec!["42".to_string(), "43".to_string()], 0)
+        );
+    }
+
+    #[test]
+    fn job_ids_keep_to_a_safe_set_and_length() {
+        for ok in [
+            "12345",
+            "123_4",
+            "123+0",
+            "123.pbs-server",
+            "1234[5]",
+            "a@b:c",
+        ] {
+            assert!(job_id_ok(ok), "{ok}");
+        }
+        let long = "9".repeat(MAX_JOB_ID_BYTES + 1);
+        for bad in ["", "a b", "x\"y", "job}", "é", "a\u{7f}", long.as_str()] {
+            assert!(!job_id_ok(bad), "{bad:?}");
+        }
+        let many: String = (0..40).map(|i| format!("{i}\n")).collect();
+        let (jobs, refused) = parse_jobs(&many);
+        assert_eq!((jobs.len(), refused), (MAX_JOBS_PER_FILE, 8));
+        assert_eq!(parse_jobs("ok\nnot ok\n").1, 1);
     }
 
     fn reading(entity: Entity) -> EntityReading {
@@ -232,7 +352,7 @@ mod tests {
         std::fs::write(dir.path().join("1.3"), "job-c\n").unwrap();
         std::fs::write(dir.path().join("2"), "job-d\n").unwrap();
         std::fs::write(dir.path().join("notes.txt"), "ignored\n").unwrap();
-        let jobs = read_dir(dir.path()).unwrap();
+        let jobs = read_dir(dir.path()).unwrap().jobs;
         let gpu = |index: u32| Arc::new(GpuIdentity::bare(index));
         let mig = |gi: u32| {
             Arc::new(MigIdentity {

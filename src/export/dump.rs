@@ -8,6 +8,11 @@
 //! Files are written on a thread of their own, each through a temporary name and a rename, so a reader
 //! never sees half a file and a slow disk never delays a collection: a snapshot that arrives while the
 //! previous one is still being written is skipped and counted. Off, none of this exists.
+//!
+//! The directory is private to the exporter's user ([`DumpDir`]: 0700, refused when it is a link, someone
+//! else's, or writable by others; files 0600, made exclusively; the sweep removes only its own names and
+//! files). The default is [`DEFAULT_DIRECTORY`], not dcgm-exporter's `/tmp/dcgm-exporter-debug`: a fixed
+//! name in a world-writable directory is one any local user can take first.
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -18,12 +23,16 @@ use std::time::{Duration, Instant, SystemTime};
 use clap::{ArgAction, Args};
 use serde_json::{json, Value};
 
+use super::dump_dir::DumpDir;
 use super::metrics_body::MetricsBody;
 use super::prometheus::RenderedBody;
 use super::SnapshotConsumer;
 use crate::config::flags::parse_go_bool;
 use crate::snapshot::Snapshot;
 use crate::telemetry::self_metrics::{Metric, SelfMetrics};
+
+/// `--dump-directory`'s default: below the systemd unit's `StateDirectory=dcgm-otel`.
+pub const DEFAULT_DIRECTORY: &str = "/var/lib/dcgm-otel/dump";
 
 /// How often old dump files are looked for.
 const SWEEP_EVERY: Duration = Duration::from_secs(3600);
@@ -36,12 +45,13 @@ pub struct DumpArgs {
     #[arg(long = "dump-enabled", env = "DCGM_EXPORTER_DUMP_ENABLED", action = ArgAction::SetTrue)]
     pub dump_enabled: bool,
 
-    /// Where --dump-enabled writes (created if missing).
+    /// Where --dump-enabled writes: created with mode 0700 if missing; an existing one must be a directory
+    /// (not a symbolic link) of this process's user, not writable by group or others.
     #[arg(
         long = "dump-directory",
         env = "DCGM_EXPORTER_DUMP_DIRECTORY",
         value_name = "DIR",
-        default_value = "/tmp/dcgm-exporter-debug"
+        default_value = DEFAULT_DIRECTORY
     )]
     pub dump_directory: PathBuf,
 
@@ -97,10 +107,8 @@ impl DumpWriter {
             path: shown.clone(),
             message,
         };
-        std::fs::create_dir_all(&dir).map_err(|e| fail(format!("cannot create it: {e}")))?;
-        let probe = dir.join(".dcgm-otel-write-test");
-        std::fs::write(&probe, b"")
-            .and_then(|()| std::fs::remove_file(&probe))
+        let dir = DumpDir::open(&dir).map_err(fail)?;
+        dir.probe()
             .map_err(|e| fail(format!("cannot write in it: {e}")))?;
         let files = self_metrics.counter(
             "dcgm_otel_dump_files_total",
@@ -119,6 +127,7 @@ impl DumpWriter {
         );
         let writer = Writer {
             dir,
+            shown: shown.clone(),
             compress: args.dump_compression,
             retention: (args.dump_retention > 0)
                 .then(|| Duration::from_secs(args.dump_retention.saturating_mul(3600))),
@@ -157,7 +166,9 @@ impl SnapshotConsumer for DumpWriter {
 }
 
 struct Writer {
-    dir: PathBuf,
+    dir: DumpDir,
+    /// The directory as given, for log lines.
+    shown: String,
     compress: bool,
     retention: Option<Duration>,
     files: Arc<Metric>,
@@ -215,14 +226,9 @@ impl Writer {
 
     /// Write `name` through a temporary file and a rename.
     fn put(&mut self, name: &str, bytes: &[u8]) {
-        let path = self.dir.join(name);
-        let tmp = self.dir.join(format!(".{name}.tmp"));
-        match std::fs::write(&tmp, bytes).and_then(|()| std::fs::rename(&tmp, &path)) {
+        match self.dir.put(name, bytes) {
             Ok(()) => self.files.inc(),
-            Err(e) => {
-                let _ = std::fs::remove_file(&tmp);
-                self.failed(name, &e);
-            }
+            Err(e) => self.failed(name, &e),
         }
     }
 
@@ -232,42 +238,16 @@ impl Writer {
             tracing::debug!(file = name, error = %e, "debug dump: cannot write");
         } else {
             self.warned = true;
-            tracing::warn!(directory = %self.dir.display(), file = name, error = %e, "debug dump: cannot write (counted in dcgm_otel_dump_errors_total; further failures are logged at debug level)");
+            tracing::warn!(directory = %self.shown, file = name, error = %e, "debug dump: cannot write (counted in dcgm_otel_dump_errors_total; further failures are logged at debug level)");
         }
     }
 
-    /// Remove dump files (by name) last modified more than `keep` ago.
+    /// Remove dump files (by name, regular files of this user) last modified more than `keep` ago.
     fn sweep(&mut self, keep: Duration) {
-        let Ok(entries) = std::fs::read_dir(&self.dir) else {
-            return;
-        };
-        let now = SystemTime::now();
-        for entry in entries.flatten() {
-            let name = entry.file_name().to_string_lossy().into_owned();
-            if !is_dump_file(&name) {
-                continue;
-            }
-            let old = entry
-                .metadata()
-                .and_then(|m| m.modified())
-                .ok()
-                .and_then(|t| now.duration_since(t).ok())
-                .is_some_and(|age| age > keep);
-            if old {
-                if let Err(e) = std::fs::remove_file(entry.path()) {
-                    self.failed(&name, &e);
-                }
-            }
+        for (name, e) in self.dir.sweep(keep) {
+            self.failed(&name, &e);
         }
     }
-}
-
-/// Whether `name` is a file this module writes.
-fn is_dump_file(name: &str) -> bool {
-    (name.starts_with("metrics-") || name.starts_with("inventory-"))
-        && [".prom", ".prom.gz", ".json", ".json.gz"]
-            .iter()
-            .any(|ext| name.ends_with(ext))
 }
 
 fn gzip(bytes: &[u8]) -> std::io::Result<Vec<u8>> {
@@ -356,14 +336,5 @@ mod tests {
         assert_eq!(at(951_782_400), "20000229-000000");
         assert_eq!(at(1_709_210_096), "20240229-123456");
         assert_eq!(at(4_102_444_799), "20991231-235959");
-    }
-
-    #[test]
-    fn only_dump_files_are_swept() {
-        assert!(is_dump_file("metrics-20240229-123456-7.prom.gz"));
-        assert!(is_dump_file("inventory-20240229-123456-7.json"));
-        assert!(!is_dump_file("notes.txt"));
-        assert!(!is_dump_file("metrics.csv"));
-        assert!(!is_dump_file(".metrics-1.prom.tmp"));
     }
 }

@@ -20,6 +20,9 @@ use super::SnapshotConsumer;
 use crate::lock::LockExt;
 use crate::snapshot::Snapshot;
 
+/// How many times [`MetricsBody::make`] makes a body while newer snapshots keep arriving.
+const MAKE_ATTEMPTS: usize = 3;
+
 /// The newest snapshot and the body made from it, if any was asked for.
 pub struct MetricsBody {
     renderer: Renderer,
@@ -61,17 +64,28 @@ impl MetricsBody {
         if let Some(body) = self.ready(gzip) {
             return body;
         }
-        let Some(snapshot) = self.latest.load_full() else {
-            return self.made.load_full();
-        };
-        let made = self.made.load_full();
-        let body = if made.seq == snapshot.seq {
-            self.renderer.add_gzip(&made)
-        } else {
-            self.renderer.render_body(&snapshot, gzip, made.text.len())
-        };
-        let body = Arc::new(body);
-        self.made.store(body.clone());
+        let mut body = self.made.load_full();
+        // A body made while the collector published a newer snapshot may carry self-metrics (such
+        // as `dcgm_otel_source_up 0` after a failed collection) that belong to the newer one: make
+        // it again from the newer snapshot (a few times at most; collections are far apart).
+        for _ in 0..MAKE_ATTEMPTS {
+            let Some(snapshot) = self.latest.load_full() else {
+                return body;
+            };
+            let made = self.made.load_full();
+            if made.seq == snapshot.seq && (!gzip || made.gzip_made) {
+                return made;
+            }
+            body = Arc::new(if made.seq == snapshot.seq {
+                self.renderer.add_gzip(&made)
+            } else {
+                self.renderer.render_body(&snapshot, gzip, made.text.len())
+            });
+            self.made.store(body.clone());
+            if self.latest_seq() == snapshot.seq {
+                break;
+            }
+        }
         body
     }
 

@@ -75,6 +75,7 @@ fn families(counters: &CounterSet) -> Vec<FamilyLayout> {
         open.push('{');
         out.push(FamilyLayout {
             row: i,
+            style: ValueStyle::of(row.field.value_type),
             xid: row.field.id == crate::fields::xid::XID_FIELD_ID,
             header,
             open,
@@ -155,6 +156,8 @@ struct RenderCache {
 /// One metric family: the row whose values it carries and its ready-made text.
 struct FamilyLayout {
     row: usize,
+    /// How its values are written: as dcgm-exporter writes the field's DCGM type.
+    style: ValueStyle,
     /// `DCGM_FI_DEV_XID_ERRORS` (whatever its CSV name): each sample also carries `err_code` and
     /// `err_msg`, the code's meaning, sorted among the attributes as dcgm-exporter does.
     xid: bool,
@@ -381,6 +384,25 @@ fn deflate_into(
     }
 }
 
+/// How a family's values are written.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum ValueStyle {
+    /// Integers as integers, other numbers in shortest round-trip form (DCGM int64 fields, as Go's
+    /// `%d` writes them; the derived families).
+    Shortest,
+    /// Six decimals, as dcgm-exporter writes DCGM double fields (Go's `%f`: `596.753000`).
+    SixDecimals,
+}
+
+impl ValueStyle {
+    fn of(t: crate::fields::ValueType) -> ValueStyle {
+        match t {
+            crate::fields::ValueType::Double => ValueStyle::SixDecimals,
+            _ => ValueStyle::Shortest,
+        }
+    }
+}
+
 /// Formats one sample value without allocating.
 #[derive(Default)]
 struct ValueFormatter {
@@ -390,17 +412,32 @@ struct ValueFormatter {
 
 impl ValueFormatter {
     /// The value's text, or `None` for values that are never written (text, absent, NaN, ±Inf).
-    fn format<'a>(&'a mut self, v: &FieldValue) -> Option<&'a str> {
-        match v {
-            FieldValue::Int(n) => Some(self.int.format(*n)),
-            FieldValue::Double(d) if d.is_finite() => Some(match whole_f64(*d) {
-                Some(i) => self.int.format(i),
-                None => {
-                    self.slow.clear();
-                    write_f64_slow(&mut self.slow, *d);
-                    &self.slow
-                }
-            }),
+    fn format<'a>(&'a mut self, v: &FieldValue, style: ValueStyle) -> Option<&'a str> {
+        match (v, style) {
+            (FieldValue::Int(n), ValueStyle::Shortest) => Some(self.int.format(*n)),
+            (FieldValue::Double(d), ValueStyle::Shortest) if d.is_finite() => {
+                Some(match whole_f64(*d) {
+                    Some(i) => self.int.format(i),
+                    None => {
+                        self.slow.clear();
+                        write_f64_slow(&mut self.slow, *d);
+                        &self.slow
+                    }
+                })
+            }
+            (FieldValue::Int(n), ValueStyle::SixDecimals) => {
+                self.slow.clear();
+                self.slow.push_str(self.int.format(*n));
+                self.slow.push_str(".000000");
+                Some(&self.slow)
+            }
+            (FieldValue::Double(d), ValueStyle::SixDecimals) if d.is_finite() => {
+                use std::fmt::Write as _;
+                self.slow.clear();
+                // Correctly rounded to six decimals, ties to even: what Go's `%f` writes.
+                let _ = write!(self.slow, "{d:.6}");
+                Some(&self.slow)
+            }
             _ => None,
         }
     }
@@ -461,7 +498,11 @@ fn write_per_set(
 ) -> usize {
     let mut samples = 0;
     for (set, &i) in labels.sets.iter().zip(&labels.set_index) {
-        let Some(value) = per_set.per_set.get(i).and_then(|v| fmt.format(v)) else {
+        let Some(value) = per_set
+            .per_set
+            .get(i)
+            .and_then(|v| fmt.format(v, fam.style))
+        else {
             continue;
         };
         out.push_str(&fam.open);
@@ -516,7 +557,9 @@ impl Renderer {
                 let Some(v) = e.values.get(fam.row) else {
                     continue;
                 };
-                let Some(value) = fmt.format(v) else { continue };
+                let Some(value) = fmt.format(v, fam.style) else {
+                    continue;
+                };
                 if !wrote_any {
                     out.push_str(&fam.header);
                     wrote_any = true;
@@ -581,7 +624,8 @@ impl Renderer {
             let info = &*fam.info;
             let mut wrote_header = false;
             for s in &fam.samples {
-                let Some(value) = fmt.format(&FieldValue::Double(s.value)) else {
+                let Some(value) = fmt.format(&FieldValue::Double(s.value), ValueStyle::Shortest)
+                else {
                     continue;
                 };
                 if !wrote_header {
@@ -892,6 +936,45 @@ mod tests {
         }
     }
 
+    /// DCGM double fields are written as dcgm-exporter writes them (Go's `%f`), ties to even
+    /// included; the expected texts are Go 1.26's `fmt.Sprintf("%f", v)` of each value.
+    #[test]
+    fn double_fields_have_six_decimals_like_go() {
+        let mut f = ValueFormatter::default();
+        for (v, go) in [
+            (0.0078125, "0.007812"),
+            (0.0234375, "0.023438"),
+            (0.5, "0.500000"),
+            (2.5e-7, "0.000000"),
+            (0.0000005, "0.000000"),
+            (123.4567895, "123.456789"),
+            (596.753, "596.753000"),
+            (1e21, "1000000000000000000000.000000"),
+            (5e-324, "0.000000"),
+            (0.1234565, "0.123456"),
+            (9.9999995, "9.999999"),
+            (-371.113, "-371.113000"),
+        ] {
+            assert_eq!(
+                f.format(&FieldValue::Double(v), ValueStyle::SixDecimals),
+                Some(go),
+                "{v}"
+            );
+        }
+        assert_eq!(
+            f.format(&FieldValue::Int(250), ValueStyle::SixDecimals),
+            Some("250.000000")
+        );
+        assert_eq!(
+            f.format(&FieldValue::Double(f64::NAN), ValueStyle::SixDecimals),
+            None
+        );
+        assert_eq!(
+            f.format(&FieldValue::Int(7), ValueStyle::Shortest),
+            Some("7")
+        );
+    }
+
     /// The fast path (itoa for whole numbers) writes exactly what the reference `{}` / `{:e}` formatting writes.
     #[test]
     fn fast_float_paths_match_the_reference() {
@@ -902,7 +985,8 @@ mod tests {
             assert_eq!(fast, slow, "bits {:#x}", v.to_bits());
             let mut f = ValueFormatter::default();
             assert_eq!(
-                f.format(&FieldValue::Double(v)).unwrap_or("NaN/Inf"),
+                f.format(&FieldValue::Double(v), ValueStyle::Shortest)
+                    .unwrap_or("NaN/Inf"),
                 if v.is_finite() {
                     slow.as_str()
                 } else {

@@ -53,9 +53,10 @@ pub struct ServerArgs {
     )]
     pub web_systemd_socket: bool,
 
-    /// Serve CPU profiles at /debug/pprof/profile?seconds=N (pprof protobuf) behind the web config's TLS
-    /// and auth; needs --web-config-file, as in dcgm-exporter. Part of builds with the `pprof` cargo
-    /// feature (on by default); a build without it refuses the flag.
+    /// Serve CPU profiles at /debug/pprof/profile?seconds=N (pprof protobuf). Without --web-config-file
+    /// they are open to anyone who reaches the port (as in dcgm-exporter; a warning says so); with one,
+    /// it must have TLS or basic auth. Part of builds with the `pprof` cargo feature (on by default); a
+    /// build without it refuses the flag.
     #[arg(
         long = "enable-pprof",
         env = "DCGM_EXPORTER_ENABLE_PPROF",
@@ -79,10 +80,17 @@ pub struct ServerArgs {
           default_value_t = 512, value_parser = clap::value_parser!(u32).range(1..=65536))]
     pub web_max_connections: u32,
 
-    /// Requests handled at once at most; more are answered 503 at once.
+    /// Requests handled at once at most (/health and /ready have a budget of their own); more are
+    /// answered 503 at once.
     #[arg(long = "web-max-requests", env = "DCGM_OTEL_WEB_MAX_REQUESTS", value_name = "N",
           default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..=65536))]
     pub web_max_requests: u32,
+
+    /// Open connections of one client address at most (idle-connection floods); more are answered 503 at
+    /// once (plain HTTP) or closed (TLS).
+    #[arg(long = "web-max-client-connections", env = "DCGM_OTEL_WEB_MAX_CLIENT_CONNECTIONS", value_name = "N",
+          default_value_t = 32, value_parser = clap::value_parser!(u32).range(1..=65536))]
+    pub web_max_client_connections: u32,
 
     /// With basic auth on, also require it on /health and /ready (like dcgm-exporter). Kubernetes httpGet
     /// probes cannot send credentials: set false, or use tcpSocket probes.
@@ -116,6 +124,7 @@ impl ServerArgs {
             write_timeout: self.web_write_timeout,
             max_connections: self.web_max_connections as usize,
             max_requests: self.web_max_requests as usize,
+            max_client_connections: self.web_max_client_connections as usize,
         }
     }
 }

@@ -7,13 +7,22 @@
 //!
 //! Around [`route`], [`serve_with`] enforces what `--web-config-file` and the `--web-*` flags ask for:
 //! TLS ([`tls`]), basic auth ([`auth`]; `/health` and `/ready` too unless `--web-health-auth=false`),
-//! extra response headers, caps on open connections and in-flight requests (the excess gets a quick 503,
-//! never a queue), header-read / keep-alive-idle and write timeouts ([`io`]), a 16 KiB request-head
-//! limit and no request bodies; with `--enable-pprof`, CPU profiles behind the same checks (`pprof`). [`web`] holds the live settings, their SIGHUP reload and the HTTP
+//! extra response headers, caps on open connections, in total and per client address ([`clients`]), and
+//! on requests in flight (the excess gets a quick 503, never a queue), header-read / keep-alive-idle and
+//! write timeouts ([`io`]), a 16 KiB request-head limit and no request bodies; with `--enable-pprof`,
+//! CPU profiles (`pprof`). [`web`] holds the live settings, their SIGHUP reload and the HTTP
 //! self-metrics.
+//!
+//! A request is checked in the order that keeps unauthenticated clients from starving the others: its
+//! credentials first (a cached pair or a missing one costs nothing; a bcrypt takes one of two slots or is
+//! answered 429 at once), then a slot — `/health` and `/ready` from a budget of their own
+//! ([`PROBE_SLOTS`]), everything else from `--web-max-requests` — so wrong passwords never hold a slot
+//! an authenticated scrape or a probe needs.
 
+pub mod allocator;
 pub mod args;
 pub mod auth;
+pub mod clients;
 pub mod io;
 pub mod plan;
 #[cfg(feature = "pprof")]
@@ -39,7 +48,9 @@ use tokio::net::TcpListener;
 use tokio::sync::{watch, Semaphore};
 
 use self::auth::Outcome;
+use self::clients::ClientConnections;
 use self::io::TimedIo;
+pub use self::web::Pprof;
 use self::web::{HttpMetrics, WebSecurity};
 use crate::telemetry::self_metrics::SelfMetrics;
 
@@ -211,8 +222,10 @@ pub struct Limits {
     pub write_timeout: Duration,
     /// Open connections at most; more get a quick 503 (plain HTTP) or are closed (TLS).
     pub max_connections: usize,
-    /// Requests being handled at once at most (basic auth makes a request cost a bcrypt); more get 503.
+    /// Requests other than `/health` and `/ready` being handled at once at most; more get 503.
     pub max_requests: usize,
+    /// Open connections of one client address at most; more get a quick 503 (plain HTTP) or are closed.
+    pub max_client_connections: usize,
 }
 
 impl Default for Limits {
@@ -222,9 +235,14 @@ impl Default for Limits {
             write_timeout: Duration::from_secs(30),
             max_connections: 512,
             max_requests: 64,
+            max_client_connections: 32,
         }
     }
 }
+
+/// `/health` and `/ready` requests handled at once at most: their own budget, apart from
+/// `--web-max-requests`, so a crowd on `/metrics` never fails a probe.
+pub const PROBE_SLOTS: usize = 16;
 
 /// Largest request head (request line and headers) read; hyper answers 431 above it.
 pub const MAX_REQUEST_HEAD: usize = 16 * 1024;
@@ -242,7 +260,7 @@ pub struct ServeOptions {
     /// Whether `/health` and `/ready` need basic auth too (when users are configured).
     pub health_auth: bool,
     /// `--enable-pprof`: serve `/debug/pprof/profile`.
-    pub pprof: bool,
+    pub pprof: Pprof,
 }
 
 impl ServeOptions {
@@ -253,7 +271,7 @@ impl ServeOptions {
             web: Arc::new(ArcSwap::from_pointee(WebSecurity::plain())),
             metrics: Arc::new(HttpMetrics::new(&SelfMetrics::default())),
             health_auth: true,
-            pprof: false,
+            pprof: Pprof::Off,
         }
     }
 }
@@ -264,8 +282,9 @@ struct Shared {
     metrics: Arc<HttpMetrics>,
     health_auth: bool,
     #[cfg_attr(not(feature = "pprof"), allow(dead_code))]
-    pprof: bool,
+    pprof: Pprof,
     requests: Semaphore,
+    probes: Semaphore,
 }
 
 impl Shared {
@@ -277,6 +296,7 @@ impl Shared {
             health_auth: opts.health_auth,
             pprof: opts.pprof,
             requests: Semaphore::new(opts.limits.max_requests.clamp(1, u32::MAX as usize >> 3)),
+            probes: Semaphore::new(PROBE_SLOTS),
         })
     }
 }
@@ -326,6 +346,7 @@ pub async fn serve_with(
     };
     let max_connections = limits.max_connections.clamp(1, u32::MAX as usize >> 3);
     let connection_slots = Arc::new(Semaphore::new(max_connections));
+    let clients = ClientConnections::new(limits.max_client_connections);
     let rejecting = Arc::new(Semaphore::new(REJECTING_MAX));
     let shared = Shared::new(state, opts);
     loop {
@@ -333,7 +354,7 @@ pub async fn serve_with(
             r = listener.accept() => r,
             _ = shutdown.changed() => break,
         };
-        let (stream, _peer) = match accepted {
+        let (stream, peer) = match accepted {
             Ok(s) => s,
             Err(e) => {
                 tracing::warn!(error = %e, "accept failed");
@@ -342,23 +363,35 @@ pub async fn serve_with(
             }
         };
         let web = shared.web.load_full();
-        let Ok(slot) = connection_slots.clone().try_acquire_owned() else {
-            shared.metrics.rejected_max_connections.inc();
-            // The 503 answers are bounded too: past REJECTING_MAX at once, excess sockets just close.
-            if let Ok(answering) = rejecting.clone().try_acquire_owned() {
-                tokio::spawn(async move {
-                    io::reject_busy(stream, web.tls.is_none()).await;
-                    drop(answering);
-                });
+        let client = clients.try_open(peer.ip());
+        let slot = match &client {
+            None => Err(&shared.metrics.rejected_max_client_connections),
+            Some(_) => connection_slots
+                .clone()
+                .try_acquire_owned()
+                .map_err(|_| &shared.metrics.rejected_max_connections),
+        };
+        let slot = match slot {
+            Ok(slot) => slot,
+            Err(counter) => {
+                counter.inc();
+                drop(client);
+                // The 503 answers are bounded too: past REJECTING_MAX at once, excess sockets just close.
+                if let Ok(answering) = rejecting.clone().try_acquire_owned() {
+                    tokio::spawn(async move {
+                        io::reject_busy(stream, web.tls.is_none()).await;
+                        drop(answering);
+                    });
+                }
+                continue;
             }
-            continue;
         };
         let _ = stream.set_nodelay(true);
         let shared = shared.clone();
         let builder = builder.clone();
         let mut conn_shutdown = shutdown.clone();
         tokio::spawn(async move {
-            let _slot = slot;
+            let _slots = (slot, client);
             shared.metrics.open_connections.add(1.0);
             let stream = TimedIo::new(stream, limits.write_timeout);
             match &web.tls {
@@ -445,17 +478,15 @@ async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Full<By
     resp
 }
 
+/// A response that turns the client away for now: `status`, `Retry-After: 1`.
+fn retry_later(status: StatusCode, body: &'static str) -> Response<Full<Bytes>> {
+    let mut r = text(status, body);
+    r.headers_mut()
+        .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+    r
+}
+
 async fn respond(shared: &Shared, req: Request<Incoming>) -> Response<Full<Bytes>> {
-    let Ok(_in_flight) = shared.requests.try_acquire() else {
-        shared.metrics.rejected_max_requests.inc();
-        let mut r = text(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "503 too many requests in flight, retry later\n",
-        );
-        r.headers_mut()
-            .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
-        return r;
-    };
     if has_body(&req) {
         let mut r = text(
             StatusCode::PAYLOAD_TOO_LARGE,
@@ -466,27 +497,46 @@ async fn respond(shared: &Shared, req: Request<Incoming>) -> Response<Full<Bytes
         return r;
     }
     let web = shared.web.load_full();
-    if let Some(auth) = &web.auth {
-        let path = req.uri().path();
-        let exempt = !shared.health_auth && (path == "/health" || path == "/ready");
-        if !exempt {
-            let credentials = req.headers().get(header::AUTHORIZATION).cloned();
-            let outcome = auth.check(credentials.as_ref()).await;
-            if outcome != Outcome::Allowed {
-                shared.metrics.count_auth_failure(outcome);
+    let path = req.uri().path();
+    let probe = path == "/health" || path == "/ready";
+    // Credentials before any slot: a missing, malformed or cached one costs nothing, and a bcrypt has
+    // slots of its own (busy: 429 at once), so unauthenticated clients never hold a request slot.
+    if let Some(auth) = web.auth.as_ref().filter(|_| shared.health_auth || !probe) {
+        let credentials = req.headers().get(header::AUTHORIZATION).cloned();
+        let outcome = auth.check(credentials.as_ref()).await;
+        if outcome != Outcome::Allowed {
+            shared.metrics.count_auth_failure(outcome);
+            let mut r = if outcome == Outcome::Busy {
+                retry_later(
+                    StatusCode::TOO_MANY_REQUESTS,
+                    "429 too many logins being checked, retry later\n",
+                )
+            } else {
                 let mut r = text(StatusCode::UNAUTHORIZED, "401 Unauthorized\n");
                 r.headers_mut().insert(
                     header::WWW_AUTHENTICATE,
                     HeaderValue::from_static("Basic realm=\"dcgm-otel\""),
                 );
-                add_headers(&web, &mut r);
-                return r;
-            }
+                r
+            };
+            add_headers(&web, &mut r);
+            return r;
         }
     }
+    let (slots, rejected) = if probe {
+        (&shared.probes, &shared.metrics.rejected_max_probes)
+    } else {
+        (&shared.requests, &shared.metrics.rejected_max_requests)
+    };
+    let Ok(_in_flight) = slots.try_acquire() else {
+        rejected.inc();
+        return retry_later(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "503 too many requests in flight, retry later\n",
+        );
+    };
     #[cfg(feature = "pprof")]
-    if shared.pprof && req.uri().path() == "/debug/pprof/profile" && req.method() == Method::GET {
-        let mut resp = pprof::profile(req.uri().query()).await;
+    if let Some(mut resp) = pprof::route(shared.pprof, &web, &req).await {
         add_headers(&web, &mut resp);
         return resp;
     }

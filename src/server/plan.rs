@@ -13,7 +13,7 @@ use tokio::net::TcpListener;
 
 use crate::server::args::{listen_addresses, PrometheusFormat, ServerArgs};
 use crate::server::web::{HttpMetrics, WebSecurity};
-use crate::server::{self, Limits, ServeOptions, ServerState};
+use crate::server::{self, Limits, Pprof, ServeOptions, ServerState};
 use crate::startup::StartError;
 use crate::telemetry::self_metrics::SelfMetrics;
 
@@ -49,7 +49,7 @@ pub struct ServerPlan {
     web_security: WebSecurity,
     limits: Limits,
     health_auth: bool,
-    pprof: bool,
+    pprof: Pprof,
 }
 
 /// The bound server: its listeners and live web settings, ready to serve.
@@ -61,7 +61,7 @@ pub struct BoundServer {
     pub http_metrics: Arc<HttpMetrics>,
     limits: Limits,
     health_auth: bool,
-    pprof: bool,
+    pprof: Pprof,
     systemd_socket: bool,
 }
 
@@ -77,18 +77,14 @@ impl ServerPlan {
             None => Listen::Bind(listen_addresses(&args.address).map_err(StartError::input)?),
         };
         let web_config = args.web_config_path().map(PathBuf::from);
-        if args.enable_pprof {
-            if cfg!(not(feature = "pprof")) {
-                return Err(StartError::input("--enable-pprof: this build of dcgm-otel has no CPU profiler (built without the cargo feature pprof)"));
-            }
-            if web_config.is_none() {
-                return Err(StartError::input("--enable-pprof needs --web-config-file (as in dcgm-exporter): profiles are served behind its TLS and basic auth"));
-            }
+        if args.enable_pprof && cfg!(not(feature = "pprof")) {
+            return Err(StartError::input("--enable-pprof: this build of dcgm-otel has no CPU profiler (built without the cargo feature pprof)"));
         }
         let web_security = match &web_config {
-            Some(path) => WebSecurity::load(path).map_err(StartError::input)?,
+            Some(path) => WebSecurity::load(path, None).map_err(StartError::input)?,
             None => WebSecurity::plain(),
         };
+        let pprof = pprof_mode(args.enable_pprof, web_config.as_deref(), &web_security)?;
         Ok(ServerPlan {
             listen,
             address: args.address.clone(),
@@ -97,7 +93,7 @@ impl ServerPlan {
             web_security,
             limits: args.limits(),
             health_auth: args.web_health_auth,
-            pprof: args.enable_pprof,
+            pprof,
         })
     }
 
@@ -142,7 +138,32 @@ impl ServerPlan {
     }
 }
 
+/// What `--enable-pprof` asks of the web config: none given, profiles are open to anyone who reaches
+/// the port (as in dcgm-exporter, with a warning at start); a web config given must protect them with
+/// TLS or basic auth, else start-up stops (bad input: the file says one thing, the profiles would do
+/// another).
+fn pprof_mode(
+    enabled: bool,
+    web_config: Option<&std::path::Path>,
+    web: &WebSecurity,
+) -> Result<Pprof, StartError> {
+    match (enabled, web_config) {
+        (false, _) => Ok(Pprof::Off),
+        (true, None) => Ok(Pprof::Open),
+        (true, Some(_)) if web.protected() => Ok(Pprof::WhenProtected),
+        (true, Some(path)) => Err(StartError::input(format!(
+            "--enable-pprof: the web config {} has neither tls_server_config nor basic_auth_users, so CPU profiles would be open to anyone who reaches the port; add one of them, or leave out --web-config-file to serve profiles without protection as dcgm-exporter does",
+            path.display()
+        ))),
+    }
+}
+
 impl BoundServer {
+    /// `--enable-pprof`, and what it asks of the web config (for the SIGHUP reload).
+    pub fn pprof(&self) -> Pprof {
+        self.pprof
+    }
+
     /// Serve `state` on every listener until `until` completes, then give open connections up to
     /// 5 s to finish. `started`: for the start-up time in the "serving" line.
     pub async fn serve(
@@ -158,8 +179,17 @@ impl BoundServer {
             .collect::<Vec<_>>()
             .join(" ");
         tracing::info!(address = %local, systemd_socket = self.systemd_socket, startup_ms = started.elapsed().as_millis() as u64, "serving /metrics");
-        if self.pprof {
-            tracing::info!("CPU profiles at /debug/pprof/profile?seconds=N (--enable-pprof), behind the web config");
+        match self.pprof {
+            Pprof::Off => {}
+            Pprof::Open => tracing::warn!("CPU profiles at /debug/pprof/profile?seconds=N (--enable-pprof) are served without TLS or basic auth (no --web-config-file, as in dcgm-exporter): anyone who reaches the port can take one"),
+            Pprof::WhenProtected => {
+                let web = self.web.load();
+                if web.auth.is_some() {
+                    tracing::info!(protection = web.protection(), "CPU profiles at /debug/pprof/profile?seconds=N (--enable-pprof)");
+                } else {
+                    tracing::warn!(protection = web.protection(), "CPU profiles at /debug/pprof/profile?seconds=N (--enable-pprof)");
+                }
+            }
         }
         let (shutdown_tx, shutdown_rx) = tokio::sync::watch::channel(false);
         // One server per socket (several only with socket activation), each with the --web-* caps.

@@ -1,12 +1,19 @@
 //! `--enable-pprof`: CPU profiles at `/debug/pprof/profile?seconds=N` (default 30, at most 300), as
 //! Go's net/http/pprof serves them: the pprof protobuf (profile.proto), gzip-compressed, which
-//! `go tool pprof` and `pprof` read. It sits behind the same TLS and basic auth as /metrics.
+//! `go tool pprof` and `pprof` read; `/debug/pprof/` lists it. It sits behind the same TLS and basic
+//! auth as /metrics. Without a web config it is served to anyone who reaches the port, as dcgm-exporter
+//! does ([`Pprof::Open`], with a warning at start); with one, only while that config has TLS or basic
+//! auth ([`Pprof::WhenProtected`]: a reload that removes both switches profiles off). The other
+//! endpoints dcgm-exporter's Go runtime serves (heap, goroutine, trace, ...) are answered 404 with the
+//! reason ([`NOT_SERVED`]).
 //!
 //! The sampler is the `pprof` crate's (SIGPROF at [`FREQUENCY`] Hz, stacks unwound and symbolised in
 //! this process); it runs only while a profile is being taken, one at a time, on a blocking thread, so
-//! nothing samples and nothing is paid when no one asks. The protobuf is written here with prost (the
-//! crate's own codec would bring a second prost). Heap profiles are not offered: the system allocator
-//! keeps no allocation record to read.
+//! nothing samples and nothing is paid when no one asks. Symbolising parses the binary's symbol and line
+//! tables into a cache; that cache is cleared once the profile is encoded, so its memory goes back
+//! instead of staying for the life of the process. The protobuf is written here with prost (the crate's
+//! own codec would bring a second prost). Heap profiles are not offered: the system allocator keeps no
+//! allocation record to read.
 
 use std::collections::HashMap;
 use std::io::Write;
@@ -15,8 +22,11 @@ use std::time::UNIX_EPOCH;
 
 use bytes::Bytes;
 use http_body_util::Full;
+use hyper::body::Incoming;
 use hyper::header::{self, HeaderValue};
-use hyper::{Response, StatusCode};
+use hyper::{Method, Request, Response, StatusCode};
+
+use super::web::{Pprof, WebSecurity};
 
 /// Samples per second (not 100, to stay out of step with periodic work).
 pub const FREQUENCY: i32 = 99;
@@ -26,6 +36,69 @@ pub const MAX_SECONDS: u64 = 300;
 
 /// One profile at a time: SIGPROF and its timer are process-wide.
 static RUNNING: AtomicBool = AtomicBool::new(false);
+
+/// The `/debug/pprof/` endpoints dcgm-exporter serves (Go's net/http/pprof) that dcgm-otel does not,
+/// and why.
+pub const NOT_SERVED: [(&str, &str); 9] = [
+    ("heap", "a Go heap profile: the allocator dcgm-otel uses keeps no record of allocations to read"),
+    ("allocs", "a Go allocation profile: the allocator dcgm-otel uses keeps no record of allocations to read"),
+    ("goroutine", "a Go runtime profile (goroutines); dcgm-otel is not a Go program"),
+    ("threadcreate", "a Go runtime profile (thread creation); dcgm-otel is not a Go program"),
+    ("block", "a Go runtime profile (blocking on channels and locks); dcgm-otel is not a Go program"),
+    ("mutex", "a Go runtime profile (lock contention); dcgm-otel is not a Go program"),
+    ("trace", "a Go execution trace; dcgm-otel is not a Go program"),
+    ("cmdline", "the command line is not served (read it on the node: /proc/<pid>/cmdline)"),
+    ("symbol", "not needed: the CPU profile comes with its functions named"),
+];
+
+const INDEX_HTML: &str = "<!DOCTYPE html>\n<html><head><title>/debug/pprof/</title></head><body>\
+<h1>/debug/pprof/</h1><ul><li><a href=\"profile?seconds=30\">profile</a>: CPU profile \
+(seconds=N, 1 to 300; gzip'd profile.proto for go tool pprof)</li></ul>\
+<p>Go runtime profiles (heap, allocs, goroutine, threadcreate, block, mutex, trace), cmdline and symbol are \
+not served by dcgm-otel.</p></body></html>\n";
+
+/// Answer a `/debug/pprof/...` request, or `None` for a path that is not one (or with profiles off).
+/// Credentials were checked before.
+pub async fn route(
+    mode: Pprof,
+    web: &WebSecurity,
+    req: &Request<Incoming>,
+) -> Option<Response<Full<Bytes>>> {
+    let name = req.uri().path().strip_prefix("/debug/pprof")?;
+    if mode == Pprof::Off || (!name.is_empty() && !name.starts_with('/')) {
+        return None;
+    }
+    if mode == Pprof::WhenProtected && !web.protected() {
+        return Some(text(
+            StatusCode::NOT_FOUND,
+            "404 CPU profiles are switched off: the web config has neither TLS nor basic auth \
+             (--enable-pprof with --web-config-file needs one of them)\n"
+                .into(),
+        ));
+    }
+    let name = name.trim_start_matches('/');
+    if req.method() != Method::GET {
+        return None;
+    }
+    if name.is_empty() {
+        let mut r = Response::new(Full::new(Bytes::from_static(INDEX_HTML.as_bytes())));
+        r.headers_mut().insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("text/html; charset=utf-8"),
+        );
+        return Some(r);
+    }
+    if name == "profile" {
+        return Some(profile(req.uri().query()).await);
+    }
+    let (_, why) = NOT_SERVED.iter().find(|(n, _)| *n == name)?;
+    Some(text(
+        StatusCode::NOT_FOUND,
+        format!(
+            "404 /debug/pprof/{name} is not served by dcgm-otel: {why}. CPU profiles: /debug/pprof/profile?seconds=N\n"
+        ),
+    ))
+}
 
 /// Answer `GET /debug/pprof/profile?<query>`.
 pub async fn profile(query: Option<&str>) -> Response<Full<Bytes>> {
@@ -122,12 +195,20 @@ fn take(seconds: u64) -> Result<Vec<u8>, String> {
         .build()
         .map_err(|e| e.to_string())?;
     std::thread::sleep(std::time::Duration::from_secs(seconds));
-    let report = guard.report().build().map_err(|e| e.to_string())?;
+    let report = guard.report().build();
     drop(guard);
+    let encoded = report.map(|r| encode(&r));
+    // Symbolising filled the symbolizer's cache (the binary's symbol and line tables, mapped and
+    // parsed): let it go now rather than keep it for the life of the process, and hand the pages its
+    // many small allocations leave free back to the system.
+    backtrace::clear_symbol_cache();
     let mut out = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
-    out.write_all(&encode(&report))
+    let body = out
+        .write_all(&encoded.map_err(|e| e.to_string())?)
         .and_then(|()| out.finish())
-        .map_err(|e| e.to_string())
+        .map_err(|e| e.to_string());
+    super::allocator::release_free_memory();
+    body
 }
 
 /// profile.proto (github.com/google/pprof/proto/profile.proto), the parts written here.

@@ -15,6 +15,7 @@ use rustls::server::WebPkiClientVerifier;
 use rustls::{RootCertStore, ServerConfig, SupportedCipherSuite};
 use tokio_rustls::TlsAcceptor;
 
+use crate::config::local_file::{self, Links};
 use crate::config::web_config::{
     CipherSuite, ClientAuth, Curve, PemSource, TlsSettings, TlsVersion, WebConfigError,
 };
@@ -31,7 +32,7 @@ fn error(file: &Path, key: &str, message: String) -> WebConfigError {
 fn read_pem(src: &PemSource, file: &Path, key: &str) -> Result<Vec<u8>, WebConfigError> {
     match src {
         PemSource::Inline(text) => Ok(text.as_bytes().to_vec()),
-        PemSource::File(p) => std::fs::read(p)
+        PemSource::File(p) => local_file::read(p, local_file::MAX_CONFIG_BYTES, Links::Follow)
             .map_err(|e| error(file, key, format!("cannot read {}: {e}", p.display()))),
     }
 }

@@ -1,9 +1,11 @@
 //! The live security settings of :9400 ([`WebSecurity`]: TLS acceptor, basic auth, extra headers) built
 //! from `--web-config-file`, the server's own metrics ([`HttpMetrics`]), and the SIGHUP reload: the file
 //! is read again; a good file replaces the settings (new TLS certificates apply to new connections, users
-//! and headers to new requests), a bad one is logged and counted and the old settings stay.
+//! and headers to new requests; the same users keep their credential cache), a bad one is logged and
+//! counted and the old settings stay. A reload that leaves neither TLS nor basic auth switches
+//! `--enable-pprof`'s profiles off, and says so.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 
 use arc_swap::ArcSwap;
@@ -16,10 +18,22 @@ use super::tls;
 use crate::config::web_config::{self, WebConfig, WebConfigError};
 use crate::telemetry::self_metrics::{Metric, SelfMetrics};
 
+/// `--enable-pprof`, and what it asks of the live web config.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pprof {
+    Off,
+    /// No web config (as dcgm-exporter allows): profiles for anyone who reaches the port.
+    Open,
+    /// A web config is given: profiles only while it has TLS or basic auth (a reload can switch them
+    /// off and on).
+    WhenProtected,
+}
+
 /// What one loaded web config enforces.
 pub struct WebSecurity {
     pub tls: Option<TlsAcceptor>,
-    pub auth: Option<BasicAuth>,
+    /// Shared with the next config when a reload keeps the same users (and so their cache).
+    pub auth: Option<Arc<BasicAuth>>,
     pub headers: Vec<(HeaderName, HeaderValue)>,
 }
 
@@ -33,8 +47,27 @@ impl WebSecurity {
         }
     }
 
-    /// Build from a validated file (reads the certificate and key files).
-    pub fn from_config(cfg: &WebConfig) -> Result<WebSecurity, WebConfigError> {
+    /// Whether a client must do more than reach the port: TLS or basic auth is on.
+    pub fn protected(&self) -> bool {
+        self.tls.is_some() || self.auth.is_some()
+    }
+
+    /// What protects the port, in words for log lines.
+    pub fn protection(&self) -> &'static str {
+        match (self.tls.is_some(), self.auth.is_some()) {
+            (true, true) => "TLS and basic auth",
+            (true, false) => "TLS (no basic auth: anyone who can connect may fetch it)",
+            (false, true) => "basic auth (no TLS: credentials and data in clear text)",
+            (false, false) => "nothing: no TLS, no basic auth",
+        }
+    }
+
+    /// Build from a validated file (reads the certificate and key files). `previous`: the settings this
+    /// replaces, whose basic-auth checker (and its cache) is kept when the users are the same.
+    pub fn from_config(
+        cfg: &WebConfig,
+        previous: Option<&WebSecurity>,
+    ) -> Result<WebSecurity, WebConfigError> {
         let fail = |key: Option<String>, message: String| WebConfigError {
             path: cfg.path.display().to_string(),
             key,
@@ -45,8 +78,15 @@ impl WebSecurity {
             Some(t) => Some(tls::acceptor(t, &cfg.path)?),
             None => None,
         };
-        let auth =
-            BasicAuth::new(&cfg.users).map_err(|m| fail(Some("basic_auth_users".into()), m))?;
+        let kept = previous
+            .and_then(|p| p.auth.as_ref())
+            .filter(|a| a.same_users(&cfg.users));
+        let auth = match kept {
+            Some(a) => Some(a.clone()),
+            None => BasicAuth::new(&cfg.users)
+                .map_err(|m| fail(Some("basic_auth_users".into()), m))?
+                .map(Arc::new),
+        };
         let mut headers = Vec::with_capacity(cfg.headers.len());
         for (name, value) in &cfg.headers {
             let key = Some(format!("http_server_config.headers.{name}"));
@@ -59,9 +99,12 @@ impl WebSecurity {
     }
 
     /// Read, validate and build; log the file's warnings.
-    pub fn load(path: &Path) -> Result<WebSecurity, WebConfigError> {
+    pub fn load(
+        path: &Path,
+        previous: Option<&WebSecurity>,
+    ) -> Result<WebSecurity, WebConfigError> {
         let cfg = web_config::load(path)?;
-        let sec = WebSecurity::from_config(&cfg)?;
+        let sec = WebSecurity::from_config(&cfg, previous)?;
         for w in &cfg.warnings {
             tracing::warn!(file = %path.display(), "web config: {w}");
         }
@@ -80,14 +123,17 @@ impl WebSecurity {
 }
 
 /// Status codes counted by their own series; anything else counts as `code="other"`.
-const CODES: [u16; 8] = [200, 400, 401, 404, 405, 413, 500, 503];
+const CODES: [u16; 9] = [200, 400, 401, 404, 405, 413, 429, 500, 503];
 
 /// The HTTP server's self-metrics (registered once; updated with atomics, no allocation).
 pub struct HttpMetrics {
     requests: Vec<Arc<Metric>>,
     requests_other: Arc<Metric>,
     pub rejected_max_connections: Arc<Metric>,
+    pub rejected_max_client_connections: Arc<Metric>,
     pub rejected_max_requests: Arc<Metric>,
+    pub rejected_max_probes: Arc<Metric>,
+    pub rejected_auth_busy: Arc<Metric>,
     pub tls_handshake_failures: Arc<Metric>,
     auth_missing: Arc<Metric>,
     auth_malformed: Arc<Metric>,
@@ -103,8 +149,9 @@ impl HttpMetrics {
         const REQ_HELP: &str = "HTTP requests answered on the metrics port, by status code.";
         const REJ: &str = "dcgm_otel_http_rejected_connections_total";
         const REJ_HELP: &str =
-            "Connections or requests turned away: over --web-max-connections, over \
-                                --web-max-requests, or a failed TLS handshake.";
+            "Connections or requests turned away: over --web-max-connections or \
+                                --web-max-client-connections, over --web-max-requests or the probes' own \
+                                budget, basic auth's bcrypt slots busy (429), or a failed TLS handshake.";
         const AUTH: &str = "dcgm_otel_http_auth_failures_total";
         const AUTH_HELP: &str =
             "Requests refused by basic auth (401), by reason: missing, malformed, wrong.";
@@ -117,7 +164,14 @@ impl HttpMetrics {
                 .collect(),
             requests_other: reg.counter(REQ, REQ_HELP, &[("code", "other")]),
             rejected_max_connections: reg.counter(REJ, REJ_HELP, &[("reason", "max_connections")]),
+            rejected_max_client_connections: reg.counter(
+                REJ,
+                REJ_HELP,
+                &[("reason", "max_client_connections")],
+            ),
             rejected_max_requests: reg.counter(REJ, REJ_HELP, &[("reason", "max_requests")]),
+            rejected_max_probes: reg.counter(REJ, REJ_HELP, &[("reason", "max_probes")]),
+            rejected_auth_busy: reg.counter(REJ, REJ_HELP, &[("reason", "auth_busy")]),
             tls_handshake_failures: reg.counter(REJ, REJ_HELP, &[("reason", "tls_handshake")]),
             auth_missing: reg.counter(AUTH, AUTH_HELP, &[("reason", "missing")]),
             auth_malformed: reg.counter(AUTH, AUTH_HELP, &[("reason", "malformed")]),
@@ -146,14 +200,29 @@ impl HttpMetrics {
             Outcome::Missing => self.auth_missing.inc(),
             Outcome::Malformed => self.auth_malformed.inc(),
             Outcome::Denied => self.auth_wrong.inc(),
+            Outcome::Busy => self.rejected_auth_busy.inc(),
         }
     }
 }
 
-/// Re-read one web config file.
-pub fn reload(path: &Path, web: &ArcSwap<WebSecurity>, metrics: &HttpMetrics) -> bool {
-    match WebSecurity::load(path) {
+/// Re-read one web config file. With `pprof` [`Pprof::WhenProtected`], a reload that takes TLS and
+/// basic auth away switches CPU profiles off (and one that brings either back, on), saying so.
+pub fn reload(
+    path: &Path,
+    web: &ArcSwap<WebSecurity>,
+    metrics: &HttpMetrics,
+    pprof: Pprof,
+) -> bool {
+    let previous = web.load_full();
+    match WebSecurity::load(path, Some(&previous)) {
         Ok(sec) => {
+            if pprof == Pprof::WhenProtected && previous.protected() != sec.protected() {
+                if sec.protected() {
+                    tracing::warn!(file = %path.display(), protection = sec.protection(), "CPU profiles (--enable-pprof) served again: the reloaded web config has TLS or basic auth");
+                } else {
+                    tracing::warn!(file = %path.display(), "CPU profiles (--enable-pprof) switched off: the reloaded web config has neither TLS nor basic auth (/debug/pprof/ answers 404 until a reload brings one back)");
+                }
+            }
             web.store(Arc::new(sec));
             metrics.reload_success.inc();
             true
@@ -163,25 +232,5 @@ pub fn reload(path: &Path, web: &ArcSwap<WebSecurity>, metrics: &HttpMetrics) ->
             tracing::error!("{e}; keeping the previous web config");
             false
         }
-    }
-}
-
-/// Reload the web config on every SIGHUP, until the runtime stops.
-pub async fn reload_on_sighup(
-    path: PathBuf,
-    web: Arc<ArcSwap<WebSecurity>>,
-    metrics: Arc<HttpMetrics>,
-) {
-    use tokio::signal::unix::{signal, SignalKind};
-    let mut hup = match signal(SignalKind::hangup()) {
-        Ok(s) => s,
-        Err(e) => {
-            tracing::warn!(error = %e, "cannot listen for SIGHUP; the web config will not be reloaded");
-            return;
-        }
-    };
-    while hup.recv().await.is_some() {
-        tracing::info!(file = %path.display(), "SIGHUP: reloading the web config");
-        reload(&path, &web, &metrics);
     }
 }

@@ -24,6 +24,13 @@ tests/run-all.sh runs every step; each also runs alone:
                              5 times and then given up, the pending queue drops the oldest beyond 8, log
                              requests are retried without end and their records wait in the buffer
                              (docs/otlp.md, docs/incidents.md)
+  receiver OTELCOL BIN       the dcgm receiver (issue 36) beside the standalone binary BIN, on the simulator and on
+                             the fake libdcgm: its first request, as the file exporter wrote it, equals the binary's
+                             first OTLP request through the otlp receiver, timestamps aside; incident log records
+                             too (receiver_checks.py; the engine library and the fake are taken from BIN's folder)
+  receiver-faults OTELCOL BIN  reloads (SIGHUP) through none / one / two receivers leak no thread and no memory, a
+                             panic in the engine is an error and collections go on, a hung DCGM call does not hold
+                             the collector's shutdown (receiver_checks.py)
 
 Uses the standard library and PyYAML (the project's .venv).
 """
@@ -41,6 +48,7 @@ sys.dont_write_bytecode = True  # no __pycache__ in the checkout
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import collector_configs  # noqa: E402
 import emf_check  # noqa: E402
+import receiver_checks  # noqa: E402
 from collector_run import (AWS_ENV, Processes, TestFailure, collector_ports, fail, http_get,  # noqa: E402
                            local_overlay, metric_sum, parse_prometheus, read_json_lines, self_metrics,
                            start_collector, start_dcgm_otel, telemetry_overlay, wait_log, wait_until, write_yaml)
@@ -601,7 +609,8 @@ def cmd_memory_limiter(otelcol, binary):
 
 def main(argv):
     commands = {"validate": cmd_validate, "cloudwatch": cmd_cloudwatch, "file-export": cmd_file_export,
-                "memory-limiter": cmd_memory_limiter}
+                "memory-limiter": cmd_memory_limiter, "receiver": receiver_checks.cmd_receiver,
+                "receiver-faults": receiver_checks.cmd_receiver_faults}
     if len(argv) < 2 or argv[1] not in commands:
         print(__doc__, file=sys.stderr)
         return 2

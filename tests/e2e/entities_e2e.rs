@@ -120,7 +120,7 @@ fn golden_grace_hopper_both_host_labels_and_through_libdcgm() {
     );
     let body = scrape(old.port);
     assert!(body.contains(
-        "\nDCGM_FI_DEV_CPU_POWER_LIMIT{cpu=\"1\",Hostname=\"golden-host\",DCGM_FI_DEV_CPU_MODEL=\"Grace\",DCGM_FI_DRIVER_VERSION=\"550.144.03\"} 250\n"
+        "\nDCGM_FI_DEV_CPU_POWER_LIMIT{cpu=\"1\",Hostname=\"golden-host\",DCGM_FI_DEV_CPU_MODEL=\"Grace\",DCGM_FI_DRIVER_VERSION=\"550.144.03\"} 250.000000\n"
     ));
     assert!(!body.contains("cpu_serial"));
     let fake = Fake::new();

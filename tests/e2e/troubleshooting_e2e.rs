@@ -566,18 +566,18 @@ fn common_auth_checks(port: u16, auth: &[(&str, &str)]) {
 }
 
 #[test]
-fn pprof_is_off_unless_asked_and_needs_a_web_config() {
+fn pprof_is_off_unless_asked() {
     let e = common::start(&["--simulate"], &[]);
-    assert_eq!(
-        common::get(e.port, "/debug/pprof/profile?seconds=1")
-            .unwrap()
-            .status,
-        404
-    );
-    drop(e);
-    let (code, stderr) = common::run_to_exit(&["--simulate", "--enable-pprof"], &[]);
-    assert_eq!(
-        (code, stderr.as_str()),
-        (2, "dcgm-otel: --enable-pprof needs --web-config-file (as in dcgm-exporter): profiles are served behind its TLS and basic auth\n")
-    );
+    for path in [
+        "/debug/pprof/profile?seconds=1",
+        "/debug/pprof/",
+        "/debug/pprof/heap",
+    ] {
+        let r = common::get(e.port, path).unwrap();
+        assert_eq!(
+            (r.status, r.text().as_str()),
+            (404, "404 page not found\n"),
+            "{path}"
+        );
+    }
 }

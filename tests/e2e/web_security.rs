@@ -603,7 +603,8 @@ fn methods_bodies_huge_heads_and_keep_alive() {
 
 #[test]
 fn slowloris_500_connections_do_not_block_scrapes_and_shutdown_is_prompt() {
-    let s = start(None, &[], |_| {});
+    // All from 127.0.0.1: the per-client cap raised, so the crowd and the scrapes share one address.
+    let s = start(None, &["--web-max-client-connections", "1024"], |_| {});
     let port = s.port;
     let mut slow: Vec<TcpStream> = (0..500)
         .filter_map(|_| TcpStream::connect(("127.0.0.1", port)).ok())
@@ -670,7 +671,7 @@ fn slowloris_500_connections_do_not_block_scrapes_and_shutdown_is_prompt() {
 
 #[test]
 fn burst_of_1000_concurrent_scrapes_is_answered_with_bounded_memory() {
-    let s = start(None, &[], |_| {});
+    let s = start(None, &["--web-max-client-connections", "1024"], |_| {});
     let port = s.port;
     let pid = s.child.id();
     let rss_before = rss_kib(pid, "VmRSS:");
@@ -805,11 +806,11 @@ fn connection_cap_answers_503_at_once_and_slow_headers_are_cut_off() {
 }
 
 #[test]
-fn requests_over_the_in_flight_cap_get_503_not_a_queue() {
+fn wrong_passwords_past_the_bcrypt_slots_get_429_not_a_queue() {
     if !peers::have(&["curl", "openssl", "htpasswd"]) {
         return;
     }
-    // Cost 12: each wrong password holds its request slot for a bcrypt of a few hundred ms.
+    // Cost 12: each wrong password holds a bcrypt slot for a few hundred ms.
     let hash = htpasswd("prom", "pw", 12);
     let s = start(
         Some(&format!("basic_auth_users:\n  prom: {hash}\n")),
@@ -817,14 +818,16 @@ fn requests_over_the_in_flight_cap_get_503_not_a_queue() {
         |_| {},
     );
     let port = s.port;
-    let wrong = format!(
-        "Basic {}",
-        base64::Engine::encode(&base64::engine::general_purpose::STANDARD, "prom:wrong")
-    );
     let codes: Vec<u16> = std::thread::scope(|scope| {
         let handles: Vec<_> = (0..8)
-            .map(|_| {
-                let wrong = wrong.clone();
+            .map(|i| {
+                let wrong = format!(
+                    "Basic {}",
+                    base64::Engine::encode(
+                        &base64::engine::general_purpose::STANDARD,
+                        format!("prom:wrong{i}")
+                    )
+                );
                 scope.spawn(move || {
                     common::get_with(port, "/metrics", &[("Authorization", &wrong)])
                         .map(|r| r.status)
@@ -834,10 +837,46 @@ fn requests_over_the_in_flight_cap_get_503_not_a_queue() {
             .collect();
         handles.into_iter().map(|h| h.join().unwrap_or(0)).collect()
     });
-    println!("8 concurrent wrong passwords with --web-max-requests 1: {codes:?}");
-    assert!(codes.iter().all(|c| *c == 401 || *c == 503), "{codes:?}");
-    assert!(codes.contains(&503), "{codes:?}");
+    println!("8 concurrent wrong passwords, 2 bcrypt slots: {codes:?}");
+    assert!(codes.iter().all(|c| *c == 401 || *c == 429), "{codes:?}");
+    assert!(codes.contains(&429), "{codes:?}");
     assert!(codes.contains(&401), "{codes:?}");
+}
+
+#[test]
+#[cfg(feature = "pprof")]
+fn requests_over_the_in_flight_cap_get_503_and_probes_have_their_own_budget() {
+    let s = start(None, &["--web-max-requests", "1", "--enable-pprof"], |_| {});
+    let port = s.port;
+    // A CPU profile holds the one request slot for its 3 seconds.
+    let profile = std::thread::spawn(move || {
+        let mut c = TcpStream::connect(("127.0.0.1", port)).unwrap();
+        c.set_read_timeout(Some(Duration::from_secs(120))).unwrap();
+        c.write_all(
+            b"GET /debug/pprof/profile?seconds=3 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+        )
+        .unwrap();
+        let mut out = Vec::new();
+        let _ = c.read_to_end(&mut out);
+        String::from_utf8_lossy(&out[..out.len().min(12)]).into_owned()
+    });
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let busy = loop {
+        let r = common::get(port, "/metrics").unwrap();
+        if r.status == 503 {
+            break r;
+        }
+        assert!(Instant::now() < deadline, "the profile never took the slot");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(busy.header("Retry-After"), Some("1"));
+    assert_eq!(
+        busy.text(),
+        "503 too many requests in flight, retry later\n"
+    );
+    assert_eq!(common::get(port, "/health").unwrap().status, 200);
+    assert_eq!(common::get(port, "/ready").unwrap().status, 200);
+    assert_eq!(profile.join().unwrap(), "HTTP/1.1 200");
 }
 
 #[test]

@@ -254,8 +254,10 @@ FAMILIES = [
     Family("DCGM_FI_DEV_XID_ERRORS",
            reason="the last XID event since the exporter started; nvidia-smi has no XID field (the value is shown)"),
     Family("DCGM_FI_DEV_FB_TOTAL", ["memory.total"]),
-    Family("DCGM_FI_DEV_FB_FREE", ["memory.free"]),
-    Family("DCGM_FI_DEV_FB_USED", ["memory.used"]),
+    # DCGM writes free and used as bytes // MiB (DcgmCacheManager.cpp); nvidia-smi's MiB can be one more:
+    # on an H100 under load it showed used 2575 = total - reserved - free where DCGM's rule gives 2574.
+    Family("DCGM_FI_DEV_FB_FREE", ["memory.free"], Tol(abs=1)),
+    Family("DCGM_FI_DEV_FB_USED", ["memory.used"], Tol(abs=1)),
     Family("DCGM_FI_DEV_FB_RESERVED", ["memory.reserved"]),
     Family("DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", ["ecc.errors.corrected.volatile.total"]),
     Family("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", ["ecc.errors.uncorrected.volatile.total"]),
@@ -509,9 +511,11 @@ def check_process(apps, samples, pid, alloc_bytes):
     mine = [a for a in apps if a.get("pid", "").strip() == str(pid)]
     if not mine:
         return [(f"load generator pid {pid} in nvidia-smi --query-compute-apps", "listed", "not listed", FAIL)]
-    used = smi_number(mine[0].get("used_memory", ""), "used_memory")
+    # The query field `used_memory` comes back under the header `used_gpu_memory [MiB]`.
+    raw = mine[0].get("used_gpu_memory", mine[0].get("used_memory", ""))
+    used = smi_number(raw, "used_memory")
     if used is None:
-        rows.append((f"pid {pid} used_memory (nvidia-smi)", "a value", mine[0].get("used_memory"), FAIL))
+        rows.append((f"pid {pid} used_memory (nvidia-smi)", "a value", raw, FAIL))
         return rows
     rows.append((f"pid {pid} used_memory (nvidia-smi) >= allocated", f">= {alloc_bytes // MIB} MiB", f"{fmt(used)} MiB",
                  PASS if used >= alloc_bytes // MIB else FAIL))

@@ -357,8 +357,11 @@ class Compare(unittest.TestCase):
         rounds, avail = recorded({"power.draw": "75.90 W"})  # 4.5 % above
         self.assertEqual(rows_by_family(C.compare_families(rounds, UUID, avail))["DCGM_FI_DEV_POWER_USAGE"][3], C.PASS)
 
-    def test_framebuffer_is_exact(self):
-        self.assertFails("DCGM_FI_DEV_FB_USED", {"memory.used": "408"})
+    def test_framebuffer_total_exact_free_and_used_within_dcgms_rounding(self):
+        self.assertFails("DCGM_FI_DEV_FB_USED", {"memory.used": "409"})
+        self.assertFails("DCGM_FI_DEV_FB_FREE", {"memory.free": "81150"})
+        rounds, avail = recorded({"memory.used": "408"})  # nvidia-smi one above DCGM's bytes // MiB
+        self.assertEqual(rows_by_family(C.compare_families(rounds, UUID, avail))["DCGM_FI_DEV_FB_USED"][3], C.PASS)
         self.assertFails("DCGM_FI_DEV_FB_TOTAL", prom_edit=set_value("DCGM_FI_DEV_FB_TOTAL", "81558"))
 
     def test_temperature_within_one_degree(self):
@@ -434,6 +437,33 @@ class CoversTheNvmlSource(unittest.TestCase):
         self.assertEqual(len(rows), len(set(rows)))
         identity = {"DCGM_FI_DEV_NAME", "DCGM_FI_DEV_UUID", "DCGM_FI_DEV_PCI_BUSID"}
         self.assertEqual(set(rows), self.table() - identity)
+
+
+class RealH100Run(unittest.TestCase):
+    """The first run on a real GPU (tests/fixtures/hardware/h100-run-2026-11-27/): its two FAILs were the
+    check's own mistakes, replayed here on what that run recorded."""
+
+    def load(self):
+        d = "h100-run-2026-11-27"
+        readings = json.loads(fixture(os.path.join(d, "readings.json")))
+        return readings, C.parse_prom(fixture(os.path.join(d, "metrics-load.prom")))
+
+    def test_the_generators_memory_is_read_under_nvidia_smis_header(self):
+        readings, _ = self.load()
+        apps = readings["process_check"]["compute_apps"]
+        series = "".join(
+            f'dcgm_otel_process_gpu_memory_bytes{{pid="{labels["pid"]}"}} {value}\n'
+            for labels, value in readings["process_check"]["series"][:1]
+        )
+        rows = C.check_process(apps, C.parse_prom(series), readings["generator_running"]["pid"], 2048 * C.MIB)
+        self.assertEqual([r[3] for r in rows], [C.PASS, C.PASS], rows)
+
+    def test_used_framebuffer_one_mib_under_nvidia_smi_passes(self):
+        readings, samples = self.load()
+        smi = readings["rounds_load"][0]
+        self.assertEqual(smi["memory.used"], "2575")  # DCGM's bytes // MiB gave 2574
+        rows = C.compare_families([C.Round(smi, samples, samples)], smi["uuid"], list(smi), only={"DCGM_FI_DEV_FB_USED"})
+        self.assertEqual([r[3] for r in rows], [C.PASS], rows)
 
 
 class UnderLoad(unittest.TestCase):

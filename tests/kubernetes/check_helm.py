@@ -281,6 +281,22 @@ for case, docs in rendered.items():
         if (tls.get("secret") or {}).get("secretName") != "my-dcgm-otel-tls" or \
                 [s for s in find(docs, "Secret") if s["metadata"]["name"].endswith("-tls")]:
             fail.append(f"helm tls-existing-auth-tcp: the existing TLS Secret is not the one mounted: {tls}")
+    if case == "collector-receiver":
+        # issue 36: the collector with the dcgm receiver in place of the exporter, its config from the values
+        with open(f"{CHART}/values.yaml") as f:
+            config = yaml.safe_load(f)["collectorReceiver"]["config"]
+        cm = [m for m in find(docs, "ConfigMap") if m["metadata"]["name"] == f"{RELEASE}-collector"]
+        vol = next((v for v in pod.get("volumes", []) if v["name"] == "collector-config"), {})
+        if not c["image"].startswith("dcgm-otel-collector:") or c.get("args") != ["--config=/etc/otelcol-dcgm/config.yaml"]:
+            fail.append(f"helm collector-receiver: the container runs {c['image']} {c.get('args')}")
+        if not cm or yaml.safe_load(cm[0]["data"]["config.yaml"]) != config or \
+                (vol.get("configMap") or {}).get("name") != f"{RELEASE}-collector" or \
+                mounts.get("/etc/otelcol-dcgm") != "collector-config":
+            fail.append("helm collector-receiver: collectorReceiver.config is not the mounted ConfigMap's config.yaml")
+        if find(docs, "Service") or set(env) != {"NODE_NAME"} or mounts.get("/etc/dcgm-exporter") != "counters":
+            fail.append(f"helm collector-receiver: a Service, variables other than NODE_NAME ({sorted(env)}) or no counters")
+        if (live.get("httpGet") or {}).get("port") != "health" or (ready.get("httpGet") or {}).get("port") != "health":
+            fail.append(f"helm collector-receiver: probes must ask the health_check extension: {live}, {ready}")
     if case == "defaults" or case == "pod-labels-dra":
         if (live.get("httpGet") or {}).get("path") != "/health" or (ready.get("httpGet") or {}).get("path") != "/ready":
             fail.append(f"helm {case}: liveness must be GET /health, readiness GET /ready")

@@ -1,6 +1,8 @@
-//! The soak's load on :9400: scrapers at a fixed rate (`Connection: close`, whole body read) and a
-//! slowloris crowd (connections that send one header byte at a time and never finish a request;
-//! a connection the exporter closes is opened again, and counted).
+//! The soak's load on :9400: scrapers at a fixed rate (`Connection: close`, whole body read, with the
+//! soak's basic-auth credentials), a liveness probe (`/health`, no credentials, twice a second) and a
+//! slowloris crowd (connections that send one header byte at a time and never finish a request; a
+//! connection the exporter closes is opened again, and counted). The scrapers and the probe come from
+//! 127.0.0.1, the crowd from four other loopback addresses (25 each: within the per-client cap).
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -14,6 +16,10 @@ use std::time::{Duration, Instant};
 pub struct LoadStats {
     pub scrapes_ok: AtomicU64,
     pub scrapes_failed: AtomicU64,
+    /// Why scrapes or probes failed: the status code, or the I/O error's kind.
+    pub failures: Mutex<std::collections::BTreeMap<String, u64>>,
+    pub probes_ok: AtomicU64,
+    pub probes_failed: AtomicU64,
     /// Scrape durations in µs (for the percentiles of the report).
     pub latencies_us: Mutex<Vec<u32>>,
     pub slowloris_reopened: AtomicU64,
@@ -50,8 +56,9 @@ impl Load {
                                 l.push(us);
                             }
                         }
-                        Err(_) => {
+                        Err(e) => {
                             stats.scrapes_failed.fetch_add(1, Ordering::Relaxed);
+                            stats.count_failure(&format!("scrape: {e}"));
                         }
                     }
                     next += period;
@@ -64,15 +71,34 @@ impl Load {
                 }
             }));
         }
+        {
+            let (stop, stats) = (stop.clone(), stats.clone());
+            threads.push(std::thread::spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    match crate::probe::get_as(port, "/health", None) {
+                        Some((200, _)) => {
+                            stats.probes_ok.fetch_add(1, Ordering::Relaxed);
+                        }
+                        other => {
+                            stats.probes_failed.fetch_add(1, Ordering::Relaxed);
+                            let why = other.map_or("no answer".to_string(), |(s, _)| s.to_string());
+                            stats.count_failure(&format!("/health: {why}"));
+                        }
+                    }
+                    std::thread::sleep(Duration::from_millis(500));
+                }
+            }));
+        }
         if slowloris > 0 {
             let (stop, stats) = (stop.clone(), stats.clone());
             threads.push(std::thread::spawn(move || {
-                let open = || {
-                    let c = TcpStream::connect(("127.0.0.1", port)).ok()?;
+                let open = |i: usize| {
+                    let c =
+                        crate::hostile::connect_from([127, 0, 0, 10 + (i % 4) as u8], port).ok()?;
                     c.set_write_timeout(Some(Duration::from_millis(200))).ok()?;
                     Some(c)
                 };
-                let mut crowd: Vec<Option<TcpStream>> = (0..slowloris).map(|_| open()).collect();
+                let mut crowd: Vec<Option<TcpStream>> = (0..slowloris as usize).map(open).collect();
                 let request = b"GET /metrics HTTP/1.1\r\nHost: slowloris\r\nX-Pad: ";
                 let mut sent = vec![0usize; crowd.len()];
                 while !stop.load(Ordering::Relaxed) {
@@ -83,7 +109,7 @@ impl Load {
                             sent[i] += 1;
                         } else {
                             stats.slowloris_reopened.fetch_add(1, Ordering::Relaxed);
-                            *slot = open();
+                            *slot = open(i);
                             sent[i] = 0;
                         }
                     }
@@ -107,15 +133,31 @@ impl Load {
     }
 }
 
+impl LoadStats {
+    fn count_failure(&self, why: &str) {
+        *self
+            .failures
+            .lock()
+            .unwrap()
+            .entry(why.to_string())
+            .or_insert(0) += 1;
+    }
+}
+
 fn scrape(port: u16, buf: &mut Vec<u8>) -> std::io::Result<()> {
     let mut s = TcpStream::connect(("127.0.0.1", port))?;
     s.set_read_timeout(Some(Duration::from_secs(10)))?;
-    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: soak\r\nConnection: close\r\n\r\n")?;
+    write!(
+        s,
+        "GET /metrics HTTP/1.1\r\nHost: soak\r\nAuthorization: {}\r\nConnection: close\r\n\r\n",
+        crate::AUTHORIZATION
+    )?;
     buf.clear();
     s.read_to_end(buf)?;
     if buf.starts_with(b"HTTP/1.1 200") {
         Ok(())
     } else {
-        Err(std::io::Error::other("not 200"))
+        let status = String::from_utf8_lossy(&buf[..buf.len().min(12)]).into_owned();
+        Err(std::io::Error::other(format!("answered {status:?}")))
     }
 }

@@ -3,10 +3,13 @@
 //! scaled to the run's length — the host engine goes away and returns (the fake's `outage_every_ms`),
 //! the kubelet and the Kubernetes API server go away and return, the OTLP collector is down for
 //! 10 minutes (a third of a shorter run) — while scrapes arrive at 50/s beside a slowloris crowd, the
-//! counters CSV is swapped (symlink) and SIGHUP reloads the web config. The process and its
-//! self-metrics are sampled every 10 s (1 s in runs under 10 minutes) and the run fails on a crash,
-//! fd or thread growth, RSS over its bound, an outage not visible in the self-metrics or not healed
-//! within two collect intervals of its peer's return, or a DCGM value served while the source is down.
+//! counters CSV is swapped (symlink) and SIGHUP reloads the web config (basic auth on, probes exempt).
+//! Hostile clients (issue 35) run beside the load: hit-and-run wrong passwords and an idle-connection
+//! flood ([`hostile`]). The process and its self-metrics are sampled every 10 s (1 s in runs under
+//! 10 minutes) and the run fails on a crash, fd or thread growth, RSS over its bound, an outage not
+//! visible in the self-metrics or not healed within two collect intervals of its peer's return, a DCGM
+//! value served while the source is down, or an authenticated scrape or a `/health` probe that was not
+//! answered 200.
 //!
 //! `#[ignore]`d: `tests/soak/run.sh [--minutes N]` runs it (release exporter); `tests/run-all.sh` runs
 //! a 90 s version. Settings: `SOAK_SECONDS` (default 90), `SOAK_BIN` (default: this build's binary),
@@ -16,6 +19,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod hostile;
 mod load;
 mod peers;
 mod probe;
@@ -170,10 +174,19 @@ fn large_counters_with_incidents() -> String {
     ))
 }
 
-const WEB_CONFIGS: [&str; 2] = [
-    "http_server_config:\n  headers:\n    X-Frame-Options: deny\n",
-    "http_server_config:\n  headers:\n    X-Frame-Options: sameorigin\n",
-];
+/// The soak's basic-auth user `soak`, password `soak-pw`: what the scrapers and the monitor send.
+pub const AUTHORIZATION: &str = "Basic c29hazpzb2FrLXB3";
+
+/// The two web configs SIGHUP alternates: the same user (so a reload keeps its cached login), another
+/// header.
+fn web_configs() -> [String; 2] {
+    let hash = bcrypt::hash("soak-pw", 10).unwrap();
+    ["deny", "sameorigin"].map(|frame| {
+        format!(
+            "basic_auth_users:\n  soak: {hash}\nhttp_server_config:\n  headers:\n    X-Frame-Options: {frame}\n"
+        )
+    })
+}
 
 #[test]
 #[ignore = "long: tests/soak/run.sh, or SOAK_SECONDS=90 cargo nextest run --test soak --run-ignored only"]
@@ -241,7 +254,8 @@ fn soak() {
     )
     .unwrap();
     point_counters(dir, "large.csv");
-    std::fs::write(dir.join("web.yml"), WEB_CONFIGS[0]).unwrap();
+    let web_configs = web_configs();
+    std::fs::write(dir.join("web.yml"), &web_configs[0]).unwrap();
 
     // ---- the exporter
     let bin = binary();
@@ -258,6 +272,7 @@ fn soak() {
         dir.join("counters.csv").to_str().unwrap(),
         "--web-config-file",
         dir.join("web.yml").to_str().unwrap(),
+        "--web-health-auth=false",
         "-k",
         "--pod-resources-kubelet-socket",
         socket.to_str().unwrap(),
@@ -362,6 +377,8 @@ fn soak() {
     let mut events: Vec<Event> = Vec::new();
     let mut load: Option<load::Load> = None;
     let mut load_stats = None;
+    let mut hostile: Option<hostile::Hostile> = None;
+    let mut hostile_stats = None;
     let mut next_sample = 0.0;
     let mut last_cpu: Option<(f64, f64)> = None;
     let mut crashed = None;
@@ -380,8 +397,12 @@ fn soak() {
             match act {
                 Act::LoadOn => {
                     load = Some(load::Load::start(port, SCRAPES_PER_S, 8, SLOWLORIS));
+                    hostile = Some(hostile::Hostile::start(port));
                 }
-                Act::LoadOff => load_stats = load.take().map(load::Load::stop),
+                Act::LoadOff => {
+                    load_stats = load.take().map(load::Load::stop);
+                    hostile_stats = hostile.take().map(hostile::Hostile::stop);
+                }
                 Act::Kubelet(true) => kubelet.up(),
                 Act::Kubelet(false) => kubelet.down(),
                 Act::Api(true) => api.up(),
@@ -397,7 +418,7 @@ fn soak() {
                     },
                 ),
                 Act::Sighup(i) => {
-                    std::fs::write(dir.join("web.yml"), WEB_CONFIGS[(i + 1) % 2]).unwrap();
+                    std::fs::write(dir.join("web.yml"), &web_configs[(i + 1) % 2]).unwrap();
                     let _ = Command::new("kill")
                         .args(["-HUP", &pid.to_string()])
                         .status();
@@ -443,6 +464,13 @@ fn soak() {
     if let Some(l) = load.take() {
         load_stats = Some(l.stop());
     }
+    if let Some(h) = hostile.take() {
+        hostile_stats = Some(h.stop());
+    }
+    // What the exporter counted of the hostile clients.
+    let final_metrics = probe::get(port, "/metrics")
+        .map(|(_, b)| probe::SelfMetrics::parse(&b))
+        .unwrap_or_default();
     stop.store(true, Ordering::Relaxed);
     monitor.join().unwrap();
     let alive = exporter.child.try_wait().ok().flatten().is_none();
@@ -490,6 +518,8 @@ fn soak() {
         collector_first_logs_since: &|t| collector.first_logs_since(t),
         received: &collector.received,
         load: load_stats.as_deref(),
+        hostile: hostile_stats.as_deref(),
+        final_metrics: &final_metrics,
         alive,
         crashed,
         logs,

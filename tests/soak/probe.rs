@@ -1,5 +1,6 @@
 //! What the soak reads from the exporter: its process in `/proc/<pid>/` (RSS, open fds, threads, CPU
-//! time) and its own `/metrics` and `/ready`, parsed into the few self-metrics the verdict needs.
+//! time) and its own `/metrics` and `/ready` (with the soak's basic-auth credentials), parsed into the
+//! few self-metrics the verdict needs.
 
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
@@ -43,13 +44,22 @@ pub fn proc(pid: u32) -> Option<Proc> {
     })
 }
 
-/// GET `path`; (status, body). `None` when the exporter does not answer at all.
+/// GET `path` with the soak's credentials; (status, body). `None` when the exporter does not answer at
+/// all.
 pub fn get(port: u16, path: &str) -> Option<(u16, String)> {
+    get_as(port, path, Some(crate::AUTHORIZATION))
+}
+
+/// GET `path` with `authorization` (none: as a kubelet probe asks).
+pub fn get_as(port: u16, path: &str, authorization: Option<&str>) -> Option<(u16, String)> {
     let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
     s.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
+    let auth = authorization
+        .map(|a| format!("Authorization: {a}\r\n"))
+        .unwrap_or_default();
     write!(
         s,
-        "GET {path} HTTP/1.1\r\nHost: soak-probe\r\nConnection: close\r\n\r\n"
+        "GET {path} HTTP/1.1\r\nHost: soak-probe\r\n{auth}Connection: close\r\n\r\n"
     )
     .ok()?;
     let mut raw = Vec::new();

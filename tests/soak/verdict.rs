@@ -160,6 +160,9 @@ pub struct Inputs<'a> {
     pub collector_first_logs_since: &'a dyn Fn(f64) -> Option<f64>,
     pub received: &'a crate::peers::Received,
     pub load: Option<&'a LoadStats>,
+    pub hostile: Option<&'a crate::hostile::HostileStats>,
+    /// The exporter's self-metrics at the end (what it counted of the hostile clients).
+    pub final_metrics: &'a SelfMetrics,
     pub alive: bool,
     pub crashed: Option<String>,
     pub logs: bool,
@@ -514,6 +517,17 @@ pub fn judge(mut i: Inputs<'_>) -> Report {
             "RSS {max_rss} KiB over its bound {bound_kib} KiB (steady {steady_kib} + queue {queue_kib} + slack {slack_kib})"
         ));
     }
+    // Beside the hostile clients, every authenticated scrape and every probe is answered 200.
+    if let Some(l) = i.load {
+        let scrapes = l.scrapes_failed.load(Ordering::Relaxed);
+        let probes = l.probes_failed.load(Ordering::Relaxed);
+        if scrapes > 0 || probes > 0 {
+            failures.push(format!(
+                "{scrapes} authenticated scrapes and {probes} /health probes not answered 200: {:?}",
+                l.failures.lock().unwrap()
+            ));
+        }
+    }
 
     // ---- the report
     let mut md = String::new();
@@ -575,6 +589,29 @@ pub fn judge(mut i: Inputs<'_>) -> Report {
             percentile(&lat, 0.99),
             percentile(&lat, 1.0),
             l.slowloris_reopened.load(Ordering::Relaxed)
+        );
+        let _ = writeln!(
+            md,
+            "\n/health probes (no credentials, twice a second): {} answered 200, {} failed.",
+            l.probes_ok.load(Ordering::Relaxed),
+            l.probes_failed.load(Ordering::Relaxed),
+        );
+    }
+    if let Some(h) = i.hostile {
+        let m = i.final_metrics;
+        let _ = writeln!(
+            md,
+            "\nHostile clients beside them: {} wrong passwords sent hit-and-run from {} addresses (the exporter \
+             turned {:.0} away at once with 429, its two bcrypt slots busy; the others' bcrypt ran to its end \
+             after the client had gone, {:.0} answered 401 before it did); {} idle connections held from one \
+             address, {} opened in all (refused over the per-client cap: {:.0}).",
+            h.wrong_sent.load(Ordering::Relaxed),
+            crate::hostile::WRONG_CLIENTS,
+            m.get("dcgm_otel_http_rejected_connections_total{reason=\"auth_busy\"}"),
+            m.get("dcgm_otel_http_auth_failures_total{reason=\"wrong\"}"),
+            crate::hostile::IDLE,
+            h.idle_opened.load(Ordering::Relaxed),
+            m.get("dcgm_otel_http_rejected_connections_total{reason=\"max_client_connections\"}"),
         );
     }
     if let (Some(b), Some(l)) = (&baseline, &last) {

@@ -73,14 +73,16 @@ for tool in docker-compose promtool prometheus openssl "$PY" "$CHECK_JSONSCHEMA"
 done
 
 # --- 1. compose ------------------------------------------------------------------------------------------
-step "docker-compose config -q (docker-compose.yaml, + docker-compose.gpu.yaml)"
+step "docker-compose config -q (docker-compose.yaml, + docker-compose.gpu.yaml, + docker-compose.receiver.yaml)"
 # No Docker engine is needed for `config`; make sure no DOCKER_HOST from the environment is contacted.
 env -u DOCKER_HOST docker-compose -f docker-compose.yaml config -q
 env -u DOCKER_HOST docker-compose -f docker-compose.yaml -f docker-compose.gpu.yaml config -q
+# The collector with the dcgm receiver in place of the exporter (issue 36; its config runs in tests/collector)
+env -u DOCKER_HOST docker-compose -f docker-compose.yaml -f docker-compose.receiver.yaml config -q
 services=$(env -u DOCKER_HOST docker-compose -f docker-compose.yaml config --services | sort | tr '\n' ' ')
 [ "$services" = "dcgm-otel grafana otel-collector prometheus " ] || { echo "unexpected services: $services" >&2; exit 1; }
 step "check-jsonschema --builtin-schema vendor.compose-spec"
-"$CHECK_JSONSCHEMA" --builtin-schema vendor.compose-spec docker-compose.yaml docker-compose.gpu.yaml
+"$CHECK_JSONSCHEMA" --builtin-schema vendor.compose-spec docker-compose.yaml docker-compose.gpu.yaml docker-compose.receiver.yaml
 
 # --- 1b. Dockerfile (cannot be built here: no Docker engine) ----------------------------------------------
 step "Dockerfile: hadolint, and the facts the image must keep"

@@ -12,10 +12,14 @@
 //! - [`peers`]: outside programs the tests drive (rotel, promtool ...): found, or skipped with a
 //!   printed reason outside CI; started and checked the one way.
 //! - [`own_process`]: run a test in a child process of its own (process-global state).
+//! - [`dcgm_exporter`]: NVIDIA's dcgm-exporter as a peer (its binary, or the captures of its output).
+//! - [`exposition_diff`]: two `/metrics` bodies compared series by series; the deliberate-difference list.
 #![allow(dead_code, unused_imports, clippy::unwrap_used, clippy::expect_used)]
 
 pub mod api_server;
 pub mod common;
+pub mod dcgm_exporter;
+pub mod exposition_diff;
 pub mod fake_lib;
 pub mod fault_collector;
 pub mod kubelet;

@@ -104,6 +104,7 @@ pub struct HolderAttributes {
 }
 
 /// Attribute naming for one run.
+#[derive(Clone)]
 pub struct Naming {
     style: OtelAttributeStyle,
     labels: LabelStyle,

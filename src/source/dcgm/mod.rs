@@ -5,7 +5,7 @@
 //! to start an embedded host engine, or to connect to a remote nv-hostengine when `-r` /
 //! `DCGM_REMOTE_HOSTENGINE_INFO` is set. A missing library is an error (exit code 1); a host engine
 //! that does not answer is not: the source starts without a connection and the collections try again
-//! ([`reconnect`]) — `/health` 200, `/ready` 503 with the reason — until it answers.
+//! (`reconnect`) — `/health` 200, `/ready` 503 with the reason — until it answers.
 //!
 //! Every connection, the first one and each after an outage, goes through the same steps
 //! (`connection`): discover GPUs, MIG instances and (when the CSV reads them) NvLinks, NvSwitches and

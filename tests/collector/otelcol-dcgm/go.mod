@@ -5,6 +5,7 @@ module go.opentelemetry.io/collector/cmd/builder
 go 1.26.0
 
 require (
+	github.com/dcgm-otel/dcgm-otel/collector/receiver/dcgmreceiver v0.0.0
 	github.com/open-telemetry/opentelemetry-collector-contrib/exporter/awsemfexporter v0.152.0
 	github.com/open-telemetry/opentelemetry-collector-contrib/exporter/fileexporter v0.165.0
 	github.com/open-telemetry/opentelemetry-collector-contrib/exporter/prometheusexporter v0.165.0
@@ -404,6 +405,8 @@ require (
 	sigs.k8s.io/structured-merge-diff/v6 v6.4.2 // indirect
 	sigs.k8s.io/yaml v1.6.0 // indirect
 )
+
+replace github.com/dcgm-otel/dcgm-otel/collector/receiver/dcgmreceiver v0.0.0 => ../../../collector/receiver/dcgmreceiver
 
 replace github.com/open-telemetry/opentelemetry-collector-contrib/extension/encoding/otlpencodingextension => github.com/open-telemetry/opentelemetry-collector-contrib/extension/encoding/otlpencodingextension v0.161.0
 

@@ -54,6 +54,10 @@ pub struct Faults {
     /// `history_survives=1`: a disconnect loses the link to an engine that stays up, which keeps the
     /// sampled history (default: the engine restarts and its history is gone).
     pub history_survives: bool,
+    /// `stop_at_collection=N`: the simulated fleet stops at its N-th collection (1 = the first poll):
+    /// later poll cycles read that collection's values again, so exporters that poll a different
+    /// number of times (one per scrape, one per interval) end up reading the same values.
+    pub stop_at_collection: Option<u64>,
 }
 
 /// A bad environment value: one line naming the variable, the item and why.
@@ -157,6 +161,10 @@ impl Faults {
                 "health_check_error" => f.health_check_error = Some(num(value)?),
                 "p2p_unsupported" => f.p2p_unsupported = num(value)? != 0,
                 "history_survives" => f.history_survives = num(value)? != 0,
+                "stop_at_collection" => match num(value)? {
+                    0 => return Err(bad("must be at least 1")),
+                    n => f.stop_at_collection = Some(n),
+                },
                 "blank_field" => {
                     let id = u16::try_from(num(value)?).map_err(|_| bad("field id too large"))?;
                     f.blank_fields.push(id);
@@ -176,7 +184,7 @@ impl Faults {
                     return Err(bad(
                         "unknown fault (known: disconnect_after_polls, down_ms, outage_every_ms, \
                          refuse_connect, slow_ms, hang_ms, vanish_gpu, blank_field, unbind_gpu, bind_gpu, \
-                         health_check_error, p2p_unsupported, history_survives)",
+                         health_check_error, p2p_unsupported, history_survives, stop_at_collection)",
                     ))
                 }
             }
@@ -283,6 +291,9 @@ mod tests {
         assert_eq!((f.unbind, f.bind), (vec![(1, 3)], vec![(1, 6)]));
         let f = Faults::parse("health_check_error=2,p2p_unsupported=1").unwrap();
         assert_eq!((f.health_check_error, f.p2p_unsupported), (Some(2), true));
+        let f = Faults::parse("stop_at_collection=31").unwrap();
+        assert_eq!(f.stop_at_collection, Some(31));
+        assert!(Faults::parse("stop_at_collection=0").is_err());
     }
 
     #[test]

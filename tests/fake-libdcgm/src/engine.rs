@@ -49,6 +49,7 @@ pub enum ConnKind {
 
 #[derive(Debug)]
 struct Group {
+    name: String,
     entities: Vec<EntityKey>,
 }
 
@@ -128,6 +129,11 @@ pub struct Engine {
     health_watches: HashMap<usize, u32>,
     /// Health checks answered so far (the `health_check_error` fault counts these).
     health_checks: u64,
+    /// The clock-event bitmask of every GPU at each collection so far (simulated µs, per GPU), the
+    /// engine's sampled history of `DCGM_FI_DEV_CLOCKS_EVENT_REASONS`.
+    clock_history: Vec<(i64, Vec<(u32, u64)>)>,
+    /// `stop_at_collection` reached: the fleet no longer advances (logged once).
+    stopped: bool,
     /// `FAKE_DCGM_STARTUP`: when `dcgmInit` ran and the connections made since.
     startup: StartupState,
 }
@@ -160,6 +166,12 @@ enum LinkRef {
     Switch(u32, u32),
 }
 
+/// `DcgmEntityStatus_t`: `DcgmEntityStatusOk`, `DcgmEntityStatusLost`.
+const ENTITY_STATUS_OK: u32 = 1;
+const ENTITY_STATUS_LOST: u32 = 4;
+/// How many collections of clock-event history the engine keeps (68 minutes at `-c 1000`: longer than
+/// any counting window, bounded for long soaks).
+const CLOCK_HISTORY_COLLECTIONS: usize = 4096;
 /// `DCGM_FI_BIND_UNBIND_EVENT`.
 const BIND_UNBIND_EVENT: u16 = 6;
 /// `DCGM_FI_DEV_XID_ERRORS`.
@@ -378,6 +390,7 @@ impl Engine {
             startup: StartupState::begun(),
             ..Engine::default()
         };
+        self.record_clock_masks();
         Ok(())
     }
 
@@ -852,7 +865,13 @@ impl Engine {
         };
         let id = self.next_group;
         self.next_group += 1;
-        self.groups.insert(id, Group { entities });
+        self.groups.insert(
+            id,
+            Group {
+                name: name.to_string(),
+                entities,
+            },
+        );
         Ok(id)
     }
 
@@ -876,6 +895,34 @@ impl Engine {
             .remove(&group)
             .map(|_| ())
             .ok_or(ffi::DCGM_ST_NOT_CONFIGURED)
+    }
+
+    /// `dcgmGroupGetInfo`: the group's name and members (the built-in groups by their DCGM names).
+    pub fn group_info(&self, group: usize) -> Result<(String, Vec<EntityKey>), i32> {
+        let members = self.group_members(group)?;
+        let name = self
+            .groups
+            .get(&group)
+            .map_or_else(|| "DCGM_ALL_SUPPORTED_GPUS".to_string(), |g| g.name.clone());
+        Ok((name, members))
+    }
+
+    /// `dcgmHealthGet`: the systems `dcgmHealthSet` gave the group (none yet: 0).
+    pub fn health_get(&self, group: usize) -> Result<u32, i32> {
+        self.group_members(group)?;
+        Ok(self.health_watches.get(&group).copied().unwrap_or(0))
+    }
+
+    /// `dcgmGetGpuStatus`: `DcgmEntityStatusOk` for a visible GPU, `DcgmEntityStatusLost` for one
+    /// that vanished or was unbound; unknown ids are a bad parameter.
+    pub fn gpu_status(&self, gpu: u32) -> Result<u32, i32> {
+        if self.gpu(gpu).is_some() {
+            Ok(ENTITY_STATUS_OK)
+        } else if self.vanished.contains(&gpu) {
+            Ok(ENTITY_STATUS_LOST)
+        } else {
+            Err(ffi::DCGM_ST_BADPARAM)
+        }
     }
 
     pub fn field_group_create(&mut self, fields: &[u16], name: &str) -> Result<usize, i32> {
@@ -1035,15 +1082,50 @@ impl Engine {
     /// interval) when an entity is read again.
     pub fn begin_read(&mut self, entities: &[EntityKey], fields: &[u16]) {
         if entities.iter().any(|e| self.read_since_advance.contains(e)) {
-            let step = self.step();
-            if let Some(f) = self.fleet.as_mut() {
-                f.advance(step.as_secs_f64());
+            if self.at_stop() {
+                if !self.stopped {
+                    self.stopped = true;
+                    let n = self.fleet().map_or(0, Fleet::collection);
+                    crate::calllog::line(&format!("fleet stopped at collection {n}"));
+                }
+            } else {
+                let step = self.step();
+                if let Some(f) = self.fleet.as_mut() {
+                    f.advance(step.as_secs_f64());
+                }
+                self.record_clock_masks();
             }
             self.read_since_advance.clear();
             self.polled_fields.clear();
         }
         self.read_since_advance.extend(entities.iter().copied());
         self.polled_fields.extend(fields.iter().copied());
+    }
+
+    /// Whether the fleet is at the collection `stop_at_collection` names (the first poll's is 1).
+    fn at_stop(&self) -> bool {
+        match (self.cfg.faults.stop_at_collection, self.fleet()) {
+            (Some(n), Some(f)) => f.collection() >= n,
+            _ => false,
+        }
+    }
+
+    /// Keep the clock-event bitmask of every GPU at the collection just reached (the history
+    /// `dcgmGetValuesSince_v2` serves).
+    fn record_clock_masks(&mut self) {
+        let Some(f) = self.fleet() else {
+            return;
+        };
+        let masks = f
+            .gpus()
+            .iter()
+            .map(|g| (g.identity.index, f.clock_mask(g.identity.index)))
+            .collect();
+        let at = self.sim_us();
+        if self.clock_history.len() >= CLOCK_HISTORY_COLLECTIONS {
+            self.clock_history.remove(0);
+        }
+        self.clock_history.push((at, masks));
     }
 
     /// One poll cycle of simulated time: the polling interval of the fields polled, each field's
@@ -1220,13 +1302,9 @@ impl Engine {
                             });
                         }
                     }
-                    (CLOCK_EVENT_REASONS, ffi::DCGM_FE_GPU) => out.push(SinceValue {
-                        key: *key,
-                        field: *field,
-                        ts_us: self.ts_of(fleet.time()),
-                        field_type: ffi::DCGM_FT_INT64,
-                        value: Payload::Int(fleet.clock_mask(key.1) as i64),
-                    }),
+                    (CLOCK_EVENT_REASONS, ffi::DCGM_FE_GPU) => {
+                        self.clock_samples(*key, watch, &mut out);
+                    }
                     (XID_ERRORS | CLOCK_EVENT_REASONS, _) => {}
                     _ => self.sampled(*key, *field, watch, since, &mut out),
                 }
@@ -1249,6 +1327,44 @@ impl Engine {
     /// watch's `maxKeepAge` and `maxKeepSamples`, those at or after `since`. The value is the
     /// scenario's waveform at the sample's time when one sets the field, else the fleet's current
     /// value (the fleet keeps no history); `blank_field` samples are blank sentinels.
+    /// The clock-event bitmask samples of a GPU: one per collection since the field's first watch on
+    /// this engine, within the watch's `maxKeepAge` / `maxKeepSamples`.
+    fn clock_samples(&self, key: EntityKey, watch: &Watch, out: &mut Vec<SinceValue>) {
+        let Some(&from) = self.history_from.get(&(key, CLOCK_EVENT_REASONS)) else {
+            return;
+        };
+        let now = self.sim_us();
+        let oldest = if watch.keep_age.is_zero() {
+            i64::MIN
+        } else {
+            now - i64::try_from(watch.keep_age.as_micros()).unwrap_or(i64::MAX)
+        };
+        let kept: Vec<(i64, u64)> = self
+            .clock_history
+            .iter()
+            .filter(|(at, _)| *at >= from && *at >= oldest)
+            .filter_map(|(at, masks)| {
+                masks
+                    .iter()
+                    .find(|(gpu, _)| *gpu == key.1)
+                    .map(|(_, mask)| (*at, *mask))
+            })
+            .collect();
+        let skip = match watch.keep_samples {
+            0 => 0,
+            n => kept.len().saturating_sub(n),
+        };
+        for (at, mask) in kept.into_iter().skip(skip) {
+            out.push(SinceValue {
+                key,
+                field: CLOCK_EVENT_REASONS,
+                ts_us: self.epoch_us + at,
+                field_type: ffi::DCGM_FT_INT64,
+                value: Payload::Int(mask as i64),
+            });
+        }
+    }
+
     fn sampled(
         &self,
         key: EntityKey,
@@ -1591,6 +1707,36 @@ mod tests {
             other => panic!("{other:?}"),
         }
         assert!(second.ts_us > first.ts_us);
+    }
+
+    /// `stop_at_collection=3`: polls past the third collection read it again (no time passes, logged
+    /// once); the clock-event samples are one per collection reached, served from the start again to a
+    /// caller that asks from 0 at every read (dcgm-exporter), and only the new ones from a cursor.
+    #[test]
+    fn the_fleet_stops_and_clock_event_samples_are_history() {
+        let mut e = engine_with("stop_at_collection=3", true);
+        e.record_clock_masks();
+        let key = (ffi::DCGM_FE_GPU, 0);
+        e.connect("x").unwrap();
+        let g = e.group_create(ffi::DCGM_GROUP_EMPTY, "g").unwrap();
+        e.group_add_entity(g, key).unwrap();
+        let fg = e.field_group_create(&[CLOCK_EVENT_REASONS], "c").unwrap();
+        e.watch(g, fg, 1_000_000).unwrap();
+        let mut times = Vec::new();
+        for _ in 0..6 {
+            e.begin_read(&[key], &[155]);
+            e.end_read();
+            times.push(e.sim_us());
+        }
+        assert_eq!(
+            times,
+            vec![0, 1_000_000, 2_000_000, 2_000_000, 2_000_000, 2_000_000]
+        );
+        assert_eq!(e.fleet().map(Fleet::collection), Some(3));
+        let (all, cursor) = e.values_since(g, fg, 0).unwrap();
+        assert_eq!(all.len(), 3, "one sample per collection");
+        assert_eq!(e.values_since(g, fg, 0).unwrap().0.len(), 3);
+        assert!(e.values_since(g, fg, cursor).unwrap().0.is_empty());
     }
 
     /// Power watched at 1 s and at 100 ms: the samples of all history (since 0) after two polls (one

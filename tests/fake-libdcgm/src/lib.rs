@@ -2,9 +2,11 @@
 //! names, signatures and struct-version checks) served from the project's simulated fleet, with fault
 //! injection and a call log. See README.md for the environment interface and how to load it.
 //!
-//! This file only marshals C pointers (all of the crate's `unsafe` is here, each block with a
-//! `// SAFETY:` comment); every decision is made in safe Rust in [`engine`]. Each export runs inside
-//! `catch_unwind`, so no panic ever unwinds into C: a panic answers `DCGM_ST_GENERIC_ERROR` (or NULL).
+//! This file only marshals C pointers (the crate's `unsafe` is here, in `go_dcgm` — the calls only
+//! dcgm-exporter makes — one `clock_gettime` in `cpu_account` and the counting allocator of
+//! `heap_account`, each block with a `// SAFETY:` comment); every decision is made in safe Rust in
+//! [`engine`]. Each export runs inside `catch_unwind`, so no panic ever unwinds into C: a panic answers
+//! `DCGM_ST_GENERIC_ERROR` (or NULL).
 //! The export signatures are type-checked against `dcgm_otel::source::dcgm::ffi::fn_types` at compile
 //! time (see the `const _` block at the end).
 // The safety contract of every export is the C API's (dcgm_agent.h as summarised in dcgm-abi.md §2).
@@ -13,8 +15,11 @@
 
 mod calllog;
 mod config;
+mod cpu_account;
 mod dbglog;
 mod engine;
+mod go_dcgm;
+mod heap_account;
 
 use std::collections::HashMap;
 use std::ffi::{c_char, c_int, c_uint, c_ushort, CStr};
@@ -30,7 +35,9 @@ use engine::{engine, level_group, EntityKey, Payload, Sample};
 
 /// Run an export body; a panic becomes DCGM_ST_GENERIC_ERROR instead of unwinding into C.
 fn guard(name: &str, f: impl FnOnce() -> dcgmReturn_t) -> dcgmReturn_t {
-    match catch_unwind(AssertUnwindSafe(f)) {
+    let out = cpu_account::measured(|| catch_unwind(AssertUnwindSafe(f)));
+    heap_account::note();
+    match out {
         Ok(rc) => rc,
         Err(_) => {
             calllog::line(&format!(

@@ -516,6 +516,76 @@ pub unsafe extern "C" fn nvmlDeviceGetGpuInstanceId(
     })
 }
 
+// The calls below are dcgm-exporter's (go-nvml), made to map a pod's MIG device UUID to its GPU
+// instance with `-k`; dcgm-otel does not make them, so they are not in `fn_types`.
+
+/// `nvmlDeviceGetHandleByUUID`: a GPU's or a MIG device's handle by its UUID.
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetHandleByUUID(
+    uuid: *const c_char,
+    device: *mut nvmlDevice_t,
+) -> nvmlReturn_t {
+    let wanted = if uuid.is_null() {
+        None
+    } else {
+        // SAFETY: a non-NULL NUL-terminated C string argument, per NVML's contract.
+        Some(
+            unsafe { std::ffi::CStr::from_ptr(uuid) }
+                .to_string_lossy()
+                .into_owned(),
+        )
+    };
+    call("nvmlDeviceGetHandleByUUID", |e| {
+        let Some(wanted) = wanted else {
+            return NVML_ERROR_INVALID_ARGUMENT;
+        };
+        let found = e.fleet.gpus().iter().enumerate().find_map(|(pos, g)| {
+            if g.identity.uuid == wanted {
+                return Some(gpu_handle(pos));
+            }
+            let n = g.instances.iter().position(|m| m.uuid == wanted)?;
+            Some(gpu_handle(pos) + 1 + n)
+        });
+        match found {
+            // SAFETY: valid out pointer.
+            Some(h) => unsafe { put(device, h) },
+            None => NVML_ERROR_NOT_FOUND,
+        }
+    })
+}
+
+/// `nvmlDeviceGetDeviceHandleFromMigDeviceHandle`: a MIG device's parent GPU.
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetDeviceHandleFromMigDeviceHandle(
+    mig: nvmlDevice_t,
+    device: *mut nvmlDevice_t,
+) -> nvmlReturn_t {
+    call("nvmlDeviceGetDeviceHandleFromMigDeviceHandle", |e| {
+        match e.device(mig) {
+            // SAFETY: valid out pointer.
+            Ok((pos, Some(_))) => unsafe { put(device, gpu_handle(pos)) },
+            Ok(_) => NVML_ERROR_INVALID_ARGUMENT,
+            Err(rc) => rc,
+        }
+    })
+}
+
+/// `nvmlDeviceGetComputeInstanceId`: every simulated GPU instance has one compute instance, id 0.
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetComputeInstanceId(
+    device: nvmlDevice_t,
+    id: *mut c_uint,
+) -> nvmlReturn_t {
+    call("nvmlDeviceGetComputeInstanceId", |e| {
+        match e.device(device) {
+            // SAFETY: valid out pointer.
+            Ok((_, Some(_))) => unsafe { put(id, 0) },
+            Ok(_) => NVML_ERROR_INVALID_ARGUMENT,
+            Err(rc) => rc,
+        }
+    })
+}
+
 /// A `u32` read of a DCGM field of the fleet.
 macro_rules! uint_export {
     ($name:ident, $field:expr) => {

@@ -40,6 +40,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use opentelemetry::KeyValue;
+use opentelemetry_sdk::metrics::Temporality;
 
 pub use args::{OtlpArgs, OtlpPipeline};
 pub use settings::{OtlpConfig, Protocol, Signal};
@@ -79,20 +80,84 @@ impl OtelError {
     }
 }
 
-/// OTLP push, resolved and checked, not started.
-pub struct OtlpPlan {
-    settings: OtlpConfig,
+/// What the requests look like, resolved and checked: the base Resource, the naming and Resource
+/// split, the metric names, the counters the instruments are declared from, and the incident log
+/// records' builder. Shared by the push ([`OtlpPlan`]) and the engine library
+/// ([`crate::engine::Engine`]): both build their requests with [`OtlpFormat::metrics_builder`].
+pub struct OtlpFormat {
     base: Vec<KeyValue>,
     naming: Naming,
     split: ResourceSplit,
     counters: Arc<CounterSet>,
     names: MetricNames,
     describe: String,
+}
+
+impl OtlpFormat {
+    /// The format the `--otel-*` flags (and `OTEL_RESOURCE_ATTRIBUTES` / `OTEL_SERVICE_NAME` through
+    /// `env`) ask for.
+    pub fn resolve(
+        args: &OtlpArgs,
+        ctx: &OtelContext<'_>,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<OtlpFormat, OtelError> {
+        if let Some(e) = metric_names_conflict(args) {
+            return Err(e);
+        }
+        let (base, naming) = naming::base_and_naming(
+            args.otel_attribute_style,
+            args.otel_service_name.as_deref(),
+            ctx,
+            env,
+        )?;
+        let naming = naming.with_hw_attributes(args.otel_metric_names.semconv());
+        let split = naming.resource_split(args.otel_resource_mode);
+        let describe = format!(
+            "resource_mode={:?} attribute_style={:?} metric_names={:?}",
+            args.otel_resource_mode, args.otel_attribute_style, args.otel_metric_names
+        );
+        Ok(OtlpFormat {
+            base,
+            naming,
+            split,
+            counters: Arc::new(ctx.counters.clone()),
+            names: args.otel_metric_names,
+            describe,
+        })
+    }
+
+    /// The metrics request builder; cumulative sums start at `start`.
+    pub fn metrics_builder(
+        &self,
+        temporality: Temporality,
+        start: std::time::SystemTime,
+    ) -> request::DirectBuilder {
+        request::DirectBuilder::new(
+            self.naming.clone(),
+            self.split.clone(),
+            &self.base,
+            self.counters.clone(),
+            temporality,
+            start,
+        )
+        .with_metric_names(self.names)
+    }
+
+    /// The incident log records' builder: the records' Resources are the metrics' ones.
+    pub fn records_builder(&self) -> log_records::RecordBuilder {
+        log_records::RecordBuilder::new(self.naming.clone(), self.split.clone(), &self.base)
+    }
+}
+
+/// OTLP push, resolved and checked, not started.
+pub struct OtlpPlan {
+    settings: OtlpConfig,
+    format: OtlpFormat,
     /// The collect interval (`-c`): which collections an export interval sends ([`schedule`]).
     collect_interval: Duration,
-    /// The incident log records' settings and builder (`None` with `--otlp-logs=false`, or when no
-    /// endpoint for them is configured).
-    logs: Option<(OtlpConfig, log_records::RecordBuilder)>,
+    /// The incident log records' settings (`None` with `--otlp-logs=false`, or when no endpoint for
+    /// them is configured).
+    logs: Option<OtlpConfig>,
     /// Log records are on but have no endpoint of their own (only the metrics variable is set): said
     /// once at start.
     logs_unrouted: bool,
@@ -111,6 +176,11 @@ fn metric_names_conflict(args: &OtlpArgs) -> Option<OtelError> {
         return None;
     };
     Some(OtelError::MetricNames { names, reason })
+}
+
+/// `--otlp-temporality` (cumulative by default), for the engine library, which has no endpoint.
+pub fn temporality(args: &OtlpArgs) -> Result<Temporality, OtelError> {
+    Ok(settings::temporality(args, &|_| None)?)
 }
 
 impl OtlpPlan {
@@ -134,47 +204,16 @@ impl OtlpPlan {
         let Some(settings) = settings::resolve(args, collect_interval, env)? else {
             return Ok(None);
         };
-        if let Some(e) = metric_names_conflict(args) {
-            return Err(e);
-        }
-        let (base, naming) = naming::base_and_naming(
-            args.otel_attribute_style,
-            args.otel_service_name.as_deref(),
-            ctx,
-            env,
-        )?;
-        let naming = naming.with_hw_attributes(args.otel_metric_names.semconv());
-        let split = naming.resource_split(args.otel_resource_mode);
+        let format = OtlpFormat::resolve(args, ctx, env)?;
         let logs = if args.otlp_logs {
-            settings::resolve_signal(args, Signal::Logs, collect_interval, env)?.map(|cfg| {
-                // The records' Resources are the metrics' ones (hw.* identity included).
-                let naming = naming::Naming::new(
-                    args.otel_attribute_style,
-                    ctx.labels.clone(),
-                    ctx.counters,
-                )
-                .with_hw_attributes(args.otel_metric_names.semconv());
-                (
-                    cfg,
-                    log_records::RecordBuilder::new(naming, split.clone(), &base),
-                )
-            })
+            settings::resolve_signal(args, Signal::Logs, collect_interval, env)?
         } else {
             None
         };
         let logs_unrouted = args.otlp_logs && logs.is_none();
-        let describe = format!(
-            "resource_mode={:?} attribute_style={:?} metric_names={:?}",
-            args.otel_resource_mode, args.otel_attribute_style, args.otel_metric_names
-        );
         Ok(Some(OtlpPlan {
             settings,
-            base,
-            naming,
-            split,
-            counters: Arc::new(ctx.counters.clone()),
-            names: args.otel_metric_names,
-            describe,
+            format,
             collect_interval,
             logs,
             logs_unrouted,
@@ -189,7 +228,11 @@ impl OtlpPlan {
     ) -> Result<OtelExport, OtelError> {
         let cfg = self.settings;
         let logs = match self.logs {
-            Some((logs_cfg, builder)) => Some(logs::start(&logs_cfg, builder, self_metrics)?),
+            Some(logs_cfg) => Some(logs::start(
+                &logs_cfg,
+                self.format.records_builder(),
+                self_metrics,
+            )?),
             None => None,
         };
         if self.logs_unrouted {
@@ -203,15 +246,9 @@ impl OtlpPlan {
         let queue = queue::Queue::new(cfg.max_pending, metrics.clone());
         queue.cap_retry_delay(cfg.interval);
         let done = spawn_sender(&cfg, queue.clone(), metrics.clone())?;
-        let builder = request::DirectBuilder::new(
-            self.naming,
-            self.split,
-            &self.base,
-            self.counters,
-            cfg.temporality,
-            std::time::SystemTime::now(),
-        )
-        .with_metric_names(self.names);
+        let builder = self
+            .format
+            .metrics_builder(cfg.temporality, std::time::SystemTime::now());
         let n = builder.instrument_count();
         let intervals = (cfg.interval, self.collect_interval);
         let (producer, trigger) =
@@ -227,7 +264,7 @@ impl OtlpPlan {
             protocol,
             interval_ms = cfg.interval.as_millis() as u64,
             instruments = n,
-            settings = %self.describe,
+            settings = %self.format.describe,
             tls = cfg.is_tls(),
             gzip = cfg.gzip,
             "OTLP push enabled"

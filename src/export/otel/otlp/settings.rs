@@ -575,7 +575,7 @@ fn interval(
 }
 
 /// `--otlp-temporality` / `OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE`; cumulative by default.
-fn temporality(
+pub(crate) fn temporality(
     cli: &OtlpArgs,
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<Temporality, OtlpConfigError> {
