@@ -72,7 +72,7 @@ fn measure_sampling(
         .map(|e| {
             e.values
                 .iter()
-                .filter(|v| v.as_f64().is_some() || v.as_text().is_some())
+                .filter(|(_, v)| v.as_f64().is_some() || v.as_text().is_some())
                 .count()
         })
         .sum();

@@ -195,7 +195,11 @@ fn label_pairs(snap: &Snapshot) -> Vec<Vec<(String, String)>> {
                 }
             }
             p("Hostname", host.clone());
-            for (c, val) in snap.counters.rows.iter().zip(&e.values) {
+            for (c, val) in e
+                .values
+                .iter()
+                .filter_map(|(row, v)| Some((snap.counters.rows.get(row)?, v)))
+            {
                 if c.kind == MetricKind::Label {
                     if let Some(t) = val.as_text() {
                         v.push((c.name.clone(), t.to_string()));
@@ -900,16 +904,16 @@ fn dump(dir: &str, cases: &[Case]) {
                 .filter(|&i| s4.counters.rows[i].kind == MetricKind::Label)
                 .collect();
             if let (Some(e), Some(&row)) = (s4.entities.get_mut(0), label_rows.first()) {
-                e.values[row] = FieldValue::Text("999.1\nnew".into());
+                e.values.set(row, FieldValue::Text("999.1\nnew".into()));
             }
-            for v in s4
-                .entities
-                .iter_mut()
-                .flat_map(|e| e.values.iter_mut())
-                .step_by(7)
-            {
-                if let FieldValue::Int(n) = v {
-                    *v = FieldValue::Double(*n as f64 * 0.37 - 1e-3);
+            // Every 7th (entity, row) slot in row order, as the dense layout numbered them.
+            let rows = s4.counters.rows.len();
+            for (i, e) in s4.entities.iter_mut().enumerate() {
+                for row in (0..rows).filter(|row| (i * rows + row) % 7 == 0) {
+                    if let Some(&FieldValue::Int(n)) = e.values.get(row) {
+                        e.values
+                            .set(row, FieldValue::Double(n as f64 * 0.37 - 1e-3));
+                    }
                 }
             }
             snaps.push(s4);

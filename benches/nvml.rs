@@ -98,7 +98,12 @@ fn main() {
         values = r
             .entities
             .iter()
-            .map(|e: &EntityReading| e.values.iter().filter(|v| v.as_f64().is_some()).count())
+            .map(|e: &EntityReading| {
+                e.values
+                    .iter()
+                    .filter(|(_, v)| v.as_f64().is_some())
+                    .count()
+            })
             .sum();
         assert_eq!(list.len(), processes);
     }

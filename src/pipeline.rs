@@ -851,11 +851,14 @@ impl Pipeline {
         counts.clear();
         counts.resize(rows, [0; 6]);
         for e in &reading.entities {
-            for (v, row) in e.values.iter().zip(counts.iter_mut()) {
+            for (row, v) in e.values.iter() {
                 let FieldValue::Absent(reason) = v else {
                     continue;
                 };
-                if let Some(slot) = REASONS.iter().position(|r| r == reason) {
+                if let (Some(slot), Some(row)) = (
+                    REASONS.iter().position(|r| r == reason),
+                    counts.get_mut(row),
+                ) {
                     row[slot] += 1;
                 }
             }

@@ -340,7 +340,7 @@ mod tests {
     fn reading(entity: Entity) -> EntityReading {
         EntityReading {
             entity: Arc::new(entity),
-            values: Vec::new(),
+            values: crate::snapshot::EntityValues::none(),
             attribution: Arc::new(Attribution::default()),
         }
     }

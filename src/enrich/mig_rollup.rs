@@ -113,7 +113,7 @@ mod tests {
         });
         EntityReading {
             entity: Arc::new(Entity::instance(gpu.clone(), mig)),
-            values: vec![FieldValue::Double(0.0), v],
+            values: vec![FieldValue::Double(0.0), v].into(),
             attribution: Arc::new(Attribution::default()),
         }
     }
@@ -125,7 +125,7 @@ mod tests {
         let readings = vec![
             EntityReading {
                 entity: Arc::new(Entity::gpu(Arc::new(GpuIdentity::bare(0)))),
-                values: vec![FieldValue::Double(0.0), FieldValue::Double(0.9)],
+                values: vec![FieldValue::Double(0.0), FieldValue::Double(0.9)].into(),
                 attribution: Arc::new(Attribution::default()),
             },
             instance(&a, 1, "3g.40gb", FieldValue::Double(0.5)),

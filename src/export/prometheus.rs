@@ -781,11 +781,11 @@ impl Renderer {
     /// Per attribute set of an entity written on :9400, what follows its identity labels.
     fn tails_of(&self, e: &EntityReading, base: String, snap: &Snapshot) -> (String, Vec<SetTail>) {
         // label-type fields (first row per name)
-        let mut label_fields: Vec<(&str, &str)> = snap
-            .counters
-            .rows
+        let rows = &snap.counters.rows;
+        let mut label_fields: Vec<(&str, &str)> = e
+            .values
             .iter()
-            .zip(&e.values)
+            .filter_map(|(row, v)| Some((rows.get(row)?, v)))
             .filter(|(c, _)| c.kind == MetricKind::Label)
             .filter_map(|(c, v)| v.as_text().map(|t| (c.name.as_str(), t)))
             .collect();

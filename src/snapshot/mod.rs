@@ -11,6 +11,8 @@
 //! [`incident`] events between collections (XID, clock events, health transitions); [`p2p`] the NvLink
 //! peer-to-peer status of GPU pairs; [`PerSetValues`] a field written with each pod's own value;
 //! [`distribution`] the samples of chosen fields between two collections, folded per entity;
+//! [`values`] the field values of a collection, only those each entity's kind reads, in arrays reused
+//! from one collection to the next;
 //! [`SnapshotStore`] holds the newest published snapshot.
 
 pub mod attribution;
@@ -22,6 +24,7 @@ pub mod inventory;
 pub mod p2p;
 pub mod pod_split;
 pub mod process;
+pub mod values;
 
 use std::sync::Arc;
 use std::time::SystemTime;
@@ -36,74 +39,16 @@ pub use entity::{CpuIdentity, Entity, EntityKind, GpuIdentity, MigIdentity};
 pub use incident::{ClockSample, HealthResult, Incident, IncidentKind};
 pub use p2p::P2pLink;
 pub use process::ProcessReading;
+pub use values::{Absent, EntityValues, FieldValue};
 
 use crate::counters::CounterSet;
 
-/// Why a value is missing. Missing values are never rendered; they are counted in self-metrics.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Absent {
-    /// DCGM returned a blank sentinel (no data yet / N/A).
-    Blank,
-    /// DCGM reports the field not supported on this entity.
-    NotSupported,
-    /// DCGM reports the field or entity not found.
-    NotFound,
-    /// DCGM reports insufficient permission (e.g. profiling without CAP_SYS_ADMIN).
-    NotPermissioned,
-    /// A non-zero status or a value that cannot be represented (NaN, blob, wrong type).
-    Error,
-    /// The field does not apply to this kind of entity (a link field on a GPU); not counted.
-    NotApplicable,
-    /// The source cannot give this field at all (a DCGM-only field read through NVML).
-    Unsupported,
-}
-
-impl Absent {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Absent::Blank => "blank",
-            Absent::NotSupported => "not_supported",
-            Absent::NotFound => "not_found",
-            Absent::NotPermissioned => "not_permissioned",
-            Absent::Error => "error",
-            Absent::NotApplicable => "not_applicable",
-            Absent::Unsupported => "unsupported",
-        }
-    }
-}
-
-/// The latest value of one field on one entity.
-#[derive(Debug, Clone, PartialEq)]
-pub enum FieldValue {
-    Int(i64),
-    Double(f64),
-    Text(Box<str>),
-    Absent(Absent),
-}
-
-impl FieldValue {
-    /// The value as a float for numeric exporters; `None` for text and absent values.
-    pub fn as_f64(&self) -> Option<f64> {
-        match self {
-            FieldValue::Int(i) => Some(*i as f64),
-            FieldValue::Double(d) if d.is_finite() => Some(*d),
-            _ => None,
-        }
-    }
-
-    pub fn as_text(&self) -> Option<&str> {
-        match self {
-            FieldValue::Text(s) => Some(s),
-            _ => None,
-        }
-    }
-}
-
-/// One entity and the latest value of every counter row, index-aligned with [`CounterSet::rows`].
+/// One entity and the latest value of each counter row its kind reads ([`values`]: read them with
+/// [`EntityValues::get`] and [`EntityValues::iter`]).
 #[derive(Debug, Clone, PartialEq)]
 pub struct EntityReading {
     pub entity: Arc<Entity>,
-    pub values: Vec<FieldValue>,
+    pub values: EntityValues,
     pub attribution: Arc<Attribution>,
 }
 
@@ -184,7 +129,12 @@ impl Snapshot {
     pub fn numeric_values(&self) -> usize {
         self.entities
             .iter()
-            .map(|e| e.values.iter().filter(|v| v.as_f64().is_some()).count())
+            .map(|e| {
+                e.values
+                    .iter()
+                    .filter(|(_, v)| v.as_f64().is_some())
+                    .count()
+            })
             .sum()
     }
 }

@@ -136,7 +136,8 @@ fn expected_polls(n: usize) -> Expected {
                 e.entity.mig.as_ref().map(|m| m.gi_id),
             );
             let mut values = HashMap::new();
-            for (row, v) in counters.rows.iter().zip(&e.values) {
+            for (row, v) in e.values.iter() {
+                let row = &counters.rows[row];
                 if let Some(f) = v.as_f64() {
                     values.entry(row.name.clone()).or_insert(f);
                 }

@@ -192,7 +192,8 @@ fn thirty_collections_of_one_second_then_retention() {
                     FieldValue::Double(123.0),
                     FieldValue::Int(energy),
                     FieldValue::Double(engine),
-                ],
+                ]
+                .into(),
                 attribution: a,
             };
         let entities = vec![
@@ -316,7 +317,8 @@ fn pod_churn_is_bounded_by_the_series_limit_then_the_retention() {
             FieldValue::Double(300.0),
             FieldValue::Int(1_000_000 + 300_000 * i64::from(k)),
             FieldValue::Double(0.5),
-        ],
+        ]
+        .into(),
         attribution: a,
     };
     let gauge = |text: &str, series: &str| -> f64 {

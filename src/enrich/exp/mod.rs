@@ -221,11 +221,11 @@ impl Ctx<'_> {
             });
             return;
         };
-        let mut labels: Vec<SeriesLabel> = self
-            .counters
-            .rows
+        let rows = &self.counters.rows;
+        let mut labels: Vec<SeriesLabel> = r
+            .values
             .iter()
-            .zip(&r.values)
+            .filter_map(|(row, v)| Some((rows.get(row)?, v)))
             .filter(|(c, _)| c.kind == MetricKind::Label)
             .filter_map(|(c, v)| match v {
                 FieldValue::Text(t) => Some(SeriesLabel {

@@ -170,7 +170,8 @@ mod tests {
                     FieldValue::Int(60),
                     FieldValue::Int(90),
                     FieldValue::Int(50_000),
-                ],
+                ]
+                .into(),
                 attribution: Arc::default(),
             })
             .collect();

@@ -21,7 +21,9 @@ use clap::ValueEnum;
 use super::identity::{self, IdentityStyle};
 use crate::config::LabelStyle;
 use crate::counters::{CounterSet, MetricKind};
-use crate::snapshot::{AttributeKey, Attribution, EntityKind, EntityReading, Snapshot};
+use crate::snapshot::{
+    AttributeKey, Attribution, EntityKind, EntityReading, EntityValues, Snapshot,
+};
 
 /// Attribute names on OTLP resources and data points.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -299,7 +301,7 @@ impl Naming {
         let mut set = if shared {
             let probe = EntityReading {
                 entity: e.entity.clone(),
-                values: Vec::new(),
+                values: EntityValues::none(),
                 attribution: Arc::new(Attribution::default()),
             };
             self.entity_sets(&probe, labels)
@@ -322,7 +324,7 @@ impl Naming {
     ) -> Vec<KeyValue> {
         let probe = EntityReading {
             entity: Arc::new(crate::snapshot::Entity::gpu(gpu.clone())),
-            values: Vec::new(),
+            values: EntityValues::none(),
             attribution: Arc::new(Attribution::default()),
         };
         self.entity_set(&probe, labels)
@@ -333,7 +335,7 @@ impl Naming {
     pub fn device_attributes(&self, entity: &Arc<crate::snapshot::Entity>) -> Vec<KeyValue> {
         let probe = EntityReading {
             entity: entity.clone(),
-            values: Vec::new(),
+            values: EntityValues::none(),
             attribution: Arc::new(Attribution::default()),
         };
         let mut set = self.entity_set(&probe, Vec::new());
@@ -475,8 +477,8 @@ impl Naming {
 /// The attributes an entity's `label` rows give it (the driver version, ...), first row per key wins.
 fn label_attrs(keys: &[Option<Key>], e: &EntityReading) -> Vec<KeyValue> {
     let mut out: Vec<KeyValue> = Vec::new();
-    for (key, v) in keys.iter().zip(&e.values) {
-        if let (Some(key), Some(text)) = (key, v.as_text()) {
+    for (row, v) in e.values.iter() {
+        if let (Some(Some(key)), Some(text)) = (keys.get(row), v.as_text()) {
             if !out.iter().any(|kv| &kv.key == key) {
                 out.push(KeyValue::new(
                     key.clone(),

@@ -543,7 +543,7 @@ impl Plan {
 pub fn combine(
     input: &Input,
     rows: &[usize],
-    values: &[crate::snapshot::FieldValue],
+    values: &crate::snapshot::EntityValues,
 ) -> Option<(f64, bool)> {
     use crate::snapshot::FieldValue;
     let mut ints = true;

@@ -59,7 +59,8 @@ pub fn snapshot(counters: Arc<CounterSet>, seq: u64, energy: i64) -> Snapshot {
             FieldValue::Absent(Absent::NotApplicable),
             FieldValue::Double(312.5),
             FieldValue::Text("550.1".into()),
-        ],
+        ]
+        .into(),
         attribution: Arc::new(pods(&["a", "b"])),
     };
     let link = |l: u32| EntityReading {
@@ -70,7 +71,8 @@ pub fn snapshot(counters: Arc<CounterSet>, seq: u64, energy: i64) -> Snapshot {
             FieldValue::Int(l as i64),
             FieldValue::Absent(Absent::NotApplicable),
             FieldValue::Absent(Absent::NotApplicable),
-        ],
+        ]
+        .into(),
         attribution: Arc::new(Attribution::default()),
     };
     let mut job = Attribution::default();
@@ -83,7 +85,8 @@ pub fn snapshot(counters: Arc<CounterSet>, seq: u64, energy: i64) -> Snapshot {
             FieldValue::Absent(Absent::NotApplicable),
             FieldValue::Double(f64::NAN),
             FieldValue::Text("550.1".into()),
-        ],
+        ]
+        .into(),
         attribution: Arc::new(job),
     };
     let plain = EntityReading {
@@ -94,7 +97,8 @@ pub fn snapshot(counters: Arc<CounterSet>, seq: u64, energy: i64) -> Snapshot {
             FieldValue::Absent(Absent::NotApplicable),
             FieldValue::Double(99.25),
             FieldValue::Text("550.1".into()),
-        ],
+        ]
+        .into(),
         attribution: Arc::new(Attribution::default()),
     };
     Snapshot {

@@ -422,6 +422,15 @@ impl ValueBuffer {
             .map(|raw| ValueRef { raw })
     }
 
+    /// The values of the last call the library filled in, each with its position in the buffer.
+    pub fn iter_positions(&self) -> impl Iterator<Item = (usize, ValueRef<'_>)> {
+        self.values[..self.len]
+            .iter()
+            .enumerate()
+            .filter(|(_, v)| v.version != 0)
+            .map(|(i, raw)| (i, ValueRef { raw }))
+    }
+
     /// Bytes held by the buffer.
     pub fn capacity_bytes(&self) -> usize {
         self.values.len() * std::mem::size_of::<ffi::dcgmFieldValue_v2>()

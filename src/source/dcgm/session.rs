@@ -26,6 +26,7 @@ use crate::counters::{CounterSet, MetricKind};
 use crate::fields::EntityLevel;
 use crate::snapshot::inventory::Inventory;
 use crate::snapshot::inventory::Selection;
+use crate::snapshot::values::{RowLayout, ValuePool, ValueWriter};
 use crate::snapshot::{Absent, Attribution, Entity, EntityKind, EntityReading, FieldValue};
 
 /// History DCGM keeps of a field watched every `every` and read once per collection: three watch
@@ -57,6 +58,8 @@ pub struct RowPlan {
     /// Per field in a watch group: its watch interval.
     intervals: HashMap<u16, Duration>,
     by_field: HashMap<u16, Vec<usize>>,
+    /// Which rows each entity kind reads (where a value lies in the snapshot).
+    layout: Arc<RowLayout>,
 }
 
 impl RowPlan {
@@ -76,6 +79,7 @@ impl RowPlan {
             levels: rows.iter().map(|r| r.field.level).collect(),
             intervals,
             by_field,
+            layout: Arc::new(RowLayout::new(counters)),
         }
     }
 
@@ -134,6 +138,10 @@ pub struct WatchConfig {
 struct Call {
     pairs: Vec<EntityPair>,
     fields: Vec<u16>,
+    /// The entity (index into `Session::entities`) of each pair.
+    entities: Vec<usize>,
+    /// The rows of each field.
+    rows: Vec<Vec<usize>>,
 }
 
 /// The result of one [`Session::read`].
@@ -173,6 +181,8 @@ pub struct Session {
     calls: Vec<Call>,
     dirty: bool,
     buf: ValueBuffer,
+    /// The value arrays of the readings, reused between collections.
+    values: ValuePool,
     driver_version: Option<String>,
     attribution: Arc<Attribution>,
     /// Calls made by the last [`Session::read`].
@@ -212,6 +222,38 @@ fn entity_pair(e: &Entity) -> EntityPair {
         EntityKind::CpuCore => ffi::DCGM_FE_CPU_CORE,
     };
     EntityPair::new(group, e.entity_id)
+}
+
+/// The entity (index into the session's entities) and the rows of a value at position `at` of call
+/// `call`'s answer. DCGM promises no order: the value's own entity and field are checked against the
+/// two orders a buffer of entities × fields can have (entity-major, field-major), then looked up.
+fn answer_of<'c>(
+    call: &'c Call,
+    at: usize,
+    v: &super::client::ValueRef<'_>,
+    index: &HashMap<(u32, u32), usize>,
+) -> Option<(usize, &'c [usize])> {
+    let (ne, nf) = (call.pairs.len(), call.fields.len());
+    if ne == 0 || nf == 0 {
+        return None;
+    }
+    let key = (v.entity_group(), v.entity_id());
+    let is = |e: usize, f: usize| {
+        call.pairs
+            .get(e)
+            .is_some_and(|p| (p.entityGroupId, p.entityId) == key)
+            && call.fields.get(f) == Some(&v.field_id())
+    };
+    let (e, f) = if is(at / nf, at % nf) {
+        (at / nf, at % nf)
+    } else if is(at % ne, at / ne) {
+        (at % ne, at / ne)
+    } else {
+        let ent = *index.get(&key)?;
+        let f = call.fields.iter().position(|&f| f == v.field_id())?;
+        return Some((ent, call.rows.get(f)?));
+    };
+    Some((*call.entities.get(e)?, call.rows.get(f)?))
 }
 
 /// What [`Session::establish`] builds up: the groups, the field groups and the watches between them.
@@ -343,6 +385,7 @@ impl Session {
                 calls: Vec::new(),
                 dirty: true,
                 buf: ValueBuffer::default(),
+                values: ValuePool::with_layout(rows.layout.clone()),
                 driver_version: inv.driver_version.clone(),
                 attribution: Arc::new(Attribution::default()),
                 last_calls: 0,
@@ -394,6 +437,11 @@ impl Session {
                     self.calls.push(Call {
                         pairs: echunk.iter().map(|&i| self.pairs[i]).collect(),
                         fields: fchunk.to_vec(),
+                        entities: echunk.to_vec(),
+                        rows: fchunk
+                            .iter()
+                            .map(|f| rows.by_field.get(f).cloned().unwrap_or_default())
+                            .collect(),
                     });
                 }
             }
@@ -411,7 +459,8 @@ impl Session {
         if self.dirty {
             self.plan(rows);
         }
-        let mut values = self.unanswered(rows);
+        let mut values = self.values.writer();
+        self.unanswered(rows, &mut values);
         let mut topology_changed = false;
         let mut dcgm_time = Duration::ZERO;
         for c in 0..self.calls.len() {
@@ -422,19 +471,20 @@ impl Session {
                 .latest_values(&call.pairs, &call.fields, false, &mut self.buf);
             dcgm_time += t.elapsed();
             r?;
-            topology_changed |= self.take_answers(rows, &mut values, newly_unsupported);
+            topology_changed |= self.take_answers(c, rows, &mut values, newly_unsupported);
         }
         self.last_calls = self.calls.len();
         self.last_dcgm_time = dcgm_time;
         topology_changed |= self.any_gone(rows, &values);
+        let attribution = &self.attribution;
         let entities = self
             .entities
             .iter()
-            .zip(values)
+            .zip(self.values.finish(values))
             .map(|(e, v)| EntityReading {
                 entity: e.clone(),
                 values: v,
-                attribution: self.attribution.clone(),
+                attribution: attribution.clone(),
             })
             .collect();
         Ok(Read {
@@ -443,46 +493,43 @@ impl Session {
         })
     }
 
-    /// Each entity's value of each row before DCGM answers: not applicable, not supported (DCGM said
+    /// Each entity's value of each row its kind reads before DCGM answers: not supported (DCGM said
     /// so before), an error (its watch failed), or not found (replaced when DCGM answers).
-    fn unanswered(&self, rows: &RowPlan) -> Vec<Vec<FieldValue>> {
-        self.entities
-            .iter()
-            .enumerate()
-            .map(|(i, e)| {
-                (0..rows.len())
-                    .map(|r| {
-                        if !rows.applies(r, e.kind) {
-                            FieldValue::Absent(Absent::NotApplicable)
-                        } else if self.unsupported[i].contains(&rows.fields[r]) {
-                            FieldValue::Absent(Absent::NotSupported)
-                        } else if self.unwatched.contains(&rows.fields[r]) {
-                            FieldValue::Absent(Absent::Error)
-                        } else {
-                            FieldValue::Absent(Absent::NotFound)
-                        }
-                    })
-                    .collect()
-            })
-            .collect()
+    fn unanswered(&self, rows: &RowPlan, values: &mut ValueWriter) {
+        for (i, e) in self.entities.iter().enumerate() {
+            let unsupported = &self.unsupported[i];
+            if unsupported.is_empty() && self.unwatched.is_empty() {
+                values.push(e.kind, |_| FieldValue::Absent(Absent::NotFound));
+                continue;
+            }
+            values.push(e.kind, |r| {
+                if unsupported.contains(&rows.fields[r]) {
+                    FieldValue::Absent(Absent::NotSupported)
+                } else if self.unwatched.contains(&rows.fields[r]) {
+                    FieldValue::Absent(Absent::Error)
+                } else {
+                    FieldValue::Absent(Absent::NotFound)
+                }
+            });
+        }
     }
 
-    /// The answers of one call (in `buf`) into `values`; a field newly not supported on an entity
+    /// The answers of call `c` (in `buf`) into `values`; a field newly not supported on an entity
     /// into `newly_unsupported` (the calls are planned again without it). Whether an answer says the
     /// topology changed (a GPU lost or detached, an instance not found).
     fn take_answers(
         &mut self,
+        c: usize,
         rows: &RowPlan,
-        values: &mut [Vec<FieldValue>],
+        values: &mut ValueWriter,
         newly_unsupported: &mut Vec<Unsupported>,
     ) -> bool {
         let mut topology_changed = false;
-        for v in self.buf.iter() {
-            let Some(&ent) = self.index.get(&(v.entity_group(), v.entity_id())) else {
-                continue;
-            };
-            let field = v.field_id();
-            let Some(row_ids) = rows.by_field.get(&field) else {
+        let Some(call) = self.calls.get(c) else {
+            return false;
+        };
+        for (at, v) in self.buf.iter_positions() {
+            let Some((ent, field_rows)) = answer_of(call, at, &v, &self.index) else {
                 continue;
             };
             let status = v.status();
@@ -494,19 +541,19 @@ impl Session {
             );
             let payload = v.payload();
             let mut unsupported = false;
-            for &r in row_ids {
-                if !rows.applies(r, self.entities[ent].kind) {
+            for &r in field_rows {
+                let Some(slot) = values.get_mut(ent, r) else {
                     continue;
-                }
+                };
                 let fv = values::convert(status, payload.clone(), rows.kinds[r]);
                 unsupported |= fv == FieldValue::Absent(Absent::NotSupported);
-                values[ent][r] = fv;
+                *slot = fv;
             }
-            if unsupported && self.unsupported[ent].insert(field) {
+            if unsupported && self.unsupported[ent].insert(v.field_id()) {
                 self.dirty = true;
                 newly_unsupported.push(Unsupported {
                     entity: self.entities[ent].clone(),
-                    field,
+                    field: v.field_id(),
                 });
             }
         }
@@ -516,19 +563,21 @@ impl Session {
     /// An entity that answers "not found" for everything it was asked is gone (a GPU fell off the
     /// bus, a MIG instance was destroyed): rediscover. Global fields answer for any entity id and
     /// say nothing about the entity.
-    fn any_gone(&self, rows: &RowPlan, values: &[Vec<FieldValue>]) -> bool {
-        let asked = |e: &Entity, i: usize, r: usize| {
-            rows.applies(r, e.kind)
-                && rows.levels[r] != EntityLevel::Global
+    fn any_gone(&self, rows: &RowPlan, values: &ValueWriter) -> bool {
+        let asked = |i: usize, r: usize| {
+            rows.levels[r] != EntityLevel::Global
                 && !self.unsupported[i].contains(&rows.fields[r])
                 && !self.unwatched.contains(&rows.fields[r])
         };
-        self.entities.iter().enumerate().any(|(i, e)| {
+        (0..self.entities.len()).any(|i| {
             let mut any = false;
-            let all_missing = (0..rows.len()).filter(|&r| asked(e, i, r)).all(|r| {
-                any = true;
-                values[i][r] == FieldValue::Absent(Absent::NotFound)
-            });
+            let all_missing = values
+                .entity(i)
+                .filter(|&(r, _)| asked(i, r))
+                .all(|(_, v)| {
+                    any = true;
+                    *v == FieldValue::Absent(Absent::NotFound)
+                });
             any && all_missing
         })
     }

@@ -891,7 +891,7 @@ impl NvmlSource {
             }
             readings.push(EntityReading {
                 entity: e.clone(),
-                values,
+                values: values.into(),
                 attribution: self.no_attribution.clone(),
             });
         }

@@ -32,7 +32,8 @@ use crate::counters::exporter::IncidentReads;
 use crate::counters::CounterSet;
 use crate::snapshot::distribution::DistributionSpec;
 use crate::snapshot::inventory::Wanted;
-use crate::snapshot::{Absent, Attribution, Entity, EntityReading, FieldValue, Reading};
+use crate::snapshot::values::ValuePool;
+use crate::snapshot::{Attribution, Entity, EntityReading, FieldValue, Reading};
 use crate::telemetry::self_metrics::SelfMetrics;
 
 /// The node a simulated fleet belongs to, whose name its GPU UUIDs derive from: `NODE_NAME`
@@ -54,8 +55,11 @@ pub struct SimSource {
     entities: Vec<Arc<Entity>>,
     /// Per row: its watch-group interval in seconds, when it has one.
     row_interval: Vec<Option<f64>>,
-    /// Per entity and row: the last sample of a watch-group row (simulated time, value).
+    /// Per entity and row: the last sample of a watch-group row (simulated time, value); empty
+    /// without watch groups.
     sampled: Vec<Vec<Option<(f64, FieldValue)>>>,
+    /// The value arrays, reused between collections.
+    values: ValuePool,
     step_s: f64,
     polls: u64,
     no_attribution: Arc<Attribution>,
@@ -92,6 +96,7 @@ impl SimSource {
             entities,
             row_interval: Vec::new(),
             sampled: Vec::new(),
+            values: ValuePool::new(&counters),
             step_s: interval.as_secs_f64(),
             polls: 0,
             no_attribution: Arc::new(Attribution::default()),
@@ -150,7 +155,12 @@ impl SimSource {
                     .map(|d| d.as_secs_f64())
             })
             .collect();
-        self.sampled = vec![vec![None; self.counters.rows.len()]; self.entities.len()];
+        self.sampled = if self.row_interval.iter().any(Option::is_some) {
+            vec![vec![None; self.counters.rows.len()]; self.entities.len()]
+        } else {
+            Vec::new()
+        };
+        self.values.set_counters(&self.counters);
     }
 }
 
@@ -172,38 +182,37 @@ impl Source for SimSource {
                 .value(e, field, now_us)
                 .unwrap_or_else(|| fleet.value(e.kind, e.entity_id, field))
         };
-        let mut entities = Vec::with_capacity(self.entities.len());
+        let mut w = self.values.writer();
         for (i, e) in self.entities.iter().enumerate() {
-            let values = self
-                .counters
-                .rows
-                .iter()
-                .enumerate()
-                .map(|(r, c)| {
-                    if !e.kind.reads(c.field.level) {
-                        return FieldValue::Absent(Absent::NotApplicable);
+            w.push(e.kind, |r| {
+                let field = self.counters.rows[r].field.id;
+                let Some(every) = self.row_interval[r] else {
+                    return read(e, field);
+                };
+                let Some(slot) = self.sampled.get_mut(i).and_then(|s| s.get_mut(r)) else {
+                    return read(e, field);
+                };
+                match slot {
+                    // Half a step of slack: simulated time advances in float steps.
+                    Some((t, v)) if now - *t < every - self.step_s / 2.0 => v.clone(),
+                    _ => {
+                        let v = read(e, field);
+                        *slot = Some((now, v.clone()));
+                        v
                     }
-                    let Some(every) = self.row_interval[r] else {
-                        return read(e, c.field.id);
-                    };
-                    let slot = &mut self.sampled[i][r];
-                    match slot {
-                        // Half a step of slack: simulated time advances in float steps.
-                        Some((t, v)) if now - *t < every - self.step_s / 2.0 => v.clone(),
-                        _ => {
-                            let v = read(e, c.field.id);
-                            *slot = Some((now, v.clone()));
-                            v
-                        }
-                    }
-                })
-                .collect();
-            entities.push(EntityReading {
+                }
+            });
+        }
+        let entities = self
+            .entities
+            .iter()
+            .zip(self.values.finish(w))
+            .map(|(e, values)| EntityReading {
                 entity: e.clone(),
                 values,
                 attribution: self.no_attribution.clone(),
-            });
-        }
+            })
+            .collect();
         // XIDs, clock events and health are always read (the simulator has them for free); the P2P
         // matrix only when DCGM_EXP_P2P_STATUS is listed.
         let reads = IncidentReads {

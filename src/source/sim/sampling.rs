@@ -263,7 +263,7 @@ mod tests {
             let e = &r.distributions.entries[0];
             assert_eq!(e.interval.count, 10, "poll {poll}");
             assert_eq!((e.interval.min, e.interval.max), (250.0, 650.0));
-            let last = r.entities[0].values[0].as_f64().unwrap();
+            let last = r.entities[0].values.get(0).unwrap().as_f64().unwrap();
             assert!(last == 250.0 || last == 650.0, "{last}");
             assert_eq!(e.total.count, 10 * (poll + 1));
         }
@@ -283,7 +283,7 @@ mod tests {
             let r = s.poll().unwrap();
             assert_eq!(r.distributions.entries.len(), 2);
             for e in &r.distributions.entries {
-                let last = r.entities[0].values[e.spec].as_f64().unwrap();
+                let last = r.entities[0].values.get(e.spec).unwrap().as_f64().unwrap();
                 assert!(e.interval.min <= last && last <= e.interval.max);
                 assert_eq!(e.interval.count, [10, 4][e.spec]);
                 burst |= e.spec == 0 && e.interval.max > last * 1.07;

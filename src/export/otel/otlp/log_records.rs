@@ -242,7 +242,7 @@ impl RecordBuilder {
     ) {
         let reading = EntityReading {
             entity: incident.entity.clone(),
-            values: Vec::new(),
+            values: crate::snapshot::EntityValues::none(),
             attribution: if monitored {
                 incident.attribution.clone()
             } else {

@@ -871,7 +871,7 @@ impl DirectBuilder {
                 attribution.add(&sample.attributes);
                 let reading = crate::snapshot::EntityReading {
                     entity: sample.entity.clone(),
-                    values: Vec::new(),
+                    values: crate::snapshot::EntityValues::none(),
                     attribution: Arc::new(attribution),
                 };
                 let set = self.naming.entity_set(&reading, Vec::new());
@@ -1521,7 +1521,9 @@ mod tests {
                 snap.entities.remove(3);
             }
             if seq == 4 {
-                snap.entities[0].values[1] = FieldValue::Absent(Absent::Blank);
+                snap.entities[0]
+                    .values
+                    .set(1, FieldValue::Absent(Absent::Blank));
             }
             let req = b.build(&snap).request;
             for dp in req.resource_metrics[0].scope_metrics[0]
@@ -1661,13 +1663,15 @@ mod tests {
         // Same entities (same Arcs), new values: the cached resources stay.
         let mut next = snap.clone();
         next.seq = 2;
-        next.entities[0].values[0] = FieldValue::Int(1500);
+        next.entities[0].values.set(0, FieldValue::Int(1500));
         let second = b.build(&next).request;
         assert_eq!(b.layout.resources.as_ptr(), resources);
         assert_eq!(first.resource_metrics.len(), second.resource_metrics.len());
         // A new driver version (a label row) changes the resources.
         let mut next = next.clone();
-        next.entities[0].values[4] = FieldValue::Text("560.2".into());
+        next.entities[0]
+            .values
+            .set(4, FieldValue::Text("560.2".into()));
         let third = b.build(&next).request;
         let versions: HashSet<String> = third
             .resource_metrics

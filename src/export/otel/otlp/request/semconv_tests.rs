@@ -226,7 +226,7 @@ fn every_row_of_the_table_gives_its_point() {
             counters.clone(),
             vec![EntityReading {
                 entity: gpu.clone(),
-                values,
+                values: values.into(),
                 attribution: Arc::new(Attribution::default()),
             }],
         );
@@ -351,7 +351,8 @@ fn fleet(counters: &Arc<CounterSet>, energy: i64) -> Snapshot {
                     Int(energy),
                     Int(1410),
                     Text("550.1".into()),
-                ],
+                ]
+                .into(),
                 attribution: Arc::new(Attribution::default()),
             },
             EntityReading {
@@ -363,7 +364,8 @@ fn fleet(counters: &Arc<CounterSet>, energy: i64) -> Snapshot {
                     FieldValue::Absent(crate::snapshot::Absent::NotApplicable),
                     Int(1410),
                     Text("550.1".into()),
-                ],
+                ]
+                .into(),
                 attribution: Arc::new(Attribution::default()),
             },
         ],

@@ -96,7 +96,11 @@ fn fleet(counters: &Arc<CounterSet>, seq: u64) -> Snapshot {
         vec![I(31), na(), I(1000), D(99.0)],
     ];
     for (e, values) in snap.entities.iter_mut().zip(extra) {
-        e.values.extend(values);
+        let mut all: Vec<FieldValue> = (0..4)
+            .map(|r| e.values.get(r).cloned().unwrap_or_else(na))
+            .collect();
+        all.extend(values);
+        e.values = all.into();
     }
     let board = gpu(3, "GPU-ddd");
     let gpu0 = snap.entities[0].entity.gpu.clone().unwrap();
@@ -112,7 +116,8 @@ fn fleet(counters: &Arc<CounterSet>, seq: u64) -> Snapshot {
             D(active),
             I(512 * seq as i64),
             na(),
-        ],
+        ]
+        .into(),
         attribution: Arc::new(pods(&["m"])),
     };
     snap.entities
