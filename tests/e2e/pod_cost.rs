@@ -410,7 +410,7 @@ fn energy_from_power_without_a_counter_and_none_when_the_counter_goes_backwards(
     for (k, &energy1) in energy1.iter().enumerate() {
         let reading = |g: usize, power: FieldValue, energy: FieldValue, pod: &str| EntityReading {
             entity: gpus[g].clone(),
-            values: vec![FieldValue::Int(50), power, energy, FieldValue::Double(0.5)],
+            values: vec![FieldValue::Int(50), power, energy, FieldValue::Double(0.5)].into(),
             attribution: attribution(&[pod]),
         };
         let entities = vec![
