@@ -197,6 +197,8 @@ fn ffi_matches_the_installed_nvml_h() {
         nvmlDeviceGetPerformanceState,
         nvmlDeviceGetFanSpeed,
         nvmlDeviceGetPcieThroughput,
+        nvmlDeviceGetCurrPcieLinkGeneration,
+        nvmlDeviceGetCurrPcieLinkWidth,
         nvmlDeviceGetUtilizationRates,
         nvmlDeviceGetEncoderUtilization,
         nvmlDeviceGetDecoderUtilization,

@@ -413,7 +413,7 @@ class Compare(unittest.TestCase):
         self.assertEqual(C.compare_nvlinks(samples, UUID, fixture("nvlink-s.txt"))[0][3], C.PASS)
         self.assertEqual(C.compare_nvlinks(samples, UUID, "GPU 0\n\t Link 0: 26.562 GB/s\n")[0][3], C.FAIL)
         gaps = C.compare_gaps(C.parse_smi_csv(fixture("h100-query-gpu.csv"))[0])
-        self.assertEqual([(g[1], g[3]) for g in gaps], [("5", C.GAP), ("16", C.GAP)])
+        self.assertEqual(gaps, [])  # the PCIe link generation and width are compared as families
 
 
 class CoversTheNvmlSource(unittest.TestCase):

@@ -337,6 +337,10 @@ pub mod fn_types {
         unsafe extern "C" fn(nvmlDevice_t, *mut c_uint) -> nvmlReturn_t;
     pub type nvmlDeviceGetPcieThroughput =
         unsafe extern "C" fn(nvmlDevice_t, c_uint, *mut c_uint) -> nvmlReturn_t;
+    pub type nvmlDeviceGetCurrPcieLinkGeneration =
+        unsafe extern "C" fn(nvmlDevice_t, *mut c_uint) -> nvmlReturn_t;
+    pub type nvmlDeviceGetCurrPcieLinkWidth =
+        unsafe extern "C" fn(nvmlDevice_t, *mut c_uint) -> nvmlReturn_t;
     pub type nvmlDeviceGetUtilizationRates =
         unsafe extern "C" fn(nvmlDevice_t, *mut nvmlUtilization_t) -> nvmlReturn_t;
     pub type nvmlDeviceGetEncoderUtilization =
@@ -469,6 +473,8 @@ symbols!(
         nvmlDeviceGetPerformanceState,
         nvmlDeviceGetFanSpeed,
         nvmlDeviceGetPcieThroughput,
+        nvmlDeviceGetCurrPcieLinkGeneration,
+        nvmlDeviceGetCurrPcieLinkWidth,
         nvmlDeviceGetUtilizationRates,
         nvmlDeviceGetEncoderUtilization,
         nvmlDeviceGetDecoderUtilization,
@@ -838,6 +844,34 @@ impl Symbols {
                 .map_or(NVML_ERROR_FUNCTION_NOT_FOUND, |f| {
                     // SAFETY: `d` is a device handle this library gave; `counter` is plain data; `p` points to a live, writable c_uint.
                     unsafe { f(d, counter, p) }
+                }),
+            v,
+        )
+    }
+
+    /// The PCIe link generation in use now (DCGM's `DCGM_FI_DEV_PCIE_LINK_GEN`).
+    pub fn pcie_link_generation(&self, d: nvmlDevice_t) -> Result<u32, nvmlReturn_t> {
+        let mut v: c_uint = 0;
+        let p: *mut c_uint = &mut v;
+        out_u32(
+            self.nvmlDeviceGetCurrPcieLinkGeneration
+                .map_or(NVML_ERROR_FUNCTION_NOT_FOUND, |f| {
+                    // SAFETY: `d` is a device handle this library gave; `p` points to a live, writable c_uint.
+                    unsafe { f(d, p) }
+                }),
+            v,
+        )
+    }
+
+    /// The PCIe link width in use now, lanes (DCGM's `DCGM_FI_DEV_PCIE_LINK_WIDTH`).
+    pub fn pcie_link_width(&self, d: nvmlDevice_t) -> Result<u32, nvmlReturn_t> {
+        let mut v: c_uint = 0;
+        let p: *mut c_uint = &mut v;
+        out_u32(
+            self.nvmlDeviceGetCurrPcieLinkWidth
+                .map_or(NVML_ERROR_FUNCTION_NOT_FOUND, |f| {
+                    // SAFETY: `d` is a device handle this library gave; `p` points to a live, writable c_uint.
+                    unsafe { f(d, p) }
                 }),
             v,
         )

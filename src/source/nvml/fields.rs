@@ -43,6 +43,9 @@ pub enum Read {
     FanSpeed,
     /// `nvmlDeviceGetPcieThroughput(TX|RX)`, KB/s.
     Pcie(u32),
+    /// `nvmlDeviceGetCurrPcieLinkGeneration` / `nvmlDeviceGetCurrPcieLinkWidth` (lanes).
+    PcieLinkGen,
+    PcieLinkWidth,
     /// `nvmlDeviceGetUtilizationRates().gpu` / `.memory`.
     GpuUtil,
     MemUtil,
@@ -144,6 +147,8 @@ pub const TABLE: &[(u16, &str, Read)] = &[
     (206, "DCGM_FI_DEV_ENC_UTIL", Read::EncUtil),
     (207, "DCGM_FI_DEV_DEC_UTIL", Read::DecUtil),
     (230, "DCGM_FI_DEV_XID_ERRORS", Read::Xid),
+    (237, "DCGM_FI_DEV_PCIE_LINK_GEN", Read::PcieLinkGen),
+    (238, "DCGM_FI_DEV_PCIE_LINK_WIDTH", Read::PcieLinkWidth),
     (250, "DCGM_FI_DEV_FB_TOTAL", Read::FbTotal),
     (251, "DCGM_FI_DEV_FB_FREE", Read::FbFree),
     (252, "DCGM_FI_DEV_FB_USED", Read::FbUsed),

@@ -765,6 +765,8 @@ impl NvmlSource {
             Read::Pstate => int(dev.call(|s, h| s.performance_state(h))),
             Read::FanSpeed => int(dev.call(|s, h| s.fan_speed(h))),
             Read::Pcie(c) => int(dev.call(|s, h| s.pcie_throughput(h, c))),
+            Read::PcieLinkGen => int(dev.call(|s, h| s.pcie_link_generation(h))),
+            Read::PcieLinkWidth => int(dev.call(|s, h| s.pcie_link_width(h))),
             Read::GpuUtil => int(dev.utilization().map(|u| u.gpu)),
             Read::MemUtil => int(dev.utilization().map(|u| u.memory)),
             Read::EncUtil => int(dev.call(|s, h| s.encoder_utilization(h))),

@@ -602,6 +602,8 @@ macro_rules! uint_export {
 
 uint_export!(nvmlDeviceGetPerformanceState, 190);
 uint_export!(nvmlDeviceGetFanSpeed, 191);
+uint_export!(nvmlDeviceGetCurrPcieLinkGeneration, 237);
+uint_export!(nvmlDeviceGetCurrPcieLinkWidth, 238);
 
 #[no_mangle]
 pub unsafe extern "C" fn nvmlDeviceGetPowerUsage(
@@ -1153,6 +1155,8 @@ const _: () = {
     let _: t::nvmlDeviceGetPerformanceState = nvmlDeviceGetPerformanceState;
     let _: t::nvmlDeviceGetFanSpeed = nvmlDeviceGetFanSpeed;
     let _: t::nvmlDeviceGetPcieThroughput = nvmlDeviceGetPcieThroughput;
+    let _: t::nvmlDeviceGetCurrPcieLinkGeneration = nvmlDeviceGetCurrPcieLinkGeneration;
+    let _: t::nvmlDeviceGetCurrPcieLinkWidth = nvmlDeviceGetCurrPcieLinkWidth;
     let _: t::nvmlDeviceGetUtilizationRates = nvmlDeviceGetUtilizationRates;
     let _: t::nvmlDeviceGetEncoderUtilization = nvmlDeviceGetEncoderUtilization;
     let _: t::nvmlDeviceGetDecoderUtilization = nvmlDeviceGetDecoderUtilization;
