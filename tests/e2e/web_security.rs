@@ -857,19 +857,32 @@ fn requests_over_the_in_flight_cap_get_503_and_probes_have_their_own_budget() {
     let s = start(None, &["--web-max-requests", "1", "--enable-pprof"], |_| {});
     let port = s.port;
     // A CPU profile holds the one request slot for its 3 seconds.
-    let profile = std::thread::spawn(move || {
-        let mut c = TcpStream::connect(("127.0.0.1", port)).unwrap();
-        c.set_read_timeout(Some(Duration::from_secs(120))).unwrap();
-        c.write_all(
-            b"GET /debug/pprof/profile?seconds=3 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
-        )
-        .unwrap();
-        let mut out = Vec::new();
-        let _ = c.read_to_end(&mut out);
-        String::from_utf8_lossy(&out[..out.len().min(12)]).into_owned()
-    });
+    let start_profile = move || {
+        std::thread::spawn(move || {
+            let mut c = TcpStream::connect(("127.0.0.1", port)).unwrap();
+            c.set_read_timeout(Some(Duration::from_secs(120))).unwrap();
+            c.write_all(
+                b"GET /debug/pprof/profile?seconds=3 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+            )
+            .unwrap();
+            let mut out = Vec::new();
+            let _ = c.read_to_end(&mut out);
+            String::from_utf8_lossy(&out[..out.len().min(12)]).into_owned()
+        })
+    };
+    let mut profile = start_profile();
     let deadline = Instant::now() + Duration::from_secs(20);
     let busy = loop {
+        // The profile may arrive while one of the scrapes below holds the slot: it is then answered
+        // 503 itself, at once, and sent again (a profile that ended with 200 unseen fails the test).
+        if profile.is_finished() {
+            let ended = profile.join().unwrap();
+            assert_eq!(
+                ended, "HTTP/1.1 503",
+                "the profile ended without a scrape seeing it"
+            );
+            profile = start_profile();
+        }
         let r = common::get(port, "/metrics").unwrap();
         if r.status == 503 {
             break r;
