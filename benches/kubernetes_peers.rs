@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use dcgm_otel::source::sim::{Fleet, Scenario};
 use support::api_server::ApiServer;
-use support::common::{binary, free_port, get, Exporter};
+use support::common::{binary, get, spawn_on_port_it_reports, Exporter};
 use support::kubelet::{container, pod, pods, Kubelet};
 
 /// The simulated node's GPU UUIDs and, flattened, its MIG slices' UUIDs.
@@ -35,23 +35,19 @@ fn devices() -> (Vec<String>, Vec<String>) {
     (gpus, slices)
 }
 
-/// `dcgm-otel --simulate=dgx-h100-mig -c 1000 -k` on a free port, asking the kubelet on `socket`.
+/// `dcgm-otel --simulate=dgx-h100-mig -c 1000 -k` on a port it picks (:0, read from its log), asking
+/// the kubelet on `socket`.
 fn exporter(socket: &Path, extra: &[&str], env: &[(&str, &str)]) -> Exporter {
-    let port = free_port();
-    let child = Command::new(binary())
-        .args(["--simulate=dgx-h100-mig", "-c", "1000", "-a"])
-        .arg(format!("127.0.0.1:{port}"))
+    let mut cmd = Command::new(binary());
+    cmd.args(["--simulate=dgx-h100-mig", "-c", "1000", "-a", "127.0.0.1:0"])
         .args(["-k", "--pod-resources-kubelet-socket"])
         .arg(socket)
         .args(extra)
         .env_clear()
         .env("NODE_NAME", "node-a")
         .envs(env.iter().copied())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    Exporter { child, port }
+        .stdout(Stdio::null());
+    spawn_on_port_it_reports(cmd, Duration::from_secs(30))
 }
 
 fn scrape(port: u16) -> Option<String> {

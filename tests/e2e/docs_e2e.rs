@@ -22,7 +22,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use common::{binary, free_port, get, run_to_exit, wait_ready, Exporter};
+use common::{binary, get, run_to_exit, wait_ready};
 
 fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -146,25 +146,23 @@ fn commands(body: &[String]) -> Vec<String> {
     out
 }
 
-/// Run `args` with `env` on a spare port until /metrics answers; its stderr and first body.
+/// Run `args` with `env` on a port the exporter picks (:0, read from its log) until /metrics
+/// answers; its stderr and first body.
 fn serve(args: &[String], env: &[(String, String)], cwd: &Path, what: &str) -> (String, String) {
-    let port = free_port();
     let mut cmd = Command::new(binary());
     cmd.args(args)
-        .args(["-a", &format!("127.0.0.1:{port}")])
+        .args(["-a", "127.0.0.1:0"])
         .current_dir(cwd)
         .env_remove("DCGM_EXPORTER_KUBERNETES")
+        .env_remove("RUST_LOG")
         .stdout(Stdio::null())
         .stderr(Stdio::piped());
     for (k, v) in env {
         cmd.env(k, v);
     }
-    let e = Exporter {
-        child: cmd.spawn().unwrap(),
-        port,
-    };
+    let e = common::spawn_on_port_it_reports(cmd, Duration::from_secs(20));
     wait_ready(&e, Duration::from_secs(20));
-    let r = get(port, "/metrics").unwrap();
+    let r = get(e.port, "/metrics").unwrap();
     assert_eq!(r.status, 200, "{what}");
     let body = r.text();
     assert!(body.contains("DCGM_FI_"), "{what}: no DCGM series");

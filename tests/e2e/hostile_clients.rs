@@ -54,22 +54,17 @@ impl Running {
     fn start(web: Option<&str>, args: &[&str], env: &[(&str, &str)]) -> Running {
         let tmp = tempfile::tempdir().unwrap();
         let dir = tmp.path().to_path_buf();
-        let port = common::free_port();
         let mut cmd = Command::new(binary());
-        cmd.args([
-            "--simulate",
-            "-c",
-            "500",
-            "-a",
-            &format!("127.0.0.1:{port}"),
-        ])
-        .args(args)
-        .current_dir(&dir)
-        .env("DCGM_EXPORTER_KUBERNETES", "false")
-        .env_remove("DCGM_EXPORTER_WEB_CONFIG_FILE")
-        .env_remove("DCGM_EXPORTER_ENABLE_PPROF")
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(dir.join("stderr.log")).unwrap());
+        // :0: the exporter binds a port itself and says which in its "serving /metrics" line.
+        cmd.args(["--simulate", "-c", "500", "-a", "127.0.0.1:0"])
+            .args(args)
+            .current_dir(&dir)
+            .env("DCGM_EXPORTER_KUBERNETES", "false")
+            .env_remove("RUST_LOG")
+            .env_remove("DCGM_EXPORTER_WEB_CONFIG_FILE")
+            .env_remove("DCGM_EXPORTER_ENABLE_PPROF")
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(dir.join("stderr.log")).unwrap());
         for (k, v) in env {
             cmd.env(k, v);
         }
@@ -79,12 +74,15 @@ impl Running {
         }
         let mut r = Running {
             child: cmd.spawn().expect("cannot start dcgm-otel"),
-            port,
+            port: 0,
             dir,
             _tmp: tmp,
         };
+        let log = r.dir.join("stderr.log");
+        r.port =
+            common::port_logged_in(&log, common::SERVING, &mut r.child, Duration::from_secs(20));
         let deadline = Instant::now() + Duration::from_secs(20);
-        while TcpStream::connect(("127.0.0.1", port)).is_err() {
+        while TcpStream::connect(("127.0.0.1", r.port)).is_err() {
             if let Some(status) = r.child.try_wait().unwrap() {
                 panic!("exited ({status}) at start:\n{}", r.log());
             }
@@ -134,11 +132,7 @@ fn run_to_exit(web: &str, args: &[&str]) -> (Option<ExitStatus>, String) {
     std::fs::write(tmp.path().join("web.yml"), web).unwrap();
     let log = tmp.path().join("stderr.log");
     let mut child = Command::new(binary())
-        .args([
-            "--simulate",
-            "-a",
-            &format!("127.0.0.1:{}", common::free_port()),
-        ])
+        .args(["--simulate", "-a", "127.0.0.1:0"])
         .args(["--web-config-file", "web.yml"])
         .args(args)
         .current_dir(tmp.path())

@@ -30,7 +30,6 @@ fn binary() -> PathBuf {
 /// A running exporter with its stderr in a file; killed on drop.
 struct Running {
     child: Child,
-    port: u16,
     log: PathBuf,
 }
 
@@ -43,11 +42,16 @@ impl Drop for Running {
 
 impl Running {
     fn start(dir: &Path, args: &[&str], env: &[(String, String)]) -> Running {
-        let port = common::free_port();
-        let log = dir.join(format!("exporter-{port}.log"));
+        // One log per start within `dir` (a test may start several there).
+        static STARTS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let n = STARTS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let log = dir.join(format!("exporter-{n}.log"));
         let mut cmd = Command::new(binary());
+        // :0: the exporter binds a port itself and says which in its "serving /metrics" line
+        // ([`Running::port`]).
         cmd.args(args)
-            .args(["-a", &format!("127.0.0.1:{port}")])
+            .args(["-a", "127.0.0.1:0"])
+            .env_remove("RUST_LOG")
             .env("NODE_NAME", "test-node")
             .env("DCGM_EXPORTER_KUBERNETES", "false")
             .env_remove("DCGM_EXPORTER_WEB_CONFIG_FILE")
@@ -58,9 +62,15 @@ impl Running {
         }
         Running {
             child: cmd.spawn().expect("cannot start dcgm-otel"),
-            port,
             log,
         }
+    }
+
+    /// The port it serves on, once its log says so.
+    fn port(&self) -> Option<u16> {
+        self.log()
+            .lines()
+            .find_map(|l| common::logged_port(l, common::SERVING))
     }
 
     fn log(&self) -> String {
@@ -95,7 +105,7 @@ impl Running {
         let deadline = Instant::now() + Duration::from_secs(30);
         let mut last = String::new();
         while Instant::now() < deadline {
-            if let Ok(r) = common::get(self.port, "/metrics") {
+            if let Some(Ok(r)) = self.port().map(|port| common::get(port, "/metrics")) {
                 let body = r.text();
                 if r.status == 200 && pred(&body) {
                     return body;

@@ -11,7 +11,7 @@
 //! collection while the engine was away.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail loudly on purpose
 
-use crate::support::common::{self, binary, free_port, get, scrape, series, Exporter};
+use crate::support::common::{self, binary, get, scrape, series, Exporter};
 use crate::support::fake_lib::Fake;
 use crate::support::peers;
 
@@ -21,11 +21,10 @@ use std::time::{Duration, Instant};
 
 /// Start the exporter without waiting for `/ready` (the point is that it is 503 for a while).
 fn spawn(fake: &Fake, args: &[&str], env: &[(&str, &str)]) -> (Exporter, Instant) {
-    let port = free_port();
-    let addr = format!("127.0.0.1:{port}");
     let mut cmd = Command::new(binary());
     cmd.args(args)
-        .args(["-a", &addr])
+        .args(["-a", "127.0.0.1:0"])
+        .env_remove("RUST_LOG")
         .env("NODE_NAME", "test-node")
         .env("DCGM_EXPORTER_KUBERNETES", "false")
         .stdout(Stdio::null())
@@ -34,8 +33,10 @@ fn spawn(fake: &Fake, args: &[&str], env: &[(&str, &str)]) -> (Exporter, Instant
         cmd.env(k, v);
     }
     let spawned = Instant::now();
-    let child = cmd.spawn().expect("cannot start dcgm-otel");
-    (Exporter { child, port }, spawned)
+    // The port it binds (:0) is read from its "serving /metrics" line, which comes as it binds,
+    // before any collection (readiness is what the tests then watch).
+    let exporter = common::spawn_on_port_it_reports(cmd, Duration::from_secs(20));
+    (exporter, spawned)
 }
 
 /// Wait until `cond(port)` holds, checking that the exporter is still running, or panic after `limit`.

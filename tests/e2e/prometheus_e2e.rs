@@ -12,13 +12,13 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use crate::support::common::{self, free_port, get};
+use crate::support::common::{self, get};
 use crate::support::fake_lib::Fake;
 use crate::support::kubelet::{container, pod, pods, Kubelet};
 use crate::support::peers;
 use dcgm_otel::source::sim::{Fleet, Scenario};
 
-/// A Prometheus server on a free loopback port, scraping `targets` every second; stopped on drop.
+/// A Prometheus server on a loopback port of its own choosing (:0), scraping `targets` every second; stopped on drop.
 struct Prometheus {
     child: Child,
     port: u16,
@@ -47,20 +47,29 @@ impl Prometheus {
             ),
         )
         .unwrap();
-        let port = free_port();
-        let log = std::fs::File::create(dir.join("prometheus.log")).unwrap();
+        let log_path = dir.join("prometheus.log");
+        let log = std::fs::File::create(&log_path).unwrap();
         let child = Command::new(bin)
             .arg(format!("--config.file={}", config.display()))
             .arg(format!(
                 "--storage.tsdb.path={}",
                 dir.join("data").display()
             ))
-            .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+            .arg("--web.listen-address=127.0.0.1:0")
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()
             .unwrap();
-        Prometheus { child, port }
+        // Prometheus binds :0 itself and logs the bound address ("Listening on" address=...); killed
+        // on drop should it never say so.
+        let mut prometheus = Prometheus { child, port: 0 };
+        prometheus.port = common::port_logged_in(
+            &log_path,
+            "Listening on",
+            &mut prometheus.child,
+            Duration::from_secs(30),
+        );
+        prometheus
     }
 
     /// An instant query's whole JSON answer (`status`, `data` or `error`).

@@ -107,8 +107,8 @@ fn units_verify_clean_and_the_service_is_hardened() {
     assert!(socket.lines().any(|l| l == "ListenStream=9400"));
 }
 
-/// `systemd-socket-activate` listening on a free loopback port, ready to start the exporter with
-/// `args` on the first connection; killed (with the exporter it became) on drop.
+/// `systemd-socket-activate` listening on a loopback port, ready to start the exporter with `args` on
+/// the first connection; killed (with the exporter it became) on drop.
 struct Activated {
     child: Child,
     port: u16,
@@ -121,9 +121,18 @@ impl Drop for Activated {
     }
 }
 
+/// systemd-socket-activate refuses `--listen=127.0.0.1:0` ("Invalid argument") and cannot be handed a
+/// socket, so it gets a port free a moment ago and is started again on a fresh one when another
+/// process took that port in between (it says "Address already in use" and exits): the bounded retry
+/// of [`common::with_free_port_retried`].
 fn socket_activate(args: &[&str]) -> Activated {
-    let port = common::free_port();
-    let child = Command::new("systemd-socket-activate")
+    common::with_free_port_retried(1, |ports| socket_activate_on(ports[0], args))
+}
+
+/// [`socket_activate`] on `port`: `Err` with what it said when it could not bind it.
+fn socket_activate_on(port: u16, args: &[&str]) -> Result<Activated, String> {
+    use std::io::BufRead;
+    let mut child = Command::new("systemd-socket-activate")
         .arg(format!("--listen=127.0.0.1:{port}"))
         .args([
             "-E",
@@ -138,7 +147,31 @@ fn socket_activate(args: &[&str]) -> Activated {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    Activated { child, port }
+    let stderr = child.stderr.take().expect("stderr is piped");
+    let (tx, rx) = std::sync::mpsc::channel();
+    // Its lines until it says it listens (or fails); then drained, so that the exporter it becomes
+    // never blocks on a full pipe.
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stderr).lines() {
+            let Ok(line) = line else { break };
+            let _ = tx.send(line);
+        }
+    });
+    let activated = Activated { child, port };
+    let mut said = Vec::new();
+    loop {
+        match rx.recv_timeout(Duration::from_secs(20)) {
+            Ok(line) if line.starts_with("Listening on ") => return Ok(activated),
+            Ok(line) => said.push(line),
+            Err(e) => {
+                let said = said.join("\n");
+                if common::says_port_taken(&said) {
+                    return Err(said);
+                }
+                panic!("systemd-socket-activate did not listen on :{port} ({e}):\n{said}");
+            }
+        }
+    }
 }
 
 /// GET `path` until the answer is not 503 (the first collection pending); the first connection is

@@ -108,41 +108,44 @@ leaf badclient rogue badclient clientAuth
     );
 }
 
-/// Start `dcgm-otel --simulate -c 500` on a free port; `web` (if any) is written to web.yml first. Waits
-/// until the port accepts connections.
+/// Start `dcgm-otel --simulate -c 500` on a port it picks (:0, read from its log); `web` (if any) is
+/// written to web.yml first. Waits until the port accepts connections.
 fn start(web: Option<&str>, extra: &[&str], setup: impl FnOnce(&Path)) -> Server {
     let tmp = tempfile::tempdir().expect("tempdir");
     let dir = tmp.path().to_path_buf();
     setup(&dir);
-    let port = common::free_port();
     // DCGM_OTEL_TEST_BINARY: measure another build (e.g. target/release/dcgm-otel) with the same tests.
     let binary = std::env::var_os("DCGM_OTEL_TEST_BINARY")
         .map(PathBuf::from)
         .unwrap_or_else(common::binary);
     let mut cmd = Command::new(binary);
-    cmd.args([
-        "--simulate",
-        "-c",
-        "500",
-        "-a",
-        &format!("127.0.0.1:{port}"),
-    ])
-    .args(extra)
-    .current_dir(&dir)
-    .env_remove("DCGM_EXPORTER_WEB_CONFIG_FILE")
-    .stdout(Stdio::null())
-    .stderr(std::fs::File::create(dir.join("stderr.log")).expect("log file"));
+    // :0: the exporter binds a port itself and says which in its "serving /metrics" line.
+    cmd.args(["--simulate", "-c", "500", "-a", "127.0.0.1:0"])
+        .args(extra)
+        .current_dir(&dir)
+        .env_remove("DCGM_EXPORTER_WEB_CONFIG_FILE")
+        .env_remove("RUST_LOG")
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(dir.join("stderr.log")).expect("log file"));
     if let Some(text) = web {
         std::fs::write(dir.join("web.yml"), text).expect("web.yml");
         cmd.args(["--web-config-file", "web.yml"]);
     }
     let child = cmd.spawn().expect("cannot start dcgm-otel");
-    let server = Server {
+    let mut server = Server {
         child,
-        port,
+        port: 0,
         dir,
         _tmp: tmp,
     };
+    let log = server.dir.join("stderr.log");
+    server.port = common::port_logged_in(
+        &log,
+        common::SERVING,
+        &mut server.child,
+        Duration::from_secs(20),
+    );
+    let port = server.port;
     let deadline = Instant::now() + Duration::from_secs(20);
     while TcpStream::connect(("127.0.0.1", port)).is_err() {
         assert!(

@@ -113,14 +113,6 @@ fn binary() -> PathBuf {
         .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_dcgm-otel")))
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 /// `libdcgm.so.4` → the fake (built if needed), in `dir/lib`.
 fn fake_dir(dir: &Path) -> PathBuf {
     let so = support::fake_lib::built("libfake_libdcgm.so");
@@ -265,12 +257,12 @@ fn soak() {
     std::fs::write(dir.join("web.yml"), &web_configs[0]).unwrap();
 
     // ---- the exporter
-    let port = free_port();
+    // :0: the exporter binds a port itself and says which in its "serving /metrics" line.
     let mut args: Vec<String> = [
         "-c",
         "1000",
         "-a",
-        &format!("127.0.0.1:{port}"),
+        "127.0.0.1:0",
         "-f",
         dir.join("counters.csv").to_str().unwrap(),
         "--web-config-file",
@@ -314,6 +306,12 @@ fn soak() {
         .spawn()
         .unwrap();
     let mut exporter = Exporter { child };
+    let port = support::common::port_logged_in(
+        &log_path,
+        support::common::SERVING,
+        &mut exporter.child,
+        Duration::from_secs(30),
+    );
     let pid = exporter.child.id();
     eprintln!(
         "soak: {} pid {pid} on :{port}, OTLP logs {}, faults {faults}",

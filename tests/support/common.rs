@@ -1,5 +1,5 @@
-//! Helpers shared by the end-to-end tests: run the built `dcgm-otel` binary on a free loopback port,
-//! wait for it, scrape it with a minimal HTTP/1.1 client, and kill it when the test ends.
+//! Helpers shared by the end-to-end tests: run the built `dcgm-otel` binary on a loopback port it binds
+//! itself (:0, read from its log), wait for it, scrape it with a minimal HTTP/1.1 client, and kill it when the test ends.
 #![allow(dead_code)]
 
 use std::collections::BTreeSet;
@@ -15,14 +15,96 @@ pub fn binary() -> PathBuf {
 }
 
 /// A port that was free a moment ago. Racy: another process may take it before the caller binds it
-/// again (issue 40). Prefer [`start`] (the exporter binds :0 and says its port), a listener handed
-/// over, or [`refusing_port`].
-pub fn free_port() -> u16 {
+/// again (issue 40). Used only under [`with_free_port_retried`], for peers that cannot bind :0 and say
+/// which port they got; everything else binds :0 itself ([`start`], [`spawn_on_port_it_reports`],
+/// [`port_logged_in`]), is handed a listener, or uses [`refusing_port`].
+fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .map(|a| a.port())
         .expect("no free port")
 }
+
+/// How many times [`with_free_port_retried`] tries.
+pub const PORT_TRIES: usize = 5;
+
+/// Start a peer that cannot bind :0 and report its port (systemd-socket-activate refuses `:0`, rotel
+/// does not say which port it got) on ports free a moment ago, `ports` at a time: `start` returns
+/// `Err(why)` when the peer could not bind one of them (another process took it in between — the
+/// race [`free_port`] cannot avoid), and it is started again on fresh ports, [`PORT_TRIES`] times at
+/// most; panics with the last reason after that. Any other failure is `start`'s to panic on.
+pub fn with_free_port_retried<T>(
+    ports: usize,
+    mut start: impl FnMut(&[u16]) -> Result<T, String>,
+) -> T {
+    let mut why = String::new();
+    for _ in 0..PORT_TRIES {
+        let chosen: Vec<u16> = (0..ports).map(|_| free_port()).collect();
+        match start(&chosen) {
+            Ok(started) => return started,
+            Err(e) => {
+                eprintln!("a port of {chosen:?} was taken meanwhile; again on fresh ports:\n{e}");
+                why = e;
+            }
+        }
+    }
+    panic!("no free port held after {PORT_TRIES} tries; last: {why}");
+}
+
+/// Whether a peer's output says it could not bind its port (Linux, Go, Rust and systemd wordings).
+pub fn says_port_taken(output: &str) -> bool {
+    let lower = output.to_ascii_lowercase();
+    lower.contains("address already in use") || lower.contains("addrinuse")
+}
+
+/// The port a process says it listens on, read from `log` (its output redirected to that file): the
+/// first line containing `needle` with `address=HOST:PORT` (text) or `"address":"HOST:PORT"` (JSON) —
+/// the exporter's "serving /metrics", Prometheus' and dcgm-exporter's "Listening on" (exporter-toolkit
+/// logs the bound address). For a process told to listen on :0. Panics, with the log, when `child`
+/// exits or says nothing of the kind within `limit`.
+pub fn port_logged_in(
+    log: &std::path::Path,
+    needle: &str,
+    child: &mut Child,
+    limit: Duration,
+) -> u16 {
+    let deadline = Instant::now() + limit;
+    loop {
+        let text = std::fs::read_to_string(log).unwrap_or_default();
+        if let Some(port) = text.lines().find_map(|l| logged_port(l, needle)) {
+            return port;
+        }
+        if let Ok(Some(status)) = child.try_wait() {
+            panic!(
+                "{} exited ({status}) before logging {needle:?}:\n{text}",
+                log.display()
+            );
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no {needle:?} line with an address in {} within {limit:?}:\n{text}",
+            log.display()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// The port of a log `line` containing `needle`: `address=HOST:PORT` (text) or
+/// `"address":"HOST:PORT"` (JSON); the first address when there are several.
+pub fn logged_port(line: &str, needle: &str) -> Option<u16> {
+    if !line.contains(needle) {
+        return None;
+    }
+    let rest = line
+        .split_once("address=")
+        .or_else(|| line.split_once("\"address\":\""))?
+        .1;
+    let addr = rest.split([' ', '"', '\n', ',', ']']).next()?;
+    addr.rsplit_once(':')?.1.parse().ok()
+}
+
+/// What the exporter logs, with its bound address, once it serves (see [`port_logged_in`]).
+pub const SERVING: &str = "serving /metrics";
 
 /// A running exporter, killed on drop.
 pub struct Exporter {
@@ -200,19 +282,9 @@ pub fn spawn_on_port_it_reports(mut cmd: Command, limit: Duration) -> Exporter {
     }
 }
 
-/// The port of a "serving /metrics" log line: `address=127.0.0.1:PORT` (text) or
-/// `"address":"127.0.0.1:PORT"` (JSON); the first address when there are several.
+/// The port of a "serving /metrics" log line ([`logged_port`]).
 fn serving_port(line: &[u8]) -> Option<u16> {
-    let line = String::from_utf8_lossy(line);
-    if !line.contains("serving /metrics") {
-        return None;
-    }
-    let rest = line
-        .split_once("address=")
-        .or_else(|| line.split_once("\"address\":\""))?
-        .1;
-    let addr = rest.split([' ', '"', '\n']).next()?;
-    addr.rsplit_once(':')?.1.parse().ok()
+    logged_port(&String::from_utf8_lossy(line), SERVING)
 }
 
 /// A loopback port bound by this test and not listening: a connection to it is refused for as long

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use super::common::{self, free_port, get};
+use super::common::{self, get};
 
 /// The release the captures and the deliberate-difference list are about.
 pub const RELEASE: &str = "4.5.3-4.8.2";
@@ -90,18 +90,18 @@ impl Running {
     }
 }
 
-/// Start `bin --disable-startup-validate -a 127.0.0.1:<port> <args>` in `dir` with only `env` (and
-/// `PATH`) in its environment, its log in `dir/dcgm-exporter.log`; wait until `/health` answers 200
-/// (panics after 30 s, with its log).
+/// Start `bin --disable-startup-validate -a 127.0.0.1:0 <args>` in `dir` with only `env` (and
+/// `PATH`) in its environment, its log in `dir/dcgm-exporter.log`; read the port it bound from its
+/// "Listening on" line (exporter-toolkit logs the listener's address), then wait until `/health`
+/// answers 200 (panics after 30 s, with its log).
 pub fn start(bin: &Path, args: &[String], env: &[(String, String)], dir: &Path) -> Running {
     let log = dir.join("dcgm-exporter.log");
     let log = log.as_path();
-    let port = free_port();
     let out = std::fs::File::create(log).unwrap();
     let err = out.try_clone().unwrap();
     let child = Command::new(bin)
         .arg("--disable-startup-validate")
-        .args(["-a", &format!("127.0.0.1:{port}")])
+        .args(["-a", "127.0.0.1:0"])
         .args(args)
         .current_dir(dir)
         .env_clear()
@@ -113,10 +113,17 @@ pub fn start(bin: &Path, args: &[String], env: &[(String, String)], dir: &Path) 
         .unwrap_or_else(|e| panic!("cannot start {}: {e}", bin.display()));
     let mut running = Running {
         child,
-        port,
+        port: 0,
         log: log.to_path_buf(),
     };
     let deadline = Instant::now() + Duration::from_secs(30);
+    running.port = common::port_logged_in(
+        log,
+        "Listening on",
+        &mut running.child,
+        Duration::from_secs(30),
+    );
+    let port = running.port;
     loop {
         if get(port, "/health").is_ok_and(|r| r.status == 200) {
             return running;

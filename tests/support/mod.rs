@@ -1,7 +1,7 @@
 //! The test toolkit, shared by the end-to-end tests (`tests/e2e/`), the soak (`tests/soak/`) and the
 //! measurement benches (`benches/`): each piece of test infrastructure exists once, here.
 //!
-//! - [`common`]: run the built `dcgm-otel` on a free loopback port, scrape it, stop it; golden files.
+//! - [`common`]: run the built `dcgm-otel` on a loopback port it binds itself, scrape it, stop it; golden files.
 //! - [`fake_lib`]: the fake libdcgm / libnvidia-ml (`tests/fake-lib*`), built on demand, linked under
 //!   their real names in a private directory.
 //! - [`kubelet`]: the fake kubelet (pod-resources `List` over gRPC on a unix socket).

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use super::common::{free_port, in_ci};
+use super::common::{self, in_ci};
 
 /// The peer `what`: the file named by the environment variable `env` if set, else `program` on `PATH`.
 /// `None` (after printing why) when it is missing outside CI; panics when it is missing in CI.
@@ -89,13 +89,28 @@ pub struct Rotel {
 
 impl Rotel {
     /// Start rotel logging `signal` (`metrics` or `logs`) and wait until both ports listen; `None`
-    /// when rotel is missing (the [`find`] rule).
+    /// when rotel is missing (the [`find`] rule). Rotel takes its endpoints from flags and does not
+    /// say which port it got for `:0`, so it gets ports free a moment ago and is started again on
+    /// fresh ones when it could not bind them ("Address already in use": another process took one in
+    /// between), [`common::with_free_port_retried`].
     pub fn start(dir: &Path, signal: &str) -> Option<Rotel> {
         let bin = rotel()?;
-        let (grpc_port, http_port) = (free_port(), free_port());
+        Some(common::with_free_port_retried(2, |ports| {
+            Rotel::start_on(&bin, dir, signal, ports[0], ports[1])
+        }))
+    }
+
+    /// [`Rotel::start`] on these ports: `Err` with its log when it could not bind one of them.
+    fn start_on(
+        bin: &Path,
+        dir: &Path,
+        signal: &str,
+        grpc_port: u16,
+        http_port: u16,
+    ) -> Result<Rotel, String> {
         let log = dir.join("rotel.log");
         let out = std::fs::File::create(&log).unwrap();
-        let child = Command::new(&bin)
+        let child = Command::new(bin)
             .args(["start", "--otlp-grpc-endpoint"])
             .arg(format!("127.0.0.1:{grpc_port}"))
             .arg("--otlp-http-endpoint")
@@ -107,20 +122,30 @@ impl Rotel {
             .stderr(out)
             .spawn()
             .expect("cannot start rotel");
-        let rotel = Rotel {
+        let mut rotel = Rotel {
             child,
             grpc_port,
             http_port,
             log,
         };
         let deadline = Instant::now() + ROTEL_WAIT;
-        while TcpStream::connect(("127.0.0.1", grpc_port)).is_err()
-            || TcpStream::connect(("127.0.0.1", http_port)).is_err()
-        {
+        loop {
+            // Exited: it could not bind (the port was taken) or failed otherwise.
+            if let Ok(Some(status)) = rotel.child.try_wait() {
+                let said = std::fs::read_to_string(&rotel.log).unwrap_or_default();
+                if common::says_port_taken(&said) {
+                    return Err(said);
+                }
+                panic!("rotel exited ({status}) before listening:\n{said}");
+            }
+            if TcpStream::connect(("127.0.0.1", grpc_port)).is_ok()
+                && TcpStream::connect(("127.0.0.1", http_port)).is_ok()
+            {
+                return Ok(rotel);
+            }
             assert!(Instant::now() < deadline, "rotel did not listen");
             std::thread::sleep(Duration::from_millis(50));
         }
-        Some(rotel)
     }
 
     /// The debug log once `done` holds for it; panics ("rotel did not log `what`", with the log's
