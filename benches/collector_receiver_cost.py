@@ -26,8 +26,8 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "collector"))
-from collector_run import (Processes, free_port, start_collector, start_dcgm_otel, telemetry_overlay,  # noqa: E402
-                           wait_until, write_yaml)
+from collector_run import (Processes, logged_port, start_collector, start_dcgm_otel,  # noqa: E402
+                           telemetry_overlay, wait_until, write_yaml)
 
 TICKS = os.sysconf("SC_CLK_TCK")
 REQUEST_LINE = re.compile(r"\bMetrics\b.*data points")
@@ -51,7 +51,8 @@ def requests_in(log):
 
 def collector_config(receivers, pipeline_receiver):
     return {"receivers": receivers, "exporters": {"debug": {"verbosity": "basic"}},
-            "service": dict(telemetry_overlay(free_port())["service"], pipelines={
+            # its own metrics on a port it picks (:0): never read here, only kept off :8888
+            "service": dict(telemetry_overlay(0)["service"], pipelines={
                 "metrics": {"receivers": [pipeline_receiver], "exporters": ["debug"]}})}
 
 
@@ -68,10 +69,11 @@ def measure(procs, pids, log, warmup_s, window_s):
 
 
 def standalone(otelcol, target, work, warmup_s, window_s):
-    grpc = free_port()
-    cfg = collector_config({"otlp": {"protocols": {"grpc": {"endpoint": f"127.0.0.1:{grpc}"}}}}, "otlp")
+    # :0: the OTLP receiver logs the port it bound ("Starting GRPC server" ... "endpoint": "127.0.0.1:PORT").
+    cfg = collector_config({"otlp": {"protocols": {"grpc": {"endpoint": "127.0.0.1:0"}}}}, "otlp")
     with Processes(work) as procs:
         col = start_collector(procs, otelcol, "otelcol-otlp", [write_yaml(os.path.join(work, "otlp.yaml"), cfg)])
+        grpc = logged_port(procs, col, "Starting GRPC server", 30, "the collector's OTLP/gRPC port")
         exp, _ = start_dcgm_otel(procs, os.path.join(target, "dcgm-otel"), "dcgm-otel", [
             "--simulate=large", "-k=false", "-c", "1000", "--otlp", "--otlp-protocol", "grpc",
             "--otlp-endpoint", f"http://127.0.0.1:{grpc}"], {"NODE_NAME": "bench"})

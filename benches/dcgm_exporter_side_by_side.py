@@ -37,14 +37,18 @@ import gzip
 import http.client
 import os
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from itertools import count
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "tests", "support"))
+import listening  # noqa: E402
+
+RUNS = count()
 COUNTERS = os.path.join(ROOT, "benches/scenarios/large-counters-4.5.3.csv")
 FLEETS = [
     ("large", "large"),
@@ -55,10 +59,8 @@ SCRAPES_PER_S = 10
 TICK = os.sysconf("SC_CLK_TCK")
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+# What each exporter, told `-a 127.0.0.1:0`, logs with the port it bound (tests/support/listening.py).
+LISTENING_LINE = {"dcgm-otel": "serving /metrics", "dcgm-exporter": "Listening on"}
 
 
 def target_dir():
@@ -123,24 +125,28 @@ def collects(body):
 
 
 def run_one(kind, binary, fake_dir, scenario, seconds):
-    port = free_port()
+    run = next(RUNS)
     env = {
         "PATH": os.environ.get("PATH", ""),
         "LD_LIBRARY_PATH": fake_dir,
         "FAKE_DCGM_SCENARIO": scenario,
         "FAKE_DCGM_SEED": "1",
         "NODE_NAME": "bench-node",
-        "FAKE_DCGM_CPU_FILE": os.path.join(fake_dir, f"cpu-{port}"),
-        "FAKE_DCGM_HEAP_FILE": os.path.join(fake_dir, f"heap-{port}"),
+        "FAKE_DCGM_CPU_FILE": os.path.join(fake_dir, f"cpu-{run}"),
+        "FAKE_DCGM_HEAP_FILE": os.path.join(fake_dir, f"heap-{run}"),
     }
-    args = [binary, "-a", f"127.0.0.1:{port}", "-c", "1000", "-f", COUNTERS]
+    args = [binary, "-a", "127.0.0.1:0", "-c", "1000", "-f", COUNTERS]
     if kind == "dcgm-exporter":
         args.insert(1, "--disable-startup-validate")
     else:
         env["DCGM_EXPORTER_KUBERNETES"] = "false"
+    log = os.path.join(fake_dir, f"{kind}-{run}.log")
     spawned = time.perf_counter()
-    proc = subprocess.Popen(args, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    with open(log, "w") as out:
+        proc = subprocess.Popen(args, env=env, stdout=out, stderr=subprocess.STDOUT)
     try:
+        # Read every 5 ms, as start-up is measured from `spawned`.
+        port = listening.port_in_log(log, LISTENING_LINE[kind], 60, lambda: proc.poll() is not None, 0.005)
         files = {
             "cpu": env["FAKE_DCGM_CPU_FILE"],
             "heap": env["FAKE_DCGM_HEAP_FILE"],

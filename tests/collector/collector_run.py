@@ -18,6 +18,9 @@ import urllib.request
 
 import yaml
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
+import listening  # noqa: E402
+
 # The CloudWatch Logs API and the EC2 metadata service are never reached: fake credentials, the fake
 # endpoint, and no instance metadata lookups.
 AWS_ENV = {
@@ -37,9 +40,48 @@ def fail(msg):
 
 
 def free_port():
+    """A port that was free a moment ago: racy, another process may take it before the collector binds it.
+    Only for the collector's listeners that cannot be :0 and report their port (its prometheus exporter,
+    health_check and own telemetry log no bound address), always under `with_collector_ports`, which starts
+    it again on fresh ports when one was taken. dcgm-otel binds :0 itself (`start_dcgm_otel`)."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+# How many times `with_collector_ports` starts the collector on fresh ports.
+PORT_TRIES = 5
+
+
+class PortTaken(Exception):
+    """The collector could not bind a port chosen by `free_port` (another process took it in between)."""
+
+
+def with_collector_ports(start):
+    """start(ports) with fresh `collector_ports()`, again (PORT_TRIES times at most) when it raises PortTaken
+    (`start_collector` does when the collector says "address already in use"); (ports, what start returned).
+    start should stop what it started before it lets PortTaken through (`Processes.stop`)."""
+    why = None
+    for _ in range(PORT_TRIES):
+        ports = collector_ports()
+        try:
+            return ports, start(ports)
+        except PortTaken as e:
+            why = e
+    fail(f"the collector found a port taken {PORT_TRIES} times in a row; last: {why}")
+
+
+def says_port_taken(text):
+    return "address already in use" in text.lower()
+
+
+def logged_port(procs, p, needle, timeout_s, what):
+    """The port p (told to listen on :0) says it bound in the first line of its log containing needle:
+    dcgm-otel's "serving /metrics", the collector's "Starting GRPC server" (tests/support/listening.py)."""
+    try:
+        return listening.port_in_log(procs.log_of(p), needle, timeout_s, lambda: p.poll() is not None)
+    except RuntimeError as e:
+        fail(f"{what}: {e}")
 
 
 def wait_until(what, timeout_s, probe, interval_s=0.2):
@@ -148,10 +190,20 @@ def telemetry_overlay(port):
 
 
 def start_collector(procs, otelcol, name, configs, env=None):
-    """Start otelcol with the configuration files (merged in order) and wait until it runs pipelines."""
+    """Start otelcol with the configuration files (merged in order) and wait until it runs pipelines; raises
+    PortTaken when it exits saying a port was taken (see `with_collector_ports`)."""
     argv = [otelcol] + [f"--config=file:{c}" for c in configs]
     p = procs.start(name, argv, env)
-    wait_log(procs, p, r"Everything is ready", 60, f"collector {name} started")
+    try:
+        wait_log(procs, p, r"Everything is ready", 60, f"collector {name} started")
+    except TestFailure:
+        with open(procs.log_of(p), errors="replace") as f:
+            log = f.read()
+        if p.poll() is not None and says_port_taken(log):
+            # gone, and its log is overwritten by the next try's: not listed with the test's processes
+            procs.procs = [entry for entry in procs.procs if entry[1] is not p]
+            raise PortTaken(log[-2000:])
+        raise
     return p
 
 
@@ -214,9 +266,10 @@ def collector_ports():
 
 # --- dcgm-otel -----------------------------------------------------------------------------------------------
 def start_dcgm_otel(procs, binary, name, args, env=None):
-    """Start dcgm-otel serving :9400 on a free port; returns (process, /metrics URL) once /health answers."""
-    port = free_port()
-    p = procs.start(name, [binary, "-a", f"127.0.0.1:{port}"] + list(args), env)
+    """Start dcgm-otel serving :9400 on a port it picks (:0, read from its "serving /metrics" line); returns
+    (process, /metrics URL) once /health answers."""
+    p = procs.start(name, [binary, "-a", "127.0.0.1:0"] + list(args), env)
+    port = logged_port(procs, p, "serving /metrics", 30, f"dcgm-otel {name}'s port")
     url = f"http://127.0.0.1:{port}"
 
     def healthy():

@@ -49,9 +49,10 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import collector_configs  # noqa: E402
 import emf_check  # noqa: E402
 import receiver_checks  # noqa: E402
-from collector_run import (AWS_ENV, Processes, TestFailure, collector_ports, fail, http_get,  # noqa: E402
+from collector_run import (AWS_ENV, PortTaken, Processes, TestFailure, fail, http_get,  # noqa: E402
                            local_overlay, metric_sum, parse_prometheus, read_json_lines, self_metrics,
-                           start_collector, start_dcgm_otel, telemetry_overlay, wait_log, wait_until, write_yaml)
+                           start_collector, start_dcgm_otel, telemetry_overlay, wait_log, wait_until,
+                           with_collector_ports, write_yaml)
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 
@@ -248,25 +249,37 @@ def run_cloudwatch(otelcol, binary, rel, run, work):
     emf_cfg = next(c for cid, c in cfg["exporters"].items() if cid.split("/", 1)[0] == "awsemf")
     recorded = os.path.join(work, "cloudwatch-requests.jsonl")
     sent_path = os.path.join(work, "sent.jsonl")
-    ports = collector_ports()
     with Processes(work) as procs:
         fake = procs.start("fake-cloudwatch-logs", [sys.executable, os.path.join(ROOT, "tests/collector/fake_cloudwatch_logs.py"),
                                                     "0", recorded])
         wait_log(procs, fake, r"^listening \d+", 10, "fake CloudWatch Logs API")
         with open(procs.log_of(fake)) as f:
             fake_url = "http://127.0.0.1:" + re.search(r"listening (\d+)", f.read()).group(1)
-        exporters = []
-        for scenario in CLOUDWATCH_SCENARIOS:
-            env = {"NODE_NAME": f"cw-{scenario}"}
-            args = [f"--simulate={scenario}", "-c", "1000", "-k", "--kubernetes-enable-pod-labels"] + run["args"]
-            if run["feed"] == "otlp":
-                args += ["--otlp", "--otlp-protocol", "grpc", "--otlp-endpoint", f"http://127.0.0.1:{ports['otlp_grpc']}"]
-            exporters.append(start_dcgm_otel(procs, binary, f"dcgm-otel-{scenario}", args, env))
-        targets = [url.split("/")[2] for _, url in exporters]
-        overlay = write_yaml(os.path.join(work, "overlay.yaml"), cloudwatch_overlay(cfg, ports, fake_url, targets, sent_path))
-        env = dict(AWS_ENV)
-        env.update({name: ENV_VALUES[name] for name in env_names(cfg) if name not in env})
-        start_collector(procs, otelcol, "otelcol", [path, overlay], env)
+
+        def start(ports):
+            """The nodes (pushing to the collector's OTLP port) and the collector (scraping them), again
+            from the nodes on when the collector found one of its ports taken."""
+            exporters = []
+            for scenario in CLOUDWATCH_SCENARIOS:
+                env = {"NODE_NAME": f"cw-{scenario}"}
+                args = [f"--simulate={scenario}", "-c", "1000", "-k", "--kubernetes-enable-pod-labels"] + run["args"]
+                if run["feed"] == "otlp":
+                    args += ["--otlp", "--otlp-protocol", "grpc", "--otlp-endpoint",
+                             f"http://127.0.0.1:{ports['otlp_grpc']}"]
+                exporters.append(start_dcgm_otel(procs, binary, f"dcgm-otel-{scenario}", args, env))
+            targets = [url.split("/")[2] for _, url in exporters]
+            overlay = write_yaml(os.path.join(work, "overlay.yaml"),
+                                 cloudwatch_overlay(cfg, ports, fake_url, targets, sent_path))
+            env = dict(AWS_ENV)
+            env.update({name: ENV_VALUES[name] for name in env_names(cfg) if name not in env})
+            try:
+                start_collector(procs, otelcol, "otelcol", [path, overlay], env)
+            except PortTaken:
+                for p, _ in exporters:
+                    procs.stop(p)
+                raise
+            return exporters
+        _, exporters = with_collector_ports(start)
         gpus, pods = set(), set()
         for _, url in exporters:
             g, p = fleet_of(url)
@@ -447,18 +460,20 @@ def written_errors(scenario, summaries, kind, want_histograms):
 def cmd_file_export(otelcol, binary):
     scenarios = builtin_scenarios()
     with tempfile.TemporaryDirectory() as work, Processes(work) as procs:
-        ports = collector_ports()
         metrics_file, logs_file = os.path.join(work, "metrics.jsonl"), os.path.join(work, "logs.jsonl")
-        cfg = {
-            "receivers": {"otlp": {"protocols": {"grpc": {"endpoint": f"127.0.0.1:{ports['otlp_grpc']}"},
-                                                 "http": {"endpoint": f"127.0.0.1:{ports['otlp_http']}"}}}},
-            "exporters": {"file/metrics": {"path": metrics_file, "flush_interval": "100ms"},
-                          "file/logs": {"path": logs_file, "flush_interval": "100ms"}},
-            "service": dict(telemetry_overlay(ports["telemetry"])["service"], pipelines={
-                "metrics": {"receivers": ["otlp"], "exporters": ["file/metrics"]},
-                "logs": {"receivers": ["otlp"], "exporters": ["file/logs"]}}),
-        }
-        start_collector(procs, otelcol, "otelcol", [write_yaml(os.path.join(work, "collector.yaml"), cfg)])
+
+        def start(ports):
+            cfg = {
+                "receivers": {"otlp": {"protocols": {"grpc": {"endpoint": f"127.0.0.1:{ports['otlp_grpc']}"},
+                                                     "http": {"endpoint": f"127.0.0.1:{ports['otlp_http']}"}}}},
+                "exporters": {"file/metrics": {"path": metrics_file, "flush_interval": "100ms"},
+                              "file/logs": {"path": logs_file, "flush_interval": "100ms"}},
+                "service": dict(telemetry_overlay(ports["telemetry"])["service"], pipelines={
+                    "metrics": {"receivers": ["otlp"], "exporters": ["file/metrics"]},
+                    "logs": {"receivers": ["otlp"], "exporters": ["file/logs"]}}),
+            }
+            return start_collector(procs, otelcol, "otelcol", [write_yaml(os.path.join(work, "collector.yaml"), cfg)])
+        ports, _ = with_collector_ports(start)
         metrics, logs = Written(metrics_file, "resourceMetrics"), Written(logs_file, "resourceLogs")
         exporters = {}
         for i, scenario in enumerate(scenarios):
@@ -546,19 +561,21 @@ def cmd_memory_limiter(otelcol, binary):
     most --otlp-max-pending requests and drops the oldest; log requests are retried until they are taken,
     and the records wait in the buffer (docs/otlp.md, docs/incidents.md)."""
     with tempfile.TemporaryDirectory() as work, Processes(work) as procs:
-        ports = collector_ports()
         written = os.path.join(work, "written.jsonl")
-        cfg = {
-            "receivers": {"otlp": {"protocols": {"grpc": {"endpoint": f"127.0.0.1:{ports['otlp_grpc']}"},
-                                                 "http": {"endpoint": f"127.0.0.1:{ports['otlp_http']}"}}}},
-            # A limit far below the collector's own heap: memory_limiter refuses everything, from its first check.
-            "processors": {"memory_limiter": {"check_interval": "100ms", "limit_mib": 2, "spike_limit_mib": 1}},
-            "exporters": {"file": {"path": written, "flush_interval": "100ms"}},
-            "service": dict(telemetry_overlay(ports["telemetry"])["service"], pipelines={
-                sig: {"receivers": ["otlp"], "processors": ["memory_limiter"], "exporters": ["file"]}
-                for sig in ("metrics", "logs")}),
-        }
-        start_collector(procs, otelcol, "otelcol", [write_yaml(os.path.join(work, "collector.yaml"), cfg)])
+
+        def start(ports):
+            cfg = {
+                "receivers": {"otlp": {"protocols": {"grpc": {"endpoint": f"127.0.0.1:{ports['otlp_grpc']}"},
+                                                     "http": {"endpoint": f"127.0.0.1:{ports['otlp_http']}"}}}},
+                # A limit far below the collector's own heap: memory_limiter refuses everything, from its first check.
+                "processors": {"memory_limiter": {"check_interval": "100ms", "limit_mib": 2, "spike_limit_mib": 1}},
+                "exporters": {"file": {"path": written, "flush_interval": "100ms"}},
+                "service": dict(telemetry_overlay(ports["telemetry"])["service"], pipelines={
+                    sig: {"receivers": ["otlp"], "processors": ["memory_limiter"], "exporters": ["file"]}
+                    for sig in ("metrics", "logs")}),
+            }
+            return start_collector(procs, otelcol, "otelcol", [write_yaml(os.path.join(work, "collector.yaml"), cfg)])
+        ports, _ = with_collector_ports(start)
         # metrics over gRPC, incident log records over HTTP: both transports' answer to a refusal
         env = {"OTEL_EXPORTER_OTLP_LOGS_ENDPOINT": f"http://127.0.0.1:{ports['otlp_http']}/v1/logs",
                "OTEL_EXPORTER_OTLP_LOGS_PROTOCOL": "http/protobuf"}

@@ -31,8 +31,8 @@ import os
 import signal
 import tempfile
 
-from collector_run import (Processes, collector_ports, fail, free_port, http_get, parse_prometheus,
-                           start_collector, start_dcgm_otel, telemetry_overlay, wait_log, wait_until, write_yaml)
+from collector_run import (Processes, fail, http_get, parse_prometheus, start_collector, start_dcgm_otel,
+                           telemetry_overlay, wait_log, wait_until, with_collector_ports, write_yaml)
 
 ENGINE_LIBRARY = "libdcgm_otel_engine.so"
 FAKE_LIBDCGM = "libfake_libdcgm.so"
@@ -154,7 +154,6 @@ def counts(doc):
 
 
 def compare_case(otelcol, binary, case, engine, fake, work):
-    ports = collector_ports()
     files = {k: os.path.join(work, f"{k}.jsonl") for k in
              ("receiver-metrics", "receiver-logs", "binary-metrics", "binary-logs")}
     receiver = dict(case["receiver"], library_path=engine)
@@ -163,20 +162,23 @@ def compare_case(otelcol, binary, case, engine, fake, work):
         library = fake_libdcgm_dir(work, fake)
         receiver["dcgm_library"] = library
         flags += ["--dcgm-library", library]
-    cfg = {
-        "receivers": {"dcgm": receiver,
-                      "otlp": {"protocols": {"grpc": {"endpoint": f"127.0.0.1:{ports['otlp_grpc']}"}}}},
-        "exporters": {f"file/{k}": {"path": p, "flush_interval": "100ms"} for k, p in files.items()},
-        "service": dict(telemetry_overlay(ports["telemetry"])["service"], pipelines={
-            "metrics/receiver": {"receivers": ["dcgm"], "exporters": ["file/receiver-metrics"]},
-            "logs/receiver": {"receivers": ["dcgm"], "exporters": ["file/receiver-logs"]},
-            "metrics/binary": {"receivers": ["otlp"], "exporters": ["file/binary-metrics"]},
-            "logs/binary": {"receivers": ["otlp"], "exporters": ["file/binary-logs"]}}),
-    }
+
+    def config(ports):
+        return {
+            "receivers": {"dcgm": receiver,
+                          "otlp": {"protocols": {"grpc": {"endpoint": f"127.0.0.1:{ports['otlp_grpc']}"}}}},
+            "exporters": {f"file/{k}": {"path": p, "flush_interval": "100ms"} for k, p in files.items()},
+            "service": dict(telemetry_overlay(ports["telemetry"])["service"], pipelines={
+                "metrics/receiver": {"receivers": ["dcgm"], "exporters": ["file/receiver-metrics"]},
+                "logs/receiver": {"receivers": ["dcgm"], "exporters": ["file/receiver-logs"]},
+                "metrics/binary": {"receivers": ["otlp"], "exporters": ["file/binary-metrics"]},
+                "logs/binary": {"receivers": ["otlp"], "exporters": ["file/binary-logs"]}}),
+        }
     env = dict(case.get("env") or {}, NODE_NAME=NODE)
     records = case.get("records", 0)
     with Processes(work) as procs:
-        start_collector(procs, otelcol, "otelcol", [write_yaml(os.path.join(work, "collector.yaml"), cfg)], env)
+        ports, _ = with_collector_ports(lambda ports: start_collector(
+            procs, otelcol, "otelcol", [write_yaml(os.path.join(work, "collector.yaml"), config(ports))], env))
         start_dcgm_otel(procs, binary, "dcgm-otel", flags + [
             "--otlp", "--otlp-protocol", "grpc", "--otlp-endpoint", f"http://127.0.0.1:{ports['otlp_grpc']}"], env)
         for side in ("receiver", "binary"):
@@ -228,7 +230,7 @@ def sim_receiver(engine, scenario, interval):
 def lifecycle_config(kind, engine, files, telemetry_port):
     """No receiver (an otlp receiver keeps a pipeline), one, or two in one collector: dcgm/a (default, 200ms)
     and dcgm/b (large, 1s)."""
-    receivers = {"otlp": {"protocols": {"grpc": {"endpoint": f"127.0.0.1:{free_port()}"}}}}
+    receivers = {"otlp": {"protocols": {"grpc": {"endpoint": "127.0.0.1:0"}}}}  # nothing sends to it
     pipelines = {"metrics/otlp": {"receivers": ["otlp"], "exporters": ["file/otlp"]}}
     wanted = {"none": [], "one": ["a"], "two": ["a", "b"]}[kind]
     for name in wanted:
@@ -266,18 +268,24 @@ def count_in_log(procs, p, text):
 
 def lifecycle(otelcol, engine, work):
     files = {k: os.path.join(work, f"{k}.jsonl") for k in ("otlp", "a", "b")}
-    telemetry = free_port()
     path = os.path.join(work, "collector.yaml")
     samples = []
     with Processes(work) as procs:
         p = None
+        telemetry = None
         for n, kind in enumerate(ROUNDS):
-            cfg, wanted = lifecycle_config(kind, engine, files, telemetry)
-            write_yaml(path, cfg)
-            before = {name: line_count(files[name]) for name in wanted}
             if p is None:
-                p = start_collector(procs, otelcol, "otelcol", [path], {"NODE_NAME": NODE})
+                wanted = lifecycle_config(kind, engine, files, 0)[1]
+                before = {name: line_count(files[name]) for name in wanted}
+
+                def start(ports):
+                    write_yaml(path, lifecycle_config(kind, engine, files, ports["telemetry"])[0])
+                    return start_collector(procs, otelcol, "otelcol", [path], {"NODE_NAME": NODE})
+                ports, p = with_collector_ports(start)
+                telemetry = ports["telemetry"]
             else:
+                cfg, wanted = lifecycle_config(kind, engine, files, telemetry)
+                write_yaml(path, cfg)
                 ready = count_in_log(procs, p, "Everything is ready")
                 os.kill(p.pid, signal.SIGHUP)
                 wait_until(f"round {n} ({kind}): the collector reloaded", 60,
@@ -327,17 +335,19 @@ def lifecycle(otelcol, engine, work):
 
 
 def panic_becomes_an_error(otelcol, engine, work):
-    ports = collector_ports()
     out = os.path.join(work, "panic.jsonl")
-    cfg = {
-        "receivers": {"dcgm": sim_receiver(engine, "default", "200ms")},
-        "exporters": {"file": {"path": out, "flush_interval": "100ms"}},
-        "service": dict(telemetry_overlay(ports["telemetry"])["service"], pipelines={
-            "metrics": {"receivers": ["dcgm"], "exporters": ["file"]}}),
-    }
+
+    def config(ports):
+        return {
+            "receivers": {"dcgm": sim_receiver(engine, "default", "200ms")},
+            "exporters": {"file": {"path": out, "flush_interval": "100ms"}},
+            "service": dict(telemetry_overlay(ports["telemetry"])["service"], pipelines={
+                "metrics": {"receivers": ["dcgm"], "exporters": ["file"]}}),
+        }
     with Processes(work) as procs:
-        p = start_collector(procs, otelcol, "otelcol", [write_yaml(os.path.join(work, "panic.yaml"), cfg)],
-                            {"NODE_NAME": NODE, "DCGM_OTEL_TEST_PANIC": "collect@3"})
+        ports, p = with_collector_ports(lambda ports: start_collector(
+            procs, otelcol, "otelcol", [write_yaml(os.path.join(work, "panic.yaml"), config(ports))],
+            {"NODE_NAME": NODE, "DCGM_OTEL_TEST_PANIC": "collect@3"}))
         wait_log(procs, p, r"collecting from the dcgm-otel engine failed.*deliberate panic", 60,
                  "the engine's panic logged as an error")
         after = line_count(out)
@@ -362,7 +372,8 @@ def hang_does_not_block_shutdown(otelcol, engine, fake, work):
         "receivers": {"dcgm": {"source": "dcgm", "dcgm_library": fake_libdcgm_dir(work, fake),
                                "collection_interval": "200ms", "stop_timeout": "2s", "library_path": engine}},
         "exporters": {"file": {"path": os.path.join(work, "hang.jsonl"), "flush_interval": "100ms"}},
-        "service": dict(telemetry_overlay(free_port())["service"], pipelines={
+        # Its own metrics on a port it picks (:0): never read here, only kept off :8888.
+        "service": dict(telemetry_overlay(0)["service"], pipelines={
             "metrics": {"receivers": ["dcgm"], "exporters": ["file"]}}),
     }
     env = {"NODE_NAME": NODE, "FAKE_DCGM_FAULTS": f"hang_ms={HANG_MS}@3", "FAKE_DCGM_CALL_LOG": calls}

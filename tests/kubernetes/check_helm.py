@@ -17,7 +17,6 @@ import difflib
 import glob
 import os
 import re
-import socket
 import subprocess
 import sys
 import time
@@ -25,7 +24,9 @@ import time
 import yaml
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
 from crd_schema import validate as validate_crd  # noqa: E402
+import listening  # noqa: E402
 
 tmp, binary, venv = sys.argv[1], sys.argv[2], sys.argv[3]
 helm = os.path.join(venv, "helm")
@@ -303,12 +304,6 @@ for case, docs in rendered.items():
 
 
 # 5b. the generated web config works with the binary: HTTPS, bcrypt basic auth, open probes
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def curl(url, *args):
     r = subprocess.run(["curl", "-sk", "-o", "/dev/null", "-w", "%{http_code}", *args, url],
                        capture_output=True, text=True)
@@ -331,14 +326,17 @@ else:
     path = os.path.join(tmp, "web-config.yml")
     with open(path, "w") as f:
         f.write(web.replace("/etc/dcgm-otel/tls/", tls_dir + "/"))
-    port = free_port()
     with open(f"{CHART}/ci/tls-auth-values.yaml") as f:
         user, password = next(iter(yaml.safe_load(f)["basicAuth"]["users"].items()))
-    proc = subprocess.Popen([binary, "--simulate", "-c", "500", "-a", f"127.0.0.1:{port}",
-                             "--web-config-file", path, "--web-health-auth=false"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "DCGM_EXPORTER_KUBERNETES": "false"})
+    # :0: the binary binds a port itself and says which in its "serving /metrics" line.
+    log = os.path.join(tmp, "tls-auth-dcgm-otel.log")
+    with open(log, "w") as err_file:
+        proc = subprocess.Popen([binary, "--simulate", "-c", "500", "-a", "127.0.0.1:0",
+                                 "--web-config-file", path, "--web-health-auth=false"],
+                                stdout=subprocess.DEVNULL, stderr=err_file,
+                                env={**os.environ, "DCGM_EXPORTER_KUBERNETES": "false"})
     try:
+        port = listening.port_in_log(log, "serving /metrics", 20, lambda: proc.poll() is not None)
         base = f"https://127.0.0.1:{port}"
         deadline = time.time() + 20
         while curl(base + "/ready") != "200" and time.time() < deadline:
@@ -350,11 +348,14 @@ else:
             fail.append(f"helm tls-auth: the binary with the chart's web config answered {got} to /ready, /health, "
                         f"/metrics without, with and with wrong credentials, plain HTTP (expected 200 200 401 200 401, "
                         f"no 200 over HTTP)")
+    except RuntimeError as e:
+        fail.append(f"helm tls-auth: the binary with the chart's web config did not serve: {e}")
     finally:
         proc.terminate()
-        _, err = proc.communicate(timeout=10)
+        proc.wait(timeout=10)
     if any(f.startswith("helm tls-auth: the binary") for f in fail):
-        fail.append(err)
+        with open(log, errors="replace") as f:
+            fail.append(f.read())
 
 if fail:
     print("\n".join("FAIL: " + m for m in fail), file=sys.stderr)
