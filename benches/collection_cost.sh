@@ -21,7 +21,7 @@
 #   COST_SCALING      0 skips the scaling table                      (default 1)
 #   COST_OUT          also write the tables to this file
 #
-# The cases (issue 26), each `dcgm-otel --simulate=large -c 1000 -a 127.0.0.1:<free port> --no-hostname`:
+# The cases (issue 26), each `dcgm-otel --simulate=large -c 1000 -a 127.0.0.1:0 --no-hostname`:
 #   (a) /metrics scraped with `Accept-Encoding: gzip` every 15 s
 #   (b) (a) + OTLP http/protobuf every 10 s to a loopback receiver (a python3 http.server answering 200)
 #   (c) scraped and exported every collection (1 s)
@@ -95,15 +95,14 @@ cleanup() {
 }
 trap cleanup EXIT
 
-free_port() {
-  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
-}
+# Every server here binds 127.0.0.1:0 and says which port it got (tests/support/listening.sh): the sink prints
+# `listening address=127.0.0.1:PORT`, dcgm-otel logs "serving /metrics ... address=127.0.0.1:PORT".
+. tests/support/listening.sh
 
 # ---- the OTLP receiver: 200 and an empty ExportMetricsServiceResponse to every POST /v1/metrics -----------
-sink_port=$(free_port)
-python3 - "$sink_port" "$tmp/sink.count" <<'PY' >"$tmp/sink.log" 2>&1 &
+python3 - "$tmp/sink.count" <<'PY' >"$tmp/sink.log" 2>&1 &
 import http.server, sys
-port, count_file = int(sys.argv[1]), sys.argv[2]
+count_file = sys.argv[1]
 class Sink(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     def do_POST(self):
@@ -118,9 +117,12 @@ class Sink(http.server.BaseHTTPRequestHandler):
                 f.write("1\n")
     def log_message(self, *args):
         pass
-http.server.ThreadingHTTPServer(("127.0.0.1", port), Sink).serve_forever()
+server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Sink)
+print(f"listening address=127.0.0.1:{server.server_address[1]}", flush=True)
+server.serve_forever()
 PY
 sink=$!
+sink_port=$(logged_port "$tmp/sink.log" "listening" "$sink" 20)
 
 hz=$(getconf CLK_TCK)
 cpu_ticks() { awk '{ sub(/^.*\) /, ""); print $12 + $13 }' "/proc/$pid/stat"; }
@@ -134,14 +136,16 @@ sink_count() { [ -f "$tmp/sink.count" ] && wc -l <"$tmp/sink.count" || echo 0; }
 measure() {
   local label=$1 bin=$2 scenario=$3 scrape_s=$4 otlp_ms=$5
   local port url args
-  port=$(free_port)
-  url="http://127.0.0.1:$port/metrics"
-  args=(--simulate="$scenario" -c 1000 -a "127.0.0.1:$port" --no-hostname)
+  args=(--simulate="$scenario" -c 1000 -a 127.0.0.1:0 --no-hostname)
   if [ "$otlp_ms" != 0 ]; then
     args+=(--otlp-protocol http/protobuf --otlp-endpoint "http://127.0.0.1:$sink_port" --otlp-export-interval "$otlp_ms")
   fi
-  RUST_LOG=warn "$bin" "${args[@]}" >"$tmp/exporter.log" 2>&1 &
+  # warnings only, and the "serving /metrics" line (its bound address)
+  RUST_LOG=warn,dcgm_otel::server::plan=info "$bin" "${args[@]}" >"$tmp/exporter.log" 2>&1 &
   pid=$!
+  port=$(logged_port "$tmp/exporter.log" "serving /metrics" "$pid" 20) ||
+    { echo "collection_cost.sh: $label: $bin did not serve" >&2; exit 1; }
+  url="http://127.0.0.1:$port/metrics"
   local up=0
   for _ in $(seq 1 400); do
     if curl -fsS -o "$tmp/body.prom" "$url" 2>/dev/null && grep -q '^DCGM_FI' "$tmp/body.prom"; then up=1; break; fi

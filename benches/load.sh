@@ -13,8 +13,9 @@
 #   LOAD_OUT         also write the summary to this file
 #
 # What it does:
-#   1. starts `dcgm-otel --simulate=$LOAD_SCENARIO -c 1000 -a 127.0.0.1:<free port>` and measures the
-#      time from spawn to the first /metrics that carries GPU series (curl, polled every 5 ms);
+#   1. starts `dcgm-otel --simulate=$LOAD_SCENARIO -c 1000 -a 127.0.0.1:0` (it binds a port itself and
+#      says which in its log: tests/support/listening.sh) and measures the time from spawn to the first
+#      /metrics that carries GPU series (its log and curl, polled every 5 ms);
 #   2. drives /metrics with wrk (1 thread, LOAD_CONNS keep-alive connections) with and without
 #      `Accept-Encoding: gzip`, and records p50/p99 latency and scrapes/s;
 #   3. soaks: no load, one collection per second, for SOAK_SECONDS, sampling the exporter's RSS (VmRSS)
@@ -42,8 +43,7 @@ if [ ! -x "$bin" ]; then
   cargo build --release --bin dcgm-otel >&2
 fi
 
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])' 2>/dev/null || echo 19400)
-url="http://127.0.0.1:$port/metrics"
+. tests/support/listening.sh
 tmp=$(mktemp -d)
 pid=""
 cleanup() {
@@ -60,8 +60,11 @@ say() { summary+=("$*"); echo "$*"; }
 
 # ---- 1. start to first /metrics -------------------------------------------------------------------
 t0=$(date +%s%N)
-RUST_LOG=warn "$bin" --simulate="$scenario" -c 1000 -a "127.0.0.1:$port" >"$tmp/exporter.log" 2>&1 &
+# warnings only, and the "serving /metrics" line (its bound address)
+RUST_LOG=warn,dcgm_otel::server::plan=info "$bin" --simulate="$scenario" -c 1000 -a 127.0.0.1:0 >"$tmp/exporter.log" 2>&1 &
 pid=$!
+port=$(logged_port "$tmp/exporter.log" "serving /metrics" "$pid" 20) || { echo "load.sh: exporter did not serve" >&2; exit 1; }
+url="http://127.0.0.1:$port/metrics"
 first_ms=""
 for _ in $(seq 1 4000); do
   if curl -fsS -o "$tmp/first.prom" "$url" 2>/dev/null && grep -q '^DCGM_FI' "$tmp/first.prom"; then

@@ -45,6 +45,8 @@ HADOLINT=${HADOLINT:-$root/.venv/bin/hadolint}
 BIN=${DCGM_OTEL_BIN:-$root/target/debug/dcgm-otel}
 TSDIR=$root/tests/dashboards
 CHECK="$PY $root/tests/stack/stack_check.py"
+# logged_port LOG NEEDLE PID [TIMEOUT_S]: the port a process told to listen on 127.0.0.1:0 says it bound
+. "$root/tests/support/listening.sh"
 
 t0=$(date +%s%N)
 step() { local ms=$(( ($(date +%s%N) - t0) / 1000000 )); printf -- '--- [%3d.%01ds] %s\n' $((ms / 1000)) $((ms % 1000 / 100)) "$*"; }
@@ -105,14 +107,12 @@ $CHECK dashboard-facts grafana/dashboards
 $CHECK tsc grafana/dashboards "$TSDIR"
 
 # --- 5. live: dcgm-otel --simulate -> Prometheus 2.42 -> dashboard queries ------------------------------------
-exporter_port=$($CHECK free-port)
-incidents_port=$($CHECK free-port)
-prom_port=$($CHECK free-port)
-
 # The OpenTelemetry Collector of the compose stack, for real: tests/collector's distribution running
 # otel-config/collector.yaml, with an overlay that changes only what running it here needs: listen addresses on
-# 127.0.0.1 (free ports), TLS on both OTLP protocols (a throw-away CA), the collector's own metrics on a free
-# port. Two of them: one fed by dcgm-otel over gRPC (TLS, gzip) with the DCGM names (Prometheus job
+# 127.0.0.1, TLS on both OTLP protocols (a throw-away CA), the collector's own metrics on a free port. The OTLP
+# receivers bind :0 and log the port they got; the prometheus exporter, health_check and the collector's own
+# metrics say nothing of the kind, so they get ports free a moment ago and the collector is started again on fresh
+# ones when it found one taken meanwhile ("address already in use"), 5 tries at most. Two of them: one fed by dcgm-otel over gRPC (TLS, gzip) with the DCGM names (Prometheus job
 # otel-collector), one over HTTP (TLS, gzip) with --otel-metric-names semconv (job otel-collector-semconv).
 step "TLS certificates for the collectors' OTLP receivers (a throw-away CA and a server certificate for 127.0.0.1)"
 openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 2 -subj /CN=dcgm-otel-stack-test-ca \
@@ -123,15 +123,15 @@ printf 'subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\nkeyUsage=digital
 openssl x509 -req -in "$work/collector.csr" -CA "$work/ca.pem" -CAkey "$work/ca.key" -CAcreateserial -days 2 \
   -extfile "$work/collector.ext" -out "$work/collector.pem" 2>/dev/null
 start_collector() {  # NAME -> sets ${NAME}_grpc, _http, _prom, _health, _telemetry ports; waits for health_check
-  local name=$1 grpc http promexp health telemetry
-  grpc=$($CHECK free-port); http=$($CHECK free-port); promexp=$($CHECK free-port)
-  health=$($CHECK free-port); telemetry=$($CHECK free-port)
-  cat >"$work/$name-overlay.yaml" <<YAML
+  local name=$1 grpc http promexp health telemetry pid try deadline
+  for try in 1 2 3 4 5; do
+    promexp=$($CHECK free-port); health=$($CHECK free-port); telemetry=$($CHECK free-port)
+    cat >"$work/$name-overlay.yaml" <<YAML
 receivers:
   otlp:
     protocols:
-      grpc: {endpoint: "127.0.0.1:$grpc", tls: {cert_file: "$work/collector.pem", key_file: "$work/collector.key"}}
-      http: {endpoint: "127.0.0.1:$http", tls: {cert_file: "$work/collector.pem", key_file: "$work/collector.key"}}
+      grpc: {endpoint: "127.0.0.1:0", tls: {cert_file: "$work/collector.pem", key_file: "$work/collector.key"}}
+      http: {endpoint: "127.0.0.1:0", tls: {cert_file: "$work/collector.pem", key_file: "$work/collector.key"}}
 exporters:
   prometheus: {endpoint: "127.0.0.1:$promexp"}
 extensions:
@@ -141,59 +141,85 @@ service:
     metrics:
       readers: [{pull: {exporter: {prometheus: {host: 127.0.0.1, port: $telemetry}}}}]
 YAML
-  step "starting the collector $name (otel-config/collector.yaml; OTLP gRPC :$grpc, HTTP :$http, TLS; prometheus exporter :$promexp)"
-  "$OTELCOL" --config=file:otel-config/collector.yaml --config="file:$work/$name-overlay.yaml" >"$work/$name.log" 2>&1 &
-  pids+=($!)
+    step "starting the collector $name (otel-config/collector.yaml; OTLP gRPC and HTTP with TLS; prometheus exporter :$promexp)"
+    "$OTELCOL" --config=file:otel-config/collector.yaml --config="file:$work/$name-overlay.yaml" >"$work/$name.log" 2>&1 &
+    pid=$!
+    pids+=("$pid")
+    deadline=$((SECONDS + 60))
+    while kill -0 "$pid" 2>/dev/null && ! grep -q "Everything is ready" "$work/$name.log" && [ "$SECONDS" -lt "$deadline" ]; do
+      sleep 0.2
+    done
+    if kill -0 "$pid" 2>/dev/null; then break; fi
+    wait "$pid" || true
+    if [ "$try" -lt 5 ] && grep -qi "address already in use" "$work/$name.log"; then
+      step "the collector $name found a port taken; again on fresh ports"
+      continue
+    fi
+    echo "the collector $name exited at start:" >&2; tail -n 20 "$work/$name.log" >&2; exit 1
+  done
   $CHECK wait-http "http://127.0.0.1:$health/" 60
+  grpc=$(logged_port "$work/$name.log" "Starting GRPC server" "$pid" 10)
+  http=$(logged_port "$work/$name.log" "Starting HTTP server" "$pid" 10)
+  step "the collector $name: OTLP gRPC :$grpc, HTTP :$http"
   printf -v "${name}_grpc" %s "$grpc"; printf -v "${name}_http" %s "$http"; printf -v "${name}_prom" %s "$promexp"
   printf -v "${name}_telemetry" %s "$telemetry"
 }
 start_collector otelcol
 start_collector otelcol_semconv
 start_collector otelcol_dcgm_style
-semconv_exporter_port=$($CHECK free-port)
-dcgm_style_exporter_port=$($CHECK free-port)
+# Each dcgm-otel binds 127.0.0.1:0 and says which port it got in its "serving /metrics" line.
+serving_port() {  # LOG PID -> the port
+  logged_port "$1" "serving /metrics" "$2" 20
+}
 # What docker-compose.yaml runs: the demo scenario (the default node with recurring incidents), over gRPC.
-step "starting dcgm-otel --simulate=demo --otlp (gRPC, TLS, gzip) on 127.0.0.1:$exporter_port"
+step "starting dcgm-otel --simulate=demo --otlp (gRPC, TLS, gzip)"
 OTEL_EXPORTER_OTLP_PROTOCOL=grpc OTEL_EXPORTER_OTLP_ENDPOINT="https://127.0.0.1:$otelcol_grpc" \
   OTEL_EXPORTER_OTLP_CERTIFICATE="$work/ca.pem" OTEL_EXPORTER_OTLP_COMPRESSION=gzip \
   "$BIN" --simulate=demo --otlp -k --kubernetes-enable-pod-labels --collect-processes \
-  --distribution DCGM_FI_DEV_POWER_USAGE@100ms -a "127.0.0.1:$exporter_port" -c 1000 >"$work/dcgm-otel.log" 2>&1 &
+  --distribution DCGM_FI_DEV_POWER_USAGE@100ms -a 127.0.0.1:0 -c 1000 >"$work/dcgm-otel.log" 2>&1 &
 pids+=($!)
+exporter_port=$(serving_port "$work/dcgm-otel.log" "${pids[-1]}")
 $CHECK wait-http "http://127.0.0.1:$exporter_port/health" 20
 # The Incidents row (XID, health, clock events) and the alerting rules read the DCGM_EXP_* families, which the
 # incidents scenario produces in its first minute; its counters CSV lists them.
-step "starting dcgm-otel --simulate=incidents on 127.0.0.1:$incidents_port"
+step "starting dcgm-otel --simulate=incidents"
 "$BIN" --simulate=incidents -f deploy/counters/alerts.csv -k --kubernetes-enable-pod-labels \
-  -a "127.0.0.1:$incidents_port" -c 1000 >"$work/dcgm-otel-incidents.log" 2>&1 &
+  -a 127.0.0.1:0 -c 1000 >"$work/dcgm-otel-incidents.log" 2>&1 &
 pids+=($!)
+incidents_port=$(serving_port "$work/dcgm-otel-incidents.log" "${pids[-1]}")
 $CHECK wait-http "http://127.0.0.1:$incidents_port/health" 20
 
-step "starting dcgm-otel --simulate=demo --otlp --otel-metric-names semconv (HTTP, TLS, gzip) on 127.0.0.1:$semconv_exporter_port"
+step "starting dcgm-otel --simulate=demo --otlp --otel-metric-names semconv (HTTP, TLS, gzip)"
 OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf OTEL_EXPORTER_OTLP_ENDPOINT="https://127.0.0.1:$otelcol_semconv_http" \
   OTEL_EXPORTER_OTLP_CERTIFICATE="$work/ca.pem" OTEL_EXPORTER_OTLP_COMPRESSION=gzip \
   "$BIN" --simulate=demo --otlp --otel-metric-names semconv -k --kubernetes-enable-pod-labels \
-  -a "127.0.0.1:$semconv_exporter_port" -c 1000 >"$work/dcgm-otel-semconv.log" 2>&1 &
+  -a 127.0.0.1:0 -c 1000 >"$work/dcgm-otel-semconv.log" 2>&1 &
 pids+=($!)
+semconv_exporter_port=$(serving_port "$work/dcgm-otel-semconv.log" "${pids[-1]}")
 $CHECK wait-http "http://127.0.0.1:$semconv_exporter_port/health" 20
 
 # docs/compose.md: with --otel-attribute-style dcgm, dashboards written for dcgm-exporter work on the OTLP path.
-step "starting dcgm-otel --simulate=demo --otlp --otel-attribute-style dcgm (gRPC, TLS) on 127.0.0.1:$dcgm_style_exporter_port"
+step "starting dcgm-otel --simulate=demo --otlp --otel-attribute-style dcgm (gRPC, TLS)"
 OTEL_EXPORTER_OTLP_PROTOCOL=grpc OTEL_EXPORTER_OTLP_ENDPOINT="https://127.0.0.1:$otelcol_dcgm_style_grpc" \
   OTEL_EXPORTER_OTLP_CERTIFICATE="$work/ca.pem" \
   "$BIN" --simulate=demo --otlp --otel-attribute-style dcgm -k --kubernetes-enable-pod-labels \
-  -a "127.0.0.1:$dcgm_style_exporter_port" -c 1000 >"$work/dcgm-otel-dcgm-style.log" 2>&1 &
+  -a 127.0.0.1:0 -c 1000 >"$work/dcgm-otel-dcgm-style.log" 2>&1 &
 pids+=($!)
+dcgm_style_exporter_port=$(serving_port "$work/dcgm-otel-dcgm-style.log" "${pids[-1]}")
 $CHECK wait-http "http://127.0.0.1:$dcgm_style_exporter_port/health" 20
+step "dcgm-otel on :$exporter_port (demo), :$incidents_port (incidents), :$semconv_exporter_port (semconv), :$dcgm_style_exporter_port (dcgm style)"
 
 $CHECK prom-config prometheus/prometheus.yml "$work/prometheus.yml" \
   "127.0.0.1:$exporter_port,127.0.0.1:$incidents_port" "127.0.0.1:$otelcol_prom" "127.0.0.1:$otelcol_semconv_prom" \
   "127.0.0.1:$otelcol_dcgm_style_prom"
 promtool check config "$work/prometheus.yml" >/dev/null
-step "starting Prometheus $(prometheus --version 2>&1 | head -n 1 | awk '{print $3}') on 127.0.0.1:$prom_port"
+step "starting Prometheus $(prometheus --version 2>&1 | head -n 1 | awk '{print $3}') on 127.0.0.1:0"
 prometheus --config.file="$work/prometheus.yml" --storage.tsdb.path="$work/data" \
-  --web.listen-address="127.0.0.1:$prom_port" >"$work/prometheus.log" 2>&1 &
+  --web.listen-address=127.0.0.1:0 >"$work/prometheus.log" 2>&1 &
 pids+=($!)
+# exporter-toolkit logs the bound address: msg="Listening on" address=127.0.0.1:PORT
+prom_port=$(logged_port "$work/prometheus.log" "Listening on" "${pids[-1]}" 20)
+step "Prometheus on :$prom_port"
 prom="http://127.0.0.1:$prom_port"
 $CHECK wait-http "$prom/-/ready" 20
 # The first scrape comes ~5 s after start (target discovery); rate() needs at least two samples.

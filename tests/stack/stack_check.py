@@ -45,7 +45,8 @@ Subcommands:
                                 succeed and return data (the OTLP-path panels in another naming mode)
   wait-series URL SELECTOR TIMEOUT_S N   wait until every series of SELECTOR has N samples (bounded)
   wait-http URL TIMEOUT_S [STATUS]       wait until GET URL answers STATUS (default 200)
-  free-port                     print a free TCP port on 127.0.0.1
+  free-port                     print a TCP port on 127.0.0.1 that was free a moment ago (racy: only for the
+                                collector's listeners that cannot be :0, under run-stack-test.sh's retry)
 
 Only the standard library and PyYAML are used.
 """
