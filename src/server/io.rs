@@ -149,8 +149,8 @@ mod tests {
 
     /// A client that reads slowly but steadily: a 64-byte buffer drained 64 bytes every 40 ms, five
     /// 128-byte responses each flushed. Each response waits at most 80 ms for the reader (under the
-    /// 100 ms timeout); all five take 200 ms and more (over it). Passes only when every flushed
-    /// response gets a deadline of its own: one deadline for the connection would cut the third.
+    /// 100 ms timeout); all five take 360 ms (over it). Passes only when every flushed response gets
+    /// a deadline of its own: one deadline for the connection cuts the second (checked by hand).
     /// Paused time: the clock moves only when every task waits, so the schedule is exact.
     #[tokio::test(start_paused = true)]
     async fn each_flushed_response_gets_a_fresh_deadline() {
