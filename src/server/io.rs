@@ -147,18 +147,48 @@ mod tests {
         assert_eq!(err.kind(), io::ErrorKind::TimedOut);
     }
 
-    #[tokio::test]
+    /// A client that reads slowly but steadily: a 64-byte buffer drained 64 bytes every 40 ms, five
+    /// 128-byte responses each flushed. Each response waits at most 80 ms for the reader (under the
+    /// 100 ms timeout); all five take 360 ms (over it). Passes only when every flushed response gets
+    /// a deadline of its own: one deadline for the connection cuts the second (checked by hand).
+    /// Paused time: the clock moves only when every task waits, so the schedule is exact.
+    #[tokio::test(start_paused = true)]
     async fn each_flushed_response_gets_a_fresh_deadline() {
-        let (a, mut b) = tokio::io::duplex(1024);
-        let mut io = TimedIo::new(a, Duration::from_millis(100));
-        io.write_all(b"first").await.unwrap();
-        io.flush().await.unwrap();
-        tokio::time::sleep(Duration::from_millis(250)).await;
-        io.write_all(b"second").await.unwrap();
-        io.flush().await.unwrap();
-        let mut got = [0u8; 11];
-        b.read_exact(&mut got).await.unwrap();
-        assert_eq!(&got, b"firstsecond");
+        const BUFFER: usize = 64;
+        const RESPONSE: usize = 2 * BUFFER;
+        const RESPONSES: usize = 5;
+        let timeout = Duration::from_millis(100);
+        let (a, mut b) = tokio::io::duplex(BUFFER);
+        let reader = tokio::spawn(async move {
+            let mut got = Vec::new();
+            let mut chunk = [0u8; BUFFER];
+            loop {
+                tokio::time::sleep(Duration::from_millis(40)).await;
+                match b.read(&mut chunk).await {
+                    Ok(0) | Err(_) => return got,
+                    Ok(n) => got.extend_from_slice(&chunk[..n]),
+                }
+            }
+        });
+        let started = Instant::now();
+        let mut io = TimedIo::new(a, timeout);
+        for i in 0..RESPONSES {
+            let response = [b'a' + i as u8; RESPONSE];
+            io.write_all(&response)
+                .await
+                .unwrap_or_else(|e| panic!("response {i} cut off: {e}"));
+            io.flush().await.unwrap();
+        }
+        let writing = started.elapsed();
+        drop(io);
+        let got = reader.await.unwrap();
+        let expected: Vec<u8> = (0..RESPONSES)
+            .flat_map(|i| [b'a' + i as u8; RESPONSE])
+            .collect();
+        assert_eq!(got, expected);
+        // The precondition of the check (paused time: exact, not a wall-clock threshold): writing
+        // them all took longer than one timeout, so a single deadline would have expired.
+        assert!(writing > 2 * timeout, "{writing:?}");
     }
 
     #[test]

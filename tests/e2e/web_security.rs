@@ -1,9 +1,12 @@
 //! :9400 served safely (issue 7), checked with real clients against the built binary on 127.0.0.1:
 //! curl for TLS / mTLS / basic auth, htpasswd-made bcrypt hashes, openssl-made certificates, raw sockets
 //! for limits, a slowloris crowd, a 1,000-scrape burst, SIGHUP reload and SIGTERM with slow clients open.
-//! The latency figures are printed (run with `--no-capture` to see them); the only timing asserted is the
-//! stated requirement: a scrape next to 500 slowloris connections answers within 1 s, and shutdown with
-//! them open takes under 5 s.
+//! Behaviour only, never a duration: each scrape beside 500 slowloris connections is answered 200, shutdown
+//! with them open ends cleanly (before the exporter's own shutdown limit), a wrong password past the bcrypt
+//! slots is answered 429 before the ones holding the slots. Waits are deadlines on a condition (a probe
+//! that succeeds, a counter that shows), generous enough to catch only a hang. How fast all this is
+//! (scrape latency beside the crowd, shutdown time, the burst's latency) is measured by
+//! `cargo bench --bench web_load` (docs/performance.md), never asserted.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests and benches fail loudly on purpose
 
 use crate::support::{common, peers};
@@ -11,22 +14,35 @@ use crate::support::{common, peers};
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// A running exporter with its own folder (web config, certificates, log), killed on drop.
+/// How long a wait on a condition may take before the test fails: long enough that only a hang (or a
+/// condition that never comes) reaches it on a loaded machine.
+const PATIENCE: Duration = Duration::from_secs(20);
+
+/// Poll `probe` every 20 ms until it gives `Ok`, for up to [`PATIENCE`]; then fail with `what` and the
+/// probe's last `Err` (what it saw instead).
+fn until<T>(what: &str, mut probe: impl FnMut() -> Result<T, String>) -> T {
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        match probe() {
+            Ok(v) => return v,
+            Err(seen) => assert!(
+                Instant::now() < deadline,
+                "{what}: not within {PATIENCE:?}; last seen:\n{seen}"
+            ),
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A running exporter (killed on drop) with its own folder (web config, certificates, log).
 struct Server {
-    child: Child,
+    exporter: common::Exporter,
     port: u16,
     dir: PathBuf,
     _tmp: tempfile::TempDir,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 impl Server {
@@ -39,7 +55,7 @@ impl Server {
     fn signal(&self, sig: &str) {
         // The shell's kill builtin: no procps needed.
         let ok = Command::new("sh")
-            .args(["-c", &format!("kill {sig} {}", self.child.id())])
+            .args(["-c", &format!("kill {sig} {}", self.exporter.child.id())])
             .status()
             .map(|s| s.success())
             .unwrap_or(false);
@@ -108,55 +124,54 @@ leaf badclient rogue badclient clientAuth
     );
 }
 
-/// Start `dcgm-otel --simulate -c 500` on a port it picks (:0, read from its log); `web` (if any) is
-/// written to web.yml first. Waits until the port accepts connections.
+/// Start `dcgm-otel --simulate -c 500` on a port it binds itself (`-a 127.0.0.1:0`, read from its
+/// "serving /metrics" line by [`common::spawn_on_port_it_reports`]); `web` (if any) is written to web.yml
+/// first; its stderr goes to stderr.log. Where `/ready` answers without TLS and without credentials, waits
+/// until it is 200: the first collection (500 ms interval) is published, /metrics has a body. A test
+/// behind TLS or basic auth that needs the body waits for it itself.
 fn start(web: Option<&str>, extra: &[&str], setup: impl FnOnce(&Path)) -> Server {
     let tmp = tempfile::tempdir().expect("tempdir");
     let dir = tmp.path().to_path_buf();
     setup(&dir);
-    // DCGM_OTEL_TEST_BINARY: measure another build (e.g. target/release/dcgm-otel) with the same tests.
+    // DCGM_OTEL_TEST_BINARY: run the same tests against another build (e.g. target/release/dcgm-otel).
     let binary = std::env::var_os("DCGM_OTEL_TEST_BINARY")
         .map(PathBuf::from)
         .unwrap_or_else(common::binary);
     let mut cmd = Command::new(binary);
-    // :0: the exporter binds a port itself and says which in its "serving /metrics" line.
     cmd.args(["--simulate", "-c", "500", "-a", "127.0.0.1:0"])
         .args(extra)
         .current_dir(&dir)
         .env_remove("DCGM_EXPORTER_WEB_CONFIG_FILE")
         .env_remove("RUST_LOG")
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(dir.join("stderr.log")).expect("log file"));
+        .stdout(Stdio::null());
     if let Some(text) = web {
         std::fs::write(dir.join("web.yml"), text).expect("web.yml");
         cmd.args(["--web-config-file", "web.yml"]);
     }
-    let child = cmd.spawn().expect("cannot start dcgm-otel");
-    let mut server = Server {
-        child,
-        port: 0,
+    let mut exporter = common::spawn_on_port_it_reports(cmd, PATIENCE);
+    let mut stderr = exporter.child.stderr.take().expect("stderr is piped");
+    let mut log = std::fs::File::create(dir.join("stderr.log")).expect("log file");
+    std::thread::spawn(move || std::io::copy(&mut stderr, &mut log));
+    let port = exporter.port;
+    let server = Server {
+        exporter,
+        port,
         dir,
         _tmp: tmp,
     };
-    let log = server.dir.join("stderr.log");
-    server.port = common::port_logged_in(
-        &log,
-        common::SERVING,
-        &mut server.child,
-        Duration::from_secs(20),
-    );
-    let port = server.port;
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(
-            Instant::now() < deadline,
-            "not listening; log:\n{}",
-            server.log()
+    let tls = web.is_some_and(|w| w.contains("tls_server_config"));
+    let probes_need_auth = web.is_some_and(|w| w.contains("basic_auth_users"))
+        && !extra.contains(&"--web-health-auth=false");
+    if !tls && !probes_need_auth {
+        until(
+            "/ready 200 (the first collection published)",
+            || match common::get(port, "/ready") {
+                Ok(r) if r.status == 200 => Ok(()),
+                Ok(r) => Err(format!("{} {}\nlog:\n{}", r.status, r.text(), server.log())),
+                Err(e) => Err(format!("{e}\nlog:\n{}", server.log())),
+            },
         );
-        std::thread::sleep(Duration::from_millis(20));
     }
-    // First collection (500 ms interval) so /metrics has a body.
-    std::thread::sleep(Duration::from_millis(700));
     server
 }
 
@@ -182,18 +197,6 @@ fn curl(dir: &Path, args: &[&str]) -> (String, i32, String) {
         out.status.code().unwrap_or(-1),
         String::from_utf8_lossy(&out.stderr).into_owned(),
     )
-}
-
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
-    if sorted.is_empty() {
-        return Duration::ZERO;
-    }
-    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[i.min(sorted.len() - 1)]
-}
-
-fn ms(d: Duration) -> f64 {
-    d.as_secs_f64() * 1000.0
 }
 
 /// Raw request bytes → raw response text (read until the server closes).
@@ -341,9 +344,15 @@ fn basic_auth_good_wrong_missing_malformed() {
         )
     );
 
-    let r = common::get_with(s.port, "/metrics", &[("Authorization", &good)]).unwrap();
-    assert_eq!(r.status, 200);
-    assert!(r.text().contains("DCGM_FI_DEV_GPU_TEMP"), "{}", r.text());
+    // /ready is behind auth here: the first collection is awaited through /metrics itself.
+    let r = until(
+        "/metrics with the GPU series, good credentials",
+        || match common::get_with(s.port, "/metrics", &[("Authorization", &good)]) {
+            Ok(r) if r.status == 200 && r.text().contains("DCGM_FI_DEV_GPU_TEMP") => Ok(r),
+            Ok(r) => Err(format!("{} {}", r.status, r.text())),
+            Err(e) => Err(e.to_string()),
+        },
+    );
     assert_eq!(r.header("X-Frame-Options"), Some("deny"));
     assert_eq!(r.header("X-Content-Type-Options"), Some("nosniff"));
 
@@ -396,23 +405,29 @@ fn basic_auth_good_wrong_missing_malformed() {
     );
     assert_eq!(code, "401");
 
-    // Failures are counted (visible after the next collection).
-    std::thread::sleep(Duration::from_millis(1200));
-    let body = common::get_with(s.port, "/metrics", &[("Authorization", &good)])
-        .unwrap()
-        .text();
-    for reason in ["missing", "wrong", "malformed"] {
-        let line = body
-            .lines()
-            .find(|l| {
-                l.starts_with(&format!(
-                    "dcgm_otel_http_auth_failures_total{{reason=\"{reason}\"}}"
-                ))
-            })
-            .unwrap_or_else(|| panic!("no auth failure series for {reason}"));
-        assert!(!line.ends_with(" 0"), "{line}");
-    }
-    assert!(body.contains("dcgm_otel_http_requests_total{code=\"401\"}"));
+    // Failures are counted: every reason, and the 401 answers, show in /metrics (from the next
+    // collection on).
+    until("auth failures counted in /metrics", || {
+        let body = common::get_with(s.port, "/metrics", &[("Authorization", &good)])
+            .map_err(|e| e.to_string())?
+            .text();
+        let counted = |series: &str| {
+            body.lines()
+                .find(|l| l.starts_with(series))
+                .is_some_and(|l| !l.ends_with(" 0"))
+        };
+        let missing: Vec<String> = ["missing", "wrong", "malformed"]
+            .iter()
+            .map(|reason| format!("dcgm_otel_http_auth_failures_total{{reason=\"{reason}\"}}"))
+            .chain(["dcgm_otel_http_requests_total{code=\"401\"}".to_string()])
+            .filter(|series| !counted(series))
+            .collect();
+        if missing.is_empty() {
+            Ok(())
+        } else {
+            Err(format!("not counted (yet): {missing:?}"))
+        }
+    });
     let log = s.log();
     assert!(
         !log.contains("s3cret") && !log.contains(&hash),
@@ -607,17 +622,30 @@ fn methods_bodies_huge_heads_and_keep_alive() {
 #[test]
 fn slowloris_500_connections_do_not_block_scrapes_and_shutdown_is_prompt() {
     // All from 127.0.0.1: the per-client cap raised, so the crowd and the scrapes share one address.
-    let s = start(None, &["--web-max-client-connections", "1024"], |_| {});
+    // The header read timeout raised too: the crowd stays open for the whole test, however slow the
+    // machine (the default 10 s cuts it off, which is the point of the timeout, not of this test).
+    let s = start(
+        None,
+        &[
+            "--web-max-client-connections",
+            "1024",
+            "--web-read-timeout",
+            "120s",
+        ],
+        |_| {},
+    );
     let port = s.port;
     let mut slow: Vec<TcpStream> = (0..500)
         .filter_map(|_| TcpStream::connect(("127.0.0.1", port)).ok())
         .collect();
     assert_eq!(slow.len(), 500, "could not open 500 connections");
     let request = b"GET /metrics HTTP/1.1\r\nHost: slowloris\r\nX-Pad: aaaaaaaaaa";
-    let mut latencies = Vec::new();
     let started = Instant::now();
     let mut sent = 0usize;
-    // ~6 s: one header byte per connection per second, a normal scrape every 250 ms.
+    let mut scrapes = 0usize;
+    // The crowd's shape (not a measurement): ~6 s, one header byte per connection per second, a normal
+    // scrape every 250 ms. Each scrape must be answered 200 with the body; its read timeout only
+    // catches a hang (how long scrapes take here: `cargo bench --bench web_load -- slowloris`).
     while started.elapsed() < Duration::from_secs(6) {
         if started.elapsed() >= Duration::from_secs(sent as u64) {
             let byte = &request[sent % request.len()..sent % request.len() + 1];
@@ -626,49 +654,54 @@ fn slowloris_500_connections_do_not_block_scrapes_and_shutdown_is_prompt() {
             }
             sent += 1;
         }
-        let t = Instant::now();
         let mut c = TcpStream::connect(("127.0.0.1", port)).expect("connect next to slowloris");
-        c.set_read_timeout(Some(Duration::from_secs(1))).unwrap();
+        c.set_read_timeout(Some(PATIENCE)).unwrap();
         c.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
             .unwrap();
         let mut body = Vec::new();
         c.read_to_end(&mut body)
-            .expect("scrape must complete within 1 s next to 500 slowloris connections");
-        latencies.push(t.elapsed());
+            .expect("a scrape next to 500 slowloris connections is answered");
+        let text = String::from_utf8_lossy(&body);
         assert!(
-            body.starts_with(b"HTTP/1.1 200"),
-            "{}",
-            String::from_utf8_lossy(&body[..body.len().min(200)])
+            text.starts_with("HTTP/1.1 200") && text.contains("DCGM_FI_DEV_GPU_TEMP"),
+            "scrape {scrapes}: {}",
+            &text[..text.len().min(200)]
         );
+        scrapes += 1;
         std::thread::sleep(Duration::from_millis(250));
     }
-    latencies.sort();
-    println!(
-        "slowloris (500 connections, 1 header byte/s): {} scrapes, p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms",
-        latencies.len(),
-        ms(percentile(&latencies, 0.5)),
-        ms(percentile(&latencies, 0.99)),
-        ms(*latencies.last().unwrap_or(&Duration::ZERO))
-    );
-    // SIGTERM with the 500 slow connections still open: gone within 5 s.
+    // The crowd was still held open by the server all along: none of its connections was answered
+    // or closed (a server that dropped them would pass the scrapes above without proving anything).
+    for (i, c) in slow.iter().enumerate() {
+        c.set_nonblocking(true).unwrap();
+        let mut byte = [0u8; 1];
+        let held =
+            matches!(c.peek(&mut byte), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock);
+        assert!(held, "slowloris connection {i} was answered or closed");
+    }
+    // SIGTERM with the 500 slow connections still open: the exporter ends by itself, cleanly. Exit
+    // status 0 and no "shutdown did not finish in time" line: it finished within its own shutdown
+    // limit (past it, the exporter exits 1). The deadline here only catches a hang.
     let mut s = s;
-    let t = Instant::now();
     s.signal("-TERM");
+    let deadline = Instant::now() + Duration::from_secs(30);
     let status = loop {
-        if let Some(st) = s.child.try_wait().expect("wait") {
+        if let Some(st) = s.exporter.child.try_wait().expect("wait") {
             break st;
         }
         assert!(
-            t.elapsed() < Duration::from_secs(5),
-            "not stopped 5 s after SIGTERM"
+            Instant::now() < deadline,
+            "still running 30 s after SIGTERM; log:\n{}",
+            s.log()
         );
         std::thread::sleep(Duration::from_millis(20));
     };
-    println!(
-        "shutdown with 500 slow connections open: {:.0} ms",
-        ms(t.elapsed())
-    );
     assert!(status.success(), "{status:?}\n{}", s.log());
+    assert!(
+        !s.log().contains("shutdown did not finish in time"),
+        "{}",
+        s.log()
+    );
     drop(slow);
 }
 
@@ -676,14 +709,15 @@ fn slowloris_500_connections_do_not_block_scrapes_and_shutdown_is_prompt() {
 fn burst_of_1000_concurrent_scrapes_is_answered_with_bounded_memory() {
     let s = start(None, &["--web-max-client-connections", "1024"], |_| {});
     let port = s.port;
-    let pid = s.child.id();
-    let rss_before = rss_kib(pid, "VmRSS:");
+    let pid = s.exporter.child.id();
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
         .unwrap();
-    let results: Vec<Result<(u16, Duration), String>> = rt.block_on(async move {
+    // Each scrape's status code, or why it got none. The per-scrape limit only catches a hang (the
+    // burst's latency: `cargo bench --bench web_load -- burst`).
+    let results: Vec<Result<u16, String>> = rt.block_on(async move {
         let gate = std::sync::Arc::new(tokio::sync::Barrier::new(1000));
         let mut tasks = Vec::with_capacity(1000);
         for _ in 0..1000 {
@@ -691,7 +725,6 @@ fn burst_of_1000_concurrent_scrapes_is_answered_with_bounded_memory() {
             tasks.push(tokio::spawn(async move {
                 use tokio::io::{AsyncReadExt, AsyncWriteExt};
                 gate.wait().await;
-                let t = Instant::now();
                 let work = async {
                     let mut c = tokio::net::TcpStream::connect(("127.0.0.1", port)).await?;
                     c.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
@@ -700,17 +733,14 @@ fn burst_of_1000_concurrent_scrapes_is_answered_with_bounded_memory() {
                     c.read_to_end(&mut out).await?;
                     Ok::<_, std::io::Error>(out)
                 };
-                match tokio::time::timeout(Duration::from_secs(20), work).await {
-                    Ok(Ok(out)) => {
-                        let code = std::str::from_utf8(&out[..out.len().min(12)])
-                            .ok()
-                            .and_then(|l| l.split_whitespace().nth(1))
-                            .and_then(|c| c.parse().ok())
-                            .unwrap_or(0);
-                        Ok((code, t.elapsed()))
-                    }
+                match tokio::time::timeout(Duration::from_secs(60), work).await {
+                    Ok(Ok(out)) => Ok(std::str::from_utf8(&out[..out.len().min(12)])
+                        .ok()
+                        .and_then(|l| l.split_whitespace().nth(1))
+                        .and_then(|c| c.parse().ok())
+                        .unwrap_or(0)),
                     Ok(Err(e)) => Err(e.to_string()),
-                    Err(_) => Err("timed out".to_string()),
+                    Err(_) => Err("no answer within 60 s".to_string()),
                 }
             }));
         }
@@ -720,31 +750,13 @@ fn burst_of_1000_concurrent_scrapes_is_answered_with_bounded_memory() {
         }
         out
     });
-    let ok: Vec<Duration> = results
+    let ok = results.iter().filter(|r| matches!(r, Ok(200))).count();
+    let busy = results.iter().filter(|r| matches!(r, Ok(503))).count();
+    let failed: Vec<&Result<u16, String>> = results
         .iter()
-        .filter_map(|r| r.as_ref().ok().filter(|(c, _)| *c == 200).map(|(_, d)| *d))
+        .filter(|r| !matches!(r, Ok(200 | 503)))
         .collect();
-    let busy = results.iter().filter(|r| matches!(r, Ok((503, _)))).count();
-    let failed: Vec<&Result<(u16, Duration), String>> = results
-        .iter()
-        .filter(|r| !matches!(r, Ok((200 | 503, _))))
-        .collect();
-    let mut sorted = ok.clone();
-    sorted.sort();
-    let rss_after = rss_kib(pid, "VmRSS:");
     let hwm = rss_kib(pid, "VmHWM:");
-    println!(
-        "burst of 1000 concurrent scrapes: {} x 200, {} x 503, {} other; 200s p50 {:.1} ms, p99 {:.1} ms; \
-         RSS {} KiB before, {} KiB after, peak {} KiB",
-        ok.len(),
-        busy,
-        failed.len(),
-        ms(percentile(&sorted, 0.5)),
-        ms(percentile(&sorted, 0.99)),
-        rss_before,
-        rss_after,
-        hwm
-    );
     assert!(
         failed.is_empty(),
         "unanswered: {:?}",
@@ -754,9 +766,8 @@ fn burst_of_1000_concurrent_scrapes_is_answered_with_bounded_memory() {
     // (--web-max-requests' default) free, so at least that many get their body (1,000 x 503 passed
     // before, issue 40).
     assert!(
-        ok.len() >= 64,
-        "only {} of 1000 concurrent scrapes answered 200 ({busy} x 503)",
-        ok.len()
+        ok >= 64,
+        "only {ok} of 1000 concurrent scrapes answered 200 ({busy} x 503)"
     );
     assert!(hwm < 512 * 1024, "peak RSS {hwm} KiB");
     // Still alive and serving.
@@ -770,50 +781,127 @@ fn connection_cap_answers_503_at_once_and_slow_headers_are_cut_off() {
         &[
             "--web-max-connections",
             "8",
+            // Long enough for the probe below to come while the 8 are held on a loaded machine.
             "--web-read-timeout",
-            "1s",
+            "3s",
             "--web-write-timeout",
             "2s",
         ],
         |_| {},
     );
-    let held: Vec<TcpStream> = (0..8)
-        .map(|_| {
-            let mut c = TcpStream::connect(("127.0.0.1", s.port)).unwrap();
-            c.write_all(b"GET /metrics HTTP/1.1\r\n").unwrap();
-            c
-        })
-        .collect();
-    std::thread::sleep(Duration::from_millis(100));
-    let r = raw(
-        s.port,
-        b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
-    );
-    assert!(r.starts_with("HTTP/1.1 503"), "{r}");
+    let hold = || {
+        let mut c = TcpStream::connect(("127.0.0.1", s.port)).unwrap();
+        c.write_all(b"GET /metrics HTTP/1.1\r\n").unwrap();
+        c
+    };
+    let mut held: Vec<TcpStream> = (0..8).map(|_| hold()).collect();
+    // Every 503 this test receives, to compare with the server's count at the end: a connection's
+    // slot is given back just after the client sees it closed, so a request right after a close may
+    // still find the cap reached (and is then asked again).
+    let refused = std::cell::Cell::new(0u64);
+    let scrape = || {
+        let r = raw(
+            s.port,
+            b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+        );
+        if r.starts_with("HTTP/1.1 503") {
+            refused.set(refused.get() + 1);
+        }
+        r
+    };
+    // A ninth connection is turned away once the server holds the 8 (accepted in the order they came,
+    // so at once in practice; a 200 means a slot was still free: asked again, after replacing any of
+    // the 8 that was itself answered, i.e. refused, or closed).
+    let r = until("a ninth connection answered 503", || {
+        for c in held.iter_mut() {
+            if answered(c) {
+                let mut out = Vec::new();
+                let _ = c.read_to_end(&mut out);
+                if out.starts_with(b"HTTP/1.1 503") {
+                    refused.set(refused.get() + 1);
+                }
+                *c = hold();
+            }
+        }
+        let r = scrape();
+        if r.starts_with("HTTP/1.1 503") {
+            Ok(r)
+        } else {
+            Err(r[..r.len().min(200)].to_string())
+        }
+    });
     assert!(r.contains("Retry-After: 1"), "{r}");
-    // The held connections never finish their headers: closed after --web-read-timeout, without an answer
-    // that carries metrics, and their slots are free again.
+    // The held connections never finish their headers: closed after --web-read-timeout, without an
+    // answer, and their slots are free again.
     for mut c in held {
-        c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        c.set_read_timeout(Some(PATIENCE)).unwrap();
         let mut out = Vec::new();
         c.read_to_end(&mut out)
             .expect("the server closes a connection whose headers never finish");
-        assert!(!String::from_utf8_lossy(&out).contains("DCGM_FI"));
+        assert!(out.is_empty(), "{}", String::from_utf8_lossy(&out));
     }
-    let r = raw(
-        s.port,
-        b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+    until("/metrics answered 200 once the 8 are closed", || {
+        let r = scrape();
+        if r.starts_with("HTTP/1.1 200") {
+            Ok(())
+        } else {
+            Err(r[..r.len().min(200)].to_string())
+        }
+    });
+    // The rejections are counted, each once (shown from the next collection on).
+    let series = "dcgm_otel_http_rejected_connections_total{reason=\"max_connections\"}";
+    until("the rejections counted in /metrics", || {
+        let r = scrape();
+        let counted = r
+            .lines()
+            .find_map(|l| l.strip_prefix(series))
+            .map(|v| v.trim().to_string());
+        match counted {
+            Some(v) if v == refused.get().to_string() => Ok(()),
+            other => Err(format!(
+                "{series} {other:?}, {} answers 503 received",
+                refused.get()
+            )),
+        }
+    });
+}
+
+/// A wrong-password request for /metrics sent on a connection of its own; the answer is left unread.
+fn send_wrong_password(port: u16, password: &str) -> TcpStream {
+    let wrong = base64::Engine::encode(
+        &base64::engine::general_purpose::STANDARD,
+        format!("prom:{password}"),
     );
-    assert!(r.starts_with("HTTP/1.1 200"), "{}", &r[..r.len().min(200)]);
-    std::thread::sleep(Duration::from_millis(1200));
-    let body = common::get(s.port, "/metrics").unwrap().text();
-    let line = body
-        .lines()
-        .find(|l| {
-            l.starts_with("dcgm_otel_http_rejected_connections_total{reason=\"max_connections\"}")
-        })
-        .unwrap_or("missing");
-    assert!(line.ends_with(" 1"), "{line}");
+    let mut c = TcpStream::connect(("127.0.0.1", port)).expect("connect");
+    c.set_read_timeout(Some(PATIENCE)).unwrap();
+    c.write_all(
+        format!(
+            "GET /metrics HTTP/1.1\r\nHost: x\r\nAuthorization: Basic {wrong}\r\nConnection: close\r\n\r\n"
+        )
+        .as_bytes(),
+    )
+    .expect("send");
+    c
+}
+
+/// Whether the server has answered (or closed) `c` yet, without waiting or reading.
+fn answered(c: &TcpStream) -> bool {
+    c.set_nonblocking(true).unwrap();
+    let mut byte = [0u8; 1];
+    let pending = matches!(c.peek(&mut byte), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock);
+    c.set_nonblocking(false).unwrap();
+    !pending
+}
+
+/// The status code of the answer on `c` (read to its end), or what came instead.
+fn status_of(c: &mut TcpStream) -> String {
+    let mut out = Vec::new();
+    let _ = c.read_to_end(&mut out);
+    let text = String::from_utf8_lossy(&out);
+    text.split_whitespace()
+        .nth(1)
+        .map(str::to_string)
+        .unwrap_or_else(|| format!("no status: {text:?}"))
 }
 
 #[test]
@@ -829,29 +917,49 @@ fn wrong_passwords_past_the_bcrypt_slots_get_429_not_a_queue() {
         |_| {},
     );
     let port = s.port;
-    let codes: Vec<u16> = std::thread::scope(|scope| {
-        let handles: Vec<_> = (0..8)
-            .map(|i| {
-                let wrong = format!(
-                    "Basic {}",
-                    base64::Engine::encode(
-                        &base64::engine::general_purpose::STANDARD,
-                        format!("prom:wrong{i}")
-                    )
+    // Rounds of three wrong passwords sent at once (two bcrypt slots). Not a queue: the third is
+    // answered 429 while the other two are still being verified, i.e. before either of their 401s.
+    // A queue answers the third after a slot frees (after a 401, and 401 itself). Told by the order
+    // the answers come in, not by their times: a round whose three did not overlap at the server (the
+    // first answer a 401) or whose first answers came together (order unknown) is sent again.
+    let mut round = 0;
+    until(
+        "a third wrong password answered 429 before the two holding the bcrypt slots",
+        || {
+            round += 1;
+            let mut conns: Vec<TcpStream> = (0..3)
+                .map(|i| send_wrong_password(port, &format!("wrong-{round}-{i}")))
+                .collect();
+            let deadline = Instant::now() + PATIENCE;
+            let first: Vec<usize> = loop {
+                let ready: Vec<usize> = (0..3).filter(|&i| answered(&conns[i])).collect();
+                if !ready.is_empty() {
+                    break ready;
+                }
+                assert!(
+                    Instant::now() < deadline,
+                    "three wrong passwords, no answer within {PATIENCE:?}"
                 );
-                scope.spawn(move || {
-                    common::get_with(port, "/metrics", &[("Authorization", &wrong)])
-                        .map(|r| r.status)
-                        .unwrap_or(0)
-                })
-            })
-            .collect();
-        handles.into_iter().map(|h| h.join().unwrap_or(0)).collect()
-    });
-    println!("8 concurrent wrong passwords, 2 bcrypt slots: {codes:?}");
-    assert!(codes.iter().all(|c| *c == 401 || *c == 429), "{codes:?}");
-    assert!(codes.contains(&429), "{codes:?}");
-    assert!(codes.contains(&401), "{codes:?}");
+                std::thread::sleep(Duration::from_millis(1));
+            };
+            let codes: Vec<String> = conns.iter_mut().map(status_of).collect();
+            assert!(
+                codes.iter().all(|c| c == "401" || c == "429"),
+                "round {round}: {codes:?}"
+            );
+            match first.as_slice() {
+                [third] if codes[*third] == "429" => {
+                    let others: Vec<&String> =
+                        (0..3).filter(|i| i != third).map(|i| &codes[i]).collect();
+                    assert_eq!(others, ["401", "401"], "round {round}: {codes:?}");
+                    Ok(())
+                }
+                _ => Err(format!(
+                    "round {round}: first answered {first:?} of {codes:?}"
+                )),
+            }
+        },
+    );
 }
 
 #[test]
