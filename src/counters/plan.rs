@@ -15,7 +15,7 @@ use crate::counters::configmap::{self, ConfigMapFollower, ConfigMapRef};
 use crate::counters::reload::CountersReloader;
 use crate::counters::watch_groups::{self, WatchGroupSpec};
 use crate::counters::{self, CounterSet};
-use crate::enrich::kubernetes::api::ApiConfig;
+use crate::kubernetes_api::ApiConfig;
 use crate::startup::{ResolveContext, StartContext, StartError};
 
 /// A simulated scenario's own counter set (`counters:` in its file).

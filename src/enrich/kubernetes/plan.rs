@@ -4,10 +4,10 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::enrich::kubernetes::api::ApiConfig;
 use crate::enrich::kubernetes::args::KubernetesArgs;
 use crate::enrich::kubernetes::simulated::SimulatedCluster;
 use crate::enrich::kubernetes::{podresources, KubernetesConfig, KubernetesEnricher, PodSource};
+use crate::kubernetes_api::ApiConfig;
 use crate::source::plan::SourcePlan;
 use crate::startup::{ResolveContext, StartContext, StartError};
 
