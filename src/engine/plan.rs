@@ -17,6 +17,7 @@ use crate::config::{config_file, distributions};
 use crate::counters::plan::{CountersFlags, CountersPlan};
 use crate::counters::reload::CountersReloader;
 use crate::counters::CounterSet;
+use crate::enrich::kubernetes::plan::SimulatedPods;
 use crate::enrich::plan::{EnrichFlags, EnrichPlan};
 use crate::export::SnapshotConsumer;
 use crate::pipeline::{self, CollectorStatus, Control, Pipeline};
@@ -125,6 +126,13 @@ impl EnginePlan {
         // Processes are on by default with -k on a real node; with --simulate only when asked for.
         let kubernetes_node = cli.kubernetes.kubernetes && source.simulated().is_none();
         let processes = ProcessPlan::resolve(&cli.source, &source, kubernetes_node)?;
+        // The Kubernetes enricher gets the source's answer as a value (enrich/ does not know the
+        // source's plan).
+        let simulated_pods = source.simulated().map(|s| SimulatedPods {
+            pods: &s.pods,
+            fleet: s.fleet(),
+            seed: s.seed,
+        });
         let enrich = EnrichPlan::resolve(
             &EnrichFlags {
                 exp: &cli.exp,
@@ -134,7 +142,7 @@ impl EnginePlan {
                 containers: &cli.containers,
                 proc_root: &cli.source.proc_root,
             },
-            &source,
+            simulated_pods,
             &ctx,
         )?;
         let plan = EnginePlan {
