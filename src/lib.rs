@@ -6,7 +6,8 @@
 //! the [`export`]ers (Prometheus text, OTLP) read only snapshots, and the [`server`] only serves bytes the
 //! exporters already rendered. Underneath: [`config`] (shared settings), [`counters`] (the counters
 //! CSV), [`fields`] (the DCGM field catalog), [`telemetry`] (self-metrics, logs), [`kubernetes_api`] (the
-//! Kubernetes API client the counters ConfigMap and the pod enricher share). Above: [`cli`] gathers
+//! Kubernetes API client the counters ConfigMap and the pod enricher share), [`local_file`] (how a local
+//! file others prepared is read). Above: [`cli`] gathers
 //! every feature's flags and [`app`] wires the pieces together; [`engine`] is the collection as a
 //! library (the binary runs the same phases). docs/developing.md has the map.
 
@@ -20,6 +21,7 @@ pub mod error_chain;
 pub mod export;
 pub mod fields;
 pub mod kubernetes_api;
+pub mod local_file;
 pub mod lock;
 pub mod pipeline;
 pub mod retry;

@@ -9,8 +9,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::snapshot::distribution::DistributionSpec;
-use crate::snapshot::HostInfo;
+use crate::config::distributions::DistributionSpec;
+use crate::config::host::HostInfo;
 use crate::telemetry::self_metrics::SelfMetrics;
 
 /// A start-up failure: the one line to print and the exit code (2: bad input, 1: the environment).

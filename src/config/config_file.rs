@@ -28,10 +28,10 @@ use serde::Deserialize;
 
 use super::distributions::{parse_spec, GivenSpec};
 use super::duration::parse_go_duration;
-use super::local_file;
 use super::yaml_position::{duplicate_key, locate, Step};
 use crate::counters::watch_groups::WatchGroupSpec;
 use crate::counters::{self, CounterSet, CsvError};
+use crate::local_file;
 
 /// A rejected configuration file: `file:line:column: message` (no position when unreadable).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
