@@ -29,6 +29,7 @@ use serde::Deserialize;
 use super::distributions::{parse_spec, GivenSpec};
 use super::duration::parse_go_duration;
 use super::yaml_position::{duplicate_key, locate, Step};
+use crate::counters::plan::MetricsSource;
 use crate::counters::watch_groups::WatchGroupSpec;
 use crate::counters::{self, CounterSet, CsvError};
 use crate::local_file;
@@ -49,15 +50,6 @@ impl ConfigFileError {
             None => format!("{}: {}", self.path, self.message),
         }
     }
-}
-
-/// Where the counters come from, per the file.
-#[derive(Debug, Clone, PartialEq)]
-pub enum MetricsSource {
-    /// `metrics.file`
-    File(PathBuf),
-    /// `metrics.fields`, already parsed into a counter set (origin: the config file).
-    Fields(CounterSet),
 }
 
 /// A loaded, validated configuration file.

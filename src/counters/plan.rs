@@ -9,8 +9,6 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::config::config_file::{ConfigFile, MetricsSource};
-use crate::config::CollectionArgs;
 use crate::counters::configmap::{self, ConfigMapFollower, ConfigMapRef};
 use crate::counters::reload::CountersReloader;
 use crate::counters::watch_groups::{self, WatchGroupSpec};
@@ -26,12 +24,32 @@ pub enum ScenarioCounters<'a> {
     File(&'a Path),
 }
 
+/// Where the counters come from, per `--config-file` (`metrics`: a file or inline fields).
+#[derive(Debug, Clone, PartialEq)]
+pub enum MetricsSource {
+    /// `metrics.file`
+    File(PathBuf),
+    /// `metrics.fields`, already parsed into a counter set (origin: the config file).
+    Fields(CounterSet),
+}
+
+/// What `--config-file` says about the counters, as values the wiring takes from the parsed file.
+#[derive(Clone, Copy)]
+pub struct ConfigFileCounters<'a> {
+    pub metrics: Option<&'a MetricsSource>,
+    /// `collection.watchGroups`, resolved against the counters once they are known.
+    pub watch_groups: &'a [WatchGroupSpec],
+}
+
 /// What the counters are resolved from.
 pub struct CountersFlags<'a> {
-    pub collection: &'a CollectionArgs,
+    /// `-f`: the counters CSV's path.
+    pub collectors: &'a Path,
     /// `-f` (or its variable) was given explicitly: a missing file is an error, not the built-in set.
     pub collectors_explicit: bool,
-    pub config_file: Option<&'a ConfigFile>,
+    /// `-m`: the ConfigMap's `namespace:name`.
+    pub configmap_data: Option<&'a str>,
+    pub config_file: Option<ConfigFileCounters<'a>>,
     pub scenario: Option<ScenarioCounters<'a>>,
 }
 
@@ -61,9 +79,9 @@ impl CountersPlan {
     ) -> Result<CountersPlan, StartError> {
         let watch_groups = flags
             .config_file
-            .map(|c| c.watch_groups.clone())
+            .map(|c| c.watch_groups.to_vec())
             .unwrap_or_default();
-        let configmap_ref = match &flags.collection.configmap_data {
+        let configmap_ref = match flags.configmap_data {
             Some(spec) => ConfigMapRef::parse(spec).map_err(StartError::input)?,
             None => None,
         };
@@ -125,7 +143,7 @@ fn from_configmap(
 
 /// `-f`, `--config-file`'s `metrics`, the scenario's set or the default path, by precedence.
 fn from_files(flags: &CountersFlags<'_>) -> Result<(CounterSet, Follow), StartError> {
-    let from_config = flags.config_file.and_then(|c| c.metrics.as_ref());
+    let from_config = flags.config_file.and_then(|c| c.metrics);
     let own = flags
         .scenario
         .as_ref()
@@ -143,9 +161,9 @@ fn from_files(flags: &CountersFlags<'_>) -> Result<(CounterSet, Follow), StartEr
             (counters::load_file(path), Some(path.to_path_buf()))
         }
         _ => {
-            let path = &flags.collection.collectors;
+            let path = flags.collectors;
             let explicit = flags.collectors_explicit;
-            let file = (explicit || path.exists()).then(|| path.clone());
+            let file = (explicit || path.exists()).then(|| path.to_path_buf());
             (counters::load(path, explicit), file)
         }
     };

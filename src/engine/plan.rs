@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use crate::cli::Cli;
 use crate::config::{config_file, distributions};
-use crate::counters::plan::{CountersFlags, CountersPlan};
+use crate::counters::plan::{ConfigFileCounters, CountersFlags, CountersPlan};
 use crate::counters::reload::CountersReloader;
 use crate::counters::CounterSet;
 use crate::enrich::kubernetes::plan::SimulatedPods;
@@ -102,9 +102,13 @@ impl EnginePlan {
         };
         let counters = CountersPlan::resolve(
             &CountersFlags {
-                collection: &cli.collection,
+                collectors: &cli.collection.collectors,
                 collectors_explicit: explicit.collectors,
-                config_file: config_file.as_ref(),
+                configmap_data: cli.collection.configmap_data.as_deref(),
+                config_file: config_file.as_ref().map(|c| ConfigFileCounters {
+                    metrics: c.metrics.as_ref(),
+                    watch_groups: &c.watch_groups,
+                }),
                 scenario: scenario.as_ref().and_then(Scenario::own_counters),
             },
             &ctx,
