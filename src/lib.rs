@@ -28,6 +28,7 @@ pub mod retry;
 pub mod server;
 pub mod snapshot;
 pub mod source;
+pub mod start_error;
 pub mod startup;
 pub mod telemetry;
 

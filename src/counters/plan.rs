@@ -8,13 +8,16 @@
 //! file or the ConfigMap for hot reload.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
 
 use crate::counters::configmap::{self, ConfigMapFollower, ConfigMapRef};
 use crate::counters::reload::CountersReloader;
 use crate::counters::watch_groups::{self, WatchGroupSpec};
 use crate::counters::{self, CounterSet};
 use crate::kubernetes_api::ApiConfig;
-use crate::startup::{ResolveContext, StartContext, StartError};
+use crate::start_error::StartError;
+use crate::telemetry::self_metrics::SelfMetrics;
 
 /// A simulated scenario's own counter set (`counters:` in its file).
 pub enum ScenarioCounters<'a> {
@@ -73,9 +76,11 @@ enum Follow {
 }
 
 impl CountersPlan {
+    /// `env` looks up an environment variable (`startup::ResolveContext::env`: the Kubernetes API's
+    /// configuration for `-m`).
     pub fn resolve(
         flags: &CountersFlags<'_>,
-        ctx: &ResolveContext<'_>,
+        env: &dyn Fn(&str) -> Option<String>,
     ) -> Result<CountersPlan, StartError> {
         let watch_groups = flags
             .config_file
@@ -86,7 +91,7 @@ impl CountersPlan {
             None => None,
         };
         let (mut set, follow) = match configmap_ref {
-            Some(r) => from_configmap(r, ctx)?,
+            Some(r) => from_configmap(r, env)?,
             None => from_files(flags)?,
         };
         if flags.config_file.is_some() {
@@ -106,17 +111,18 @@ impl CountersPlan {
     }
 
     /// The set and, when it came from a file or a ConfigMap, what follows it for hot reload.
+    /// `interval` and `self_metrics`: the start-up context's (`startup::StartContext`).
     pub fn start(
         self,
-        ctx: &StartContext<'_>,
+        interval: Duration,
+        self_metrics: &Arc<SelfMetrics>,
     ) -> Result<(CounterSet, Option<CountersReloader>), StartError> {
         let reloader = match self.follow {
             Follow::Nothing => None,
             Follow::File(path) => Some(CountersReloader::new(&path, self.watch_groups)),
             Follow::ConfigMap { api, r, text } => {
-                let follower =
-                    ConfigMapFollower::start(&api, r, text, ctx.interval, ctx.self_metrics)
-                        .map_err(StartError::environment)?;
+                let follower = ConfigMapFollower::start(&api, r, text, interval, self_metrics)
+                    .map_err(StartError::environment)?;
                 Some(CountersReloader::for_configmap(follower, self.watch_groups))
             }
         };
@@ -127,9 +133,9 @@ impl CountersPlan {
 /// `-m`: the ConfigMap's counters win over every other source.
 fn from_configmap(
     r: ConfigMapRef,
-    ctx: &ResolveContext<'_>,
+    env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<(CounterSet, Follow), StartError> {
-    let api = ApiConfig::discover(ctx.env)
+    let api = ApiConfig::discover(env)
         .map_err(StartError::input)?
         .ok_or_else(|| {
             StartError::input(format!(

@@ -111,7 +111,7 @@ impl EnginePlan {
                 }),
                 scenario: scenario.as_ref().and_then(Scenario::own_counters),
             },
-            &ctx,
+            ctx.env,
         )?;
         let outputs = outputs(counters.set(), &ctx)?;
         let source_flags = SourceFlags {
@@ -179,7 +179,7 @@ impl EnginePlan {
     /// Start following the counters (file, ConfigMap): the first step of starting. Nothing is read
     /// from the source yet.
     pub fn start_counters(self, ctx: &StartContext<'_>) -> Result<CountersStarted, StartError> {
-        let (counters, reloader) = self.counters.start(ctx)?;
+        let (counters, reloader) = self.counters.start(ctx.interval, ctx.self_metrics)?;
         let (control_tx, control_rx) = mpsc::channel::<Control>();
         Ok(CountersStarted {
             interval: self.interval,

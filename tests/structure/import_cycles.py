@@ -21,8 +21,8 @@ SRC = os.path.join(ROOT, "src")
 # enrichers add to it, the exporters read it, the pipeline runs them and the server serves them; the
 # wiring (cli, engine, app) is on top. Every top-level entry of src/ must be listed.
 LAYERS = [
-    # Helpers that know no feature.
-    ["fields", "lock.rs", "local_file.rs", "retry.rs", "error_chain.rs", "telemetry"],
+    # Helpers that know no feature, and the error every start-up plan returns.
+    ["fields", "lock.rs", "local_file.rs", "retry.rs", "error_chain.rs", "telemetry", "start_error.rs"],
     # The Kubernetes API client (the counters ConfigMap and the pod enricher both use it).
     ["kubernetes_api"],
     # The counters CSV and its followers.
@@ -42,14 +42,10 @@ LAYERS = [
     ["app.rs", "app"],
 ]
 
-# Arrows that go up, each with its reason: (file, target prefix). Keep it short; fix rather than add.
-ALLOWED_UPWARD = {
-    # The counters' start-up plan takes the start-up contract every feature's plan takes (the contexts,
-    # StartError); startup.rs carries the host and the checked distributions, which config/ defines,
-    # and config/ parses the config file's inline fields with the counters parser, so startup.rs sits
-    # above counters/. Moving the plan out of counters/ would break "each plan beside its feature".
-    ("counters/plan.rs", "startup.rs"),
-}
+# Arrows that go up, each as (file, target prefix) with a comment giving its reason, for one that
+# cannot be fixed at once: fix rather than add (move the type to where it belongs, or pass a value).
+# An entry no arrow uses any more fails. None today.
+ALLOWED_UPWARD = set()
 
 
 def module_files():
