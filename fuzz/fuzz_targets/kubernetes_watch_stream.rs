@@ -3,8 +3,8 @@
 //! frames differently never changes the events decoded; a decode error ends the stream; each object
 //! goes through the pod and ResourceSlice parsers.
 #![no_main]
-use dcgm_otel::enrich::kubernetes::api::objects::{Pod, ResourceSlice};
-use dcgm_otel::enrich::kubernetes::api::stream::{self, WatchDecoder, WatchEvent};
+use dcgm_otel::kubernetes_api::objects::{Pod, ResourceSlice};
+use dcgm_otel::kubernetes_api::stream::{self, WatchDecoder, WatchEvent};
 use dcgm_otel::enrich::kubernetes::{parse_pod, parse_resource_slice, MAX_LABEL_VALUE};
 use libfuzzer_sys::fuzz_target;
 

@@ -28,10 +28,11 @@ use serde::Deserialize;
 
 use super::distributions::{parse_spec, GivenSpec};
 use super::duration::parse_go_duration;
-use super::local_file;
 use super::yaml_position::{duplicate_key, locate, Step};
+use crate::counters::plan::MetricsSource;
 use crate::counters::watch_groups::WatchGroupSpec;
 use crate::counters::{self, CounterSet, CsvError};
+use crate::local_file;
 
 /// A rejected configuration file: `file:line:column: message` (no position when unreadable).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -49,15 +50,6 @@ impl ConfigFileError {
             None => format!("{}: {}", self.path, self.message),
         }
     }
-}
-
-/// Where the counters come from, per the file.
-#[derive(Debug, Clone, PartialEq)]
-pub enum MetricsSource {
-    /// `metrics.file`
-    File(PathBuf),
-    /// `metrics.fields`, already parsed into a counter set (origin: the config file).
-    Fields(CounterSet),
 }
 
 /// A loaded, validated configuration file.

@@ -9,8 +9,17 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::duration::parse_go_duration;
-use crate::fields::catalog;
-use crate::snapshot::distribution::DistributionSpec;
+use crate::fields::{catalog, FieldId};
+
+/// One distributed field: a numeric DCGM field sampled at its own interval.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DistributionSpec {
+    pub field: FieldId,
+    /// The DCGM name as given (`DCGM_FI_DEV_POWER_USAGE`, not its newer alias).
+    pub name: String,
+    /// How often DCGM samples it.
+    pub every: Duration,
+}
 
 /// The shortest sample interval: DCGM's watches go finer, but below this the per-sample work of a
 /// large node would dominate a collection.

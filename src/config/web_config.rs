@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
-use super::local_file::{read_text, Links, MAX_CONFIG_BYTES};
+use crate::local_file::{read_text, Links, MAX_CONFIG_BYTES};
 
 /// The lowest bcrypt cost accepted (`htpasswd -nBC 10 USER`); lower costs are too cheap to brute-force.
 pub const MIN_BCRYPT_COST: u32 = 10;

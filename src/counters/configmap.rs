@@ -1,5 +1,5 @@
 //! `-m namespace:name` / `DCGM_EXPORTER_CONFIGMAP_DATA`: the counters CSV from the `metrics` key of a
-//! ConfigMap, read through the Kubernetes API client of `enrich::kubernetes::api` (in-cluster service
+//! ConfigMap, read through the Kubernetes API client of `kubernetes_api` (in-cluster service
 //! account or `KUBECONFIG`), as dcgm-exporter reads it. At start one GET must find the ConfigMap, the key
 //! and a valid CSV, else the exporter does not start (exit 2, one line). Then a list + watch of that one
 //! ConfigMap (field selector `metadata.name`) keeps its latest `metrics` text; [`ConfigMapFollower`] hands
@@ -11,8 +11,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::{parse, CounterSet};
-use crate::enrich::kubernetes::api::objects::ConfigMap;
-use crate::enrich::kubernetes::api::{self, ApiConfig, Watcher};
+use crate::kubernetes_api::objects::ConfigMap;
+use crate::kubernetes_api::{self as api, ApiConfig, Watcher};
 use crate::telemetry::self_metrics::SelfMetrics;
 
 /// The ConfigMap key holding the CSV (dcgm-exporter's).

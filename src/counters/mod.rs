@@ -17,8 +17,8 @@ pub mod watch_groups;
 
 use std::path::Path;
 
-use crate::config::local_file::{self, Links};
 use crate::fields::{catalog, FieldInfo};
+use crate::local_file::{self, Links};
 
 /// How a row is exported.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

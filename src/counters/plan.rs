@@ -8,15 +8,16 @@
 //! file or the ConfigMap for hot reload.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
 
-use crate::config::config_file::{ConfigFile, MetricsSource};
-use crate::config::CollectionArgs;
 use crate::counters::configmap::{self, ConfigMapFollower, ConfigMapRef};
 use crate::counters::reload::CountersReloader;
 use crate::counters::watch_groups::{self, WatchGroupSpec};
 use crate::counters::{self, CounterSet};
-use crate::enrich::kubernetes::api::ApiConfig;
-use crate::startup::{ResolveContext, StartContext, StartError};
+use crate::kubernetes_api::ApiConfig;
+use crate::start_error::StartError;
+use crate::telemetry::self_metrics::SelfMetrics;
 
 /// A simulated scenario's own counter set (`counters:` in its file).
 pub enum ScenarioCounters<'a> {
@@ -26,12 +27,32 @@ pub enum ScenarioCounters<'a> {
     File(&'a Path),
 }
 
+/// Where the counters come from, per `--config-file` (`metrics`: a file or inline fields).
+#[derive(Debug, Clone, PartialEq)]
+pub enum MetricsSource {
+    /// `metrics.file`
+    File(PathBuf),
+    /// `metrics.fields`, already parsed into a counter set (origin: the config file).
+    Fields(CounterSet),
+}
+
+/// What `--config-file` says about the counters, as values the wiring takes from the parsed file.
+#[derive(Clone, Copy)]
+pub struct ConfigFileCounters<'a> {
+    pub metrics: Option<&'a MetricsSource>,
+    /// `collection.watchGroups`, resolved against the counters once they are known.
+    pub watch_groups: &'a [WatchGroupSpec],
+}
+
 /// What the counters are resolved from.
 pub struct CountersFlags<'a> {
-    pub collection: &'a CollectionArgs,
+    /// `-f`: the counters CSV's path.
+    pub collectors: &'a Path,
     /// `-f` (or its variable) was given explicitly: a missing file is an error, not the built-in set.
     pub collectors_explicit: bool,
-    pub config_file: Option<&'a ConfigFile>,
+    /// `-m`: the ConfigMap's `namespace:name`.
+    pub configmap_data: Option<&'a str>,
+    pub config_file: Option<ConfigFileCounters<'a>>,
     pub scenario: Option<ScenarioCounters<'a>>,
 }
 
@@ -55,20 +76,22 @@ enum Follow {
 }
 
 impl CountersPlan {
+    /// `env` looks up an environment variable (`startup::ResolveContext::env`: the Kubernetes API's
+    /// configuration for `-m`).
     pub fn resolve(
         flags: &CountersFlags<'_>,
-        ctx: &ResolveContext<'_>,
+        env: &dyn Fn(&str) -> Option<String>,
     ) -> Result<CountersPlan, StartError> {
         let watch_groups = flags
             .config_file
-            .map(|c| c.watch_groups.clone())
+            .map(|c| c.watch_groups.to_vec())
             .unwrap_or_default();
-        let configmap_ref = match &flags.collection.configmap_data {
+        let configmap_ref = match flags.configmap_data {
             Some(spec) => ConfigMapRef::parse(spec).map_err(StartError::input)?,
             None => None,
         };
         let (mut set, follow) = match configmap_ref {
-            Some(r) => from_configmap(r, ctx)?,
+            Some(r) => from_configmap(r, env)?,
             None => from_files(flags)?,
         };
         if flags.config_file.is_some() {
@@ -88,17 +111,18 @@ impl CountersPlan {
     }
 
     /// The set and, when it came from a file or a ConfigMap, what follows it for hot reload.
+    /// `interval` and `self_metrics`: the start-up context's (`startup::StartContext`).
     pub fn start(
         self,
-        ctx: &StartContext<'_>,
+        interval: Duration,
+        self_metrics: &Arc<SelfMetrics>,
     ) -> Result<(CounterSet, Option<CountersReloader>), StartError> {
         let reloader = match self.follow {
             Follow::Nothing => None,
             Follow::File(path) => Some(CountersReloader::new(&path, self.watch_groups)),
             Follow::ConfigMap { api, r, text } => {
-                let follower =
-                    ConfigMapFollower::start(&api, r, text, ctx.interval, ctx.self_metrics)
-                        .map_err(StartError::environment)?;
+                let follower = ConfigMapFollower::start(&api, r, text, interval, self_metrics)
+                    .map_err(StartError::environment)?;
                 Some(CountersReloader::for_configmap(follower, self.watch_groups))
             }
         };
@@ -109,9 +133,9 @@ impl CountersPlan {
 /// `-m`: the ConfigMap's counters win over every other source.
 fn from_configmap(
     r: ConfigMapRef,
-    ctx: &ResolveContext<'_>,
+    env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<(CounterSet, Follow), StartError> {
-    let api = ApiConfig::discover(ctx.env)
+    let api = ApiConfig::discover(env)
         .map_err(StartError::input)?
         .ok_or_else(|| {
             StartError::input(format!(
@@ -125,7 +149,7 @@ fn from_configmap(
 
 /// `-f`, `--config-file`'s `metrics`, the scenario's set or the default path, by precedence.
 fn from_files(flags: &CountersFlags<'_>) -> Result<(CounterSet, Follow), StartError> {
-    let from_config = flags.config_file.and_then(|c| c.metrics.as_ref());
+    let from_config = flags.config_file.and_then(|c| c.metrics);
     let own = flags
         .scenario
         .as_ref()
@@ -143,9 +167,9 @@ fn from_files(flags: &CountersFlags<'_>) -> Result<(CounterSet, Follow), StartEr
             (counters::load_file(path), Some(path.to_path_buf()))
         }
         _ => {
-            let path = &flags.collection.collectors;
+            let path = flags.collectors;
             let explicit = flags.collectors_explicit;
-            let file = (explicit || path.exists()).then(|| path.clone());
+            let file = (explicit || path.exists()).then(|| path.to_path_buf());
             (counters::load(path, explicit), file)
         }
     };

@@ -14,9 +14,10 @@ use std::time::Duration;
 
 use crate::cli::Cli;
 use crate::config::{config_file, distributions};
-use crate::counters::plan::{CountersFlags, CountersPlan};
+use crate::counters::plan::{ConfigFileCounters, CountersFlags, CountersPlan};
 use crate::counters::reload::CountersReloader;
 use crate::counters::CounterSet;
+use crate::enrich::kubernetes::plan::SimulatedPods;
 use crate::enrich::plan::{EnrichFlags, EnrichPlan};
 use crate::export::SnapshotConsumer;
 use crate::pipeline::{self, CollectorStatus, Control, Pipeline};
@@ -101,12 +102,16 @@ impl EnginePlan {
         };
         let counters = CountersPlan::resolve(
             &CountersFlags {
-                collection: &cli.collection,
+                collectors: &cli.collection.collectors,
                 collectors_explicit: explicit.collectors,
-                config_file: config_file.as_ref(),
+                configmap_data: cli.collection.configmap_data.as_deref(),
+                config_file: config_file.as_ref().map(|c| ConfigFileCounters {
+                    metrics: c.metrics.as_ref(),
+                    watch_groups: &c.watch_groups,
+                }),
                 scenario: scenario.as_ref().and_then(Scenario::own_counters),
             },
-            &ctx,
+            ctx.env,
         )?;
         let outputs = outputs(counters.set(), &ctx)?;
         let source_flags = SourceFlags {
@@ -125,6 +130,13 @@ impl EnginePlan {
         // Processes are on by default with -k on a real node; with --simulate only when asked for.
         let kubernetes_node = cli.kubernetes.kubernetes && source.simulated().is_none();
         let processes = ProcessPlan::resolve(&cli.source, &source, kubernetes_node)?;
+        // The Kubernetes enricher gets the source's answer as a value (enrich/ does not know the
+        // source's plan).
+        let simulated_pods = source.simulated().map(|s| SimulatedPods {
+            pods: &s.pods,
+            fleet: s.fleet(),
+            seed: s.seed,
+        });
         let enrich = EnrichPlan::resolve(
             &EnrichFlags {
                 exp: &cli.exp,
@@ -134,7 +146,7 @@ impl EnginePlan {
                 containers: &cli.containers,
                 proc_root: &cli.source.proc_root,
             },
-            &source,
+            simulated_pods,
             &ctx,
         )?;
         let plan = EnginePlan {
@@ -167,7 +179,7 @@ impl EnginePlan {
     /// Start following the counters (file, ConfigMap): the first step of starting. Nothing is read
     /// from the source yet.
     pub fn start_counters(self, ctx: &StartContext<'_>) -> Result<CountersStarted, StartError> {
-        let (counters, reloader) = self.counters.start(ctx)?;
+        let (counters, reloader) = self.counters.start(ctx.interval, ctx.self_metrics)?;
         let (control_tx, control_rx) = mpsc::channel::<Control>();
         Ok(CountersStarted {
             interval: self.interval,

@@ -9,7 +9,7 @@
 //! skipped.
 //!
 //! Whoever can write the directory decides labels on the unauthenticated `/metrics`, so what is read is
-//! bounded ([`crate::config::local_file`]): a job file is opened without following a symbolic link and
+//! bounded ([`crate::local_file`]): a job file is opened without following a symbolic link and
 //! without blocking, and read only when it is a regular file of at most [`MAX_FILE_BYTES`] (a link to a
 //! root-only file, a FIFO or a device is refused, never read); a job id is 1 to [`MAX_JOB_ID_BYTES`]
 //! characters of [`job_id_ok`]'s set, at most [`MAX_JOBS_PER_FILE`] per file; at most
@@ -27,7 +27,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use super::Enricher;
-use crate::config::local_file::{self, Links, LocalFileError};
+use crate::local_file::{self, Links, LocalFileError};
 use crate::snapshot::attribution::{self, Attribute};
 use crate::snapshot::{EntityKind, EntityReading};
 use crate::telemetry::self_metrics::{Metric, SelfMetrics};

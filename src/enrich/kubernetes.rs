@@ -12,7 +12,7 @@
 //! when it ends. Every call is counted in `dcgm_otel_kubelet_requests_total{result}`.
 //!
 //! Pod UIDs: the pod-resources v1 API carries none. With `--kubernetes-enable-pod-uid` they come from
-//! the Kubernetes API ([`api`]: a watch on this node's pods) when it is configured and knows the pod,
+//! the Kubernetes API ([`crate::kubernetes_api`]: a watch on this node's pods) when it is configured and knows the pod,
 //! else from the kubelet's device-manager checkpoint ([`checkpoint`]); a series whose pod's UID is
 //! known in neither has no `pod_uid` label. Pod labels (`--kubernetes-enable-pod-labels`), the shared
 //! replica (`--kubernetes-virtual-gpus`) and DRA claims (`--kubernetes-enable-dra`) are added by the
@@ -24,7 +24,6 @@
 //! derived from the attributed readings, and with `--kubernetes-virtual-gpus` each pod's own
 //! utilization and framebuffer from its processes ([`virtual_gpus`]).
 
-pub mod api;
 pub mod args;
 pub mod cgroup;
 pub mod checkpoint;
@@ -46,6 +45,7 @@ pub use mapping::{GpuIdType, Mapping, MatchRules, PodRef};
 
 use super::Enricher;
 use crate::counters::CounterSet;
+use crate::kubernetes_api as api;
 use crate::snapshot::{Attribute, DerivedFamily, EntityReading, PerSetValues, ProcessReading};
 use crate::telemetry::self_metrics::{Metric, SelfMetrics};
 use cost::{CostAccumulator, CostSettings, EqualShares, ProcessShares};

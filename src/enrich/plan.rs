@@ -11,10 +11,9 @@ use crate::enrich::exp::args::ExpArgs;
 use crate::enrich::exp::ExpStage;
 use crate::enrich::hpc::{HpcArgs, HpcEnricher};
 use crate::enrich::kubernetes::args::KubernetesArgs;
-use crate::enrich::kubernetes::plan::{flags_needing_k, KubernetesPlan};
+use crate::enrich::kubernetes::plan::{flags_needing_k, KubernetesPlan, SimulatedPods};
 use crate::enrich::mig_rollup::MigRollup;
 use crate::enrich::Enricher;
-use crate::source::plan::SourcePlan;
 use crate::startup::{ResolveContext, StartContext, StartError};
 
 /// The flag groups the enrichers are resolved from.
@@ -44,7 +43,7 @@ pub struct EnrichPlan {
 impl EnrichPlan {
     pub fn resolve(
         flags: &EnrichFlags<'_>,
-        source: &SourcePlan,
+        simulated: Option<SimulatedPods<'_>>,
         ctx: &ResolveContext<'_>,
     ) -> Result<EnrichPlan, StartError> {
         let containers = flags
@@ -53,7 +52,7 @@ impl EnrichPlan {
             .map_err(StartError::input)?
             .map(|s| (s.to_path_buf(), flags.kubernetes.kubernetes));
         let kubernetes =
-            KubernetesPlan::resolve(flags.kubernetes, flags.kubernetes_explicit, source, ctx)?;
+            KubernetesPlan::resolve(flags.kubernetes, flags.kubernetes_explicit, simulated, ctx)?;
         let ignored_kubernetes_flags = match kubernetes {
             Some(_) => Vec::new(),
             None => flags_needing_k(flags.kubernetes),

@@ -15,10 +15,10 @@ use rustls::server::WebPkiClientVerifier;
 use rustls::{RootCertStore, ServerConfig, SupportedCipherSuite};
 use tokio_rustls::TlsAcceptor;
 
-use crate::config::local_file::{self, Links};
 use crate::config::web_config::{
     CipherSuite, ClientAuth, Curve, PemSource, TlsSettings, TlsVersion, WebConfigError,
 };
+use crate::local_file::{self, Links};
 
 fn error(file: &Path, key: &str, message: String) -> WebConfigError {
     WebConfigError {

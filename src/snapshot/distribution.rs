@@ -17,7 +17,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::fields::FieldId;
+// The spec is configuration (config/ parses it); the accumulator and the snapshot's summaries are here.
+pub use crate::config::distributions::DistributionSpec;
 
 /// The quantiles every summary carries (`:9400` writes them as gauges).
 pub const QUANTILES: [f64; 3] = [0.5, 0.9, 0.99];
@@ -34,16 +35,6 @@ const MIN_SCALE: i32 = -10;
 
 /// The most samples one slot keeps per interval, whatever the intervals.
 const HARD_CAP: usize = 100_000;
-
-/// One distributed field: a numeric DCGM field sampled at its own interval.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DistributionSpec {
-    pub field: FieldId,
-    /// The DCGM name as given (`DCGM_FI_DEV_POWER_USAGE`, not its newer alias).
-    pub name: String,
-    /// How often DCGM samples it.
-    pub every: Duration,
-}
 
 /// An exponential histogram (OpenTelemetry's data model): bucket `offset + i` of a side covers
 /// `(base^(offset+i), base^(offset+i+1)]` of the absolute value, `base = 2^(2^-scale)`.

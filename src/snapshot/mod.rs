@@ -26,6 +26,9 @@ pub mod pod_split;
 pub mod process;
 pub mod values;
 
+// Settled at start-up (config/); every snapshot carries it.
+pub use crate::config::host::HostInfo;
+
 use std::sync::Arc;
 use std::time::SystemTime;
 
@@ -85,15 +88,6 @@ pub struct Reading {
     pub p2p: Vec<P2pLink>,
     /// The sampled fields' distributions since the previous poll (entity indexes into `entities`).
     pub distributions: distribution::Distributions,
-}
-
-/// Facts about the node, the same for every entity.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct HostInfo {
-    /// Value of the host label; `None` with `--no-hostname`.
-    pub hostname: Option<String>,
-    /// `NODE_NAME` when running in Kubernetes.
-    pub node_name: Option<String>,
 }
 
 /// An immutable, complete view of the fleet at one collection.

@@ -15,13 +15,11 @@ use std::time::{Duration, Instant};
 use crate::support::api_server::{self, ApiServer};
 use crate::support::fake_lib;
 use crate::support::kubelet::{container, pod, pods, Kubelet, Reply};
-use dcgm_otel::enrich::kubernetes::api::{
-    LIST_LIMIT, MAX_CACHE_OBJECTS, MAX_LIST_PAGE, MAX_WATCH_LINE,
-};
 use dcgm_otel::enrich::kubernetes::labels::reserved;
 use dcgm_otel::enrich::kubernetes::podresources::{
     ClaimResource, ContainerResources, DynamicResource,
 };
+use dcgm_otel::kubernetes_api::{LIST_LIMIT, MAX_CACHE_OBJECTS, MAX_LIST_PAGE, MAX_WATCH_LINE};
 use dcgm_otel::source::sim::{Fleet, Scenario};
 
 // ------------------------------------------------------------------------------------------------

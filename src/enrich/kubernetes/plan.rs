@@ -4,12 +4,23 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::enrich::kubernetes::api::ApiConfig;
 use crate::enrich::kubernetes::args::KubernetesArgs;
 use crate::enrich::kubernetes::simulated::SimulatedCluster;
 use crate::enrich::kubernetes::{podresources, KubernetesConfig, KubernetesEnricher, PodSource};
-use crate::source::plan::SourcePlan;
+use crate::kubernetes_api::ApiConfig;
+use crate::source::sim::pods::ScenarioPod;
+use crate::source::sim::Fleet;
 use crate::startup::{ResolveContext, StartContext, StartError};
+
+/// What the source's plan answers for the Kubernetes enricher, as a value the wiring builds from it:
+/// on a simulated fleet, the scenario's pods, the fleet they run on and the scenario's seed (the
+/// simulated cluster plays the kubelet and the API server from them).
+#[derive(Clone, Copy)]
+pub struct SimulatedPods<'a> {
+    pub pods: &'a [ScenarioPod],
+    pub fleet: &'a Fleet,
+    pub seed: u64,
+}
 
 /// `-k`: the enricher's settings and where its pod-resources answers come from.
 pub struct KubernetesPlan {
@@ -23,10 +34,10 @@ impl KubernetesPlan {
     pub fn resolve(
         args: &KubernetesArgs,
         explicit: bool,
-        source: &SourcePlan,
+        simulated: Option<SimulatedPods<'_>>,
         ctx: &ResolveContext<'_>,
     ) -> Result<Option<KubernetesPlan>, StartError> {
-        let pods = source.simulated().filter(|s| !s.pods.is_empty());
+        let pods = simulated.filter(|s| !s.pods.is_empty());
         if !(args.kubernetes || (pods.is_some() && !explicit)) {
             return Ok(None);
         }
@@ -38,7 +49,7 @@ impl KubernetesPlan {
             args.pod_resources_kubelet_socket == Path::new(podresources::DEFAULT_SOCKET);
         let simulated = match pods {
             Some(sim) if default_socket => Some(
-                SimulatedCluster::new(&sim.pods, sim.fleet(), sim.seed)
+                SimulatedCluster::new(sim.pods, sim.fleet, sim.seed)
                     .map_err(|e| StartError::input(format!("simulated cluster: {e}")))?,
             ),
             _ => None,

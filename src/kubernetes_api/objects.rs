@@ -3,7 +3,7 @@
 //! attributes) and ConfigMaps (the counters key). Decoding into them skips everything else of an object
 //! (a pod's spec and managed fields are most of its bytes) instead of building it as a JSON tree, so
 //! memory follows what is kept, not what the server sends. Every field is optional: a missing one is
-//! the parser's to judge ([`crate::enrich::kubernetes::parse_pod`], ...); a field of the wrong type makes
+//! the parser's to judge (the enricher's `parse_pod`, ...); a field of the wrong type makes
 //! the object undecodable, and it is skipped.
 
 use std::collections::BTreeMap;

@@ -788,8 +788,8 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::enrich::kubernetes::api::objects::Pod;
     use crate::enrich::kubernetes::labels::PodMeta;
+    use crate::kubernetes_api::objects::Pod;
     use std::io::{Read, Write};
     use std::sync::atomic::AtomicUsize;
 
