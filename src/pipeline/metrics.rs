@@ -9,7 +9,7 @@ use crate::snapshot::Absent;
 use crate::telemetry::self_metrics::{Metric, SelfMetrics};
 
 pub(super) struct PipelineMetrics {
-    pub(super) registry: Arc<SelfMetrics>,
+    registry: Arc<SelfMetrics>,
     pub(super) duration: Arc<Metric>,
     pub(super) last_success: Arc<Metric>,
     pub(super) collects: Arc<Metric>,

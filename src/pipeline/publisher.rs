@@ -81,7 +81,7 @@ impl Publisher {
     }
 
     /// Watchdog: withdraw the series when poll `poll` is still running past the freshness limit.
-    pub(super) fn withdraw_if_stuck(&self, poll: u64) {
+    fn withdraw_if_stuck(&self, poll: u64) {
         let _guard = self.lock();
         let Some((running, elapsed)) = self.status.running_poll() else {
             return;

@@ -55,7 +55,7 @@ impl Pipeline {
 
     /// Poll the process source (if any) for the entities just read and let the enrichers attribute the
     /// processes. A failure withdraws the process series for this collection, logged once per outage.
-    pub(super) fn poll_processes(
+    fn poll_processes(
         &mut self,
         entities: &[crate::snapshot::EntityReading],
         state: &mut ProcessPollState,

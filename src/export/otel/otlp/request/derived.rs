@@ -112,7 +112,7 @@ impl DirectBuilder {
 
     /// A holder family's samples onto the holders' Resources: the holder's attribution is the
     /// Resource, the device's identity (no `label` rows) and the series labels the point.
-    pub(super) fn place_holder_family(
+    fn place_holder_family(
         &self,
         snap: &Snapshot,
         f: usize,
@@ -176,14 +176,14 @@ pub(super) enum Placed {
 }
 
 /// (derived family, sample, its set).
-pub(super) type DerivedPoint = (usize, usize, Placed);
+type DerivedPoint = (usize, usize, Placed);
 
 /// Resources made for derived series the readings no longer have, with their points.
 pub(super) type ExtraResources = Vec<(Resource, Vec<DerivedPoint>)>;
 
 /// A set with the sample's own labels (`nvidia.xid.code`) added to its point attributes and series
 /// key; `None` when the sample has none to write on OTLP.
-pub(super) fn with_series_labels(
+fn with_series_labels(
     set: &SetLayout,
     labels: &[crate::snapshot::SeriesLabel],
 ) -> Option<SetLayout> {

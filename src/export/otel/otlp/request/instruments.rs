@@ -10,7 +10,7 @@ use crate::export::otel::units::unit_for;
 use crate::fields::{FieldId, ValueType};
 
 /// Whether a row's field is a rate: its DCGM unit is per second (`MB/s`, `KB/s`).
-pub(super) fn is_rate(c: &crate::counters::Counter) -> bool {
+fn is_rate(c: &crate::counters::Counter) -> bool {
     crate::export::otel::units::field_unit(&c.field).is_some_and(|u| u.ends_with("/s"))
 }
 

@@ -59,7 +59,7 @@ impl DirectBuilder {
     }
 
     /// Whether the layout's entities and attributions are the snapshot's.
-    pub(super) fn entities_match(&self, snap: &Snapshot) -> bool {
+    fn entities_match(&self, snap: &Snapshot) -> bool {
         self.layout.entities.len() == snap.entities.len()
             && self
                 .layout
@@ -73,7 +73,7 @@ impl DirectBuilder {
                 })
     }
 
-    pub(super) fn labels_match(&self, labels: &[Vec<KeyValue>]) -> bool {
+    fn labels_match(&self, labels: &[Vec<KeyValue>]) -> bool {
         self.layout.entities.len() == labels.len()
             && self
                 .layout
@@ -85,7 +85,7 @@ impl DirectBuilder {
 
     /// The `label` rows of the counter set: the label-row attributes are made from their values
     /// (and the driver version) alone.
-    pub(super) fn label_rows(&self) -> impl Iterator<Item = usize> + '_ {
+    fn label_rows(&self) -> impl Iterator<Item = usize> + '_ {
         self.counters
             .rows
             .iter()
@@ -96,7 +96,7 @@ impl DirectBuilder {
 
     /// Whether the inputs of the label-row attributes are those the layout's labels were made from
     /// (then the labels are too, and are not made again).
-    pub(super) fn label_inputs_match(&self, snap: &Snapshot) -> bool {
+    fn label_inputs_match(&self, snap: &Snapshot) -> bool {
         let kept = &self.layout.label_inputs;
         let mut i = 0;
         for e in &snap.entities {
@@ -111,7 +111,7 @@ impl DirectBuilder {
     }
 
     /// Keep the inputs of the layout's label-row attributes.
-    pub(super) fn keep_label_inputs(&mut self, snap: &Snapshot) {
+    fn keep_label_inputs(&mut self, snap: &Snapshot) {
         let rows: Vec<usize> = self.label_rows().collect();
         self.layout.label_inputs = snap
             .entities
@@ -123,7 +123,7 @@ impl DirectBuilder {
 
     /// The role of every entity: MIG instances keep the per-instance fields; the board-level ones
     /// are the GPU's, written by the GPU entity when it is monitored, else by its first instance.
-    pub(super) fn roles(snap: &Snapshot) -> Vec<Role> {
+    fn roles(snap: &Snapshot) -> Vec<Role> {
         let monitored_gpus: HashSet<&str> = snap
             .entities
             .iter()
@@ -149,7 +149,7 @@ impl DirectBuilder {
     }
 
     /// A set's layout, its resource found (or made) by identity.
-    pub(super) fn place_set(
+    fn place_set(
         &self,
         set: &[KeyValue],
         resources: &mut Vec<Resource>,
@@ -169,7 +169,7 @@ impl DirectBuilder {
     }
 
     /// Rebuild the whole layout (entities, attribution or label values changed).
-    pub(super) fn rebuild_layout(&mut self, snap: &Snapshot, labels: Vec<Vec<KeyValue>>) {
+    fn rebuild_layout(&mut self, snap: &Snapshot, labels: Vec<Vec<KeyValue>>) {
         let mut resources: Vec<Resource> = Vec::new();
         let mut index: HashMap<Vec<(String, String)>, usize> = HashMap::new();
         let mut entities = Vec::with_capacity(snap.entities.len());

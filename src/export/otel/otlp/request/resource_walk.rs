@@ -135,7 +135,7 @@ impl DirectBuilder {
 
     /// The metrics of one Resource's DCGM fields (one per instrument with a point): each member
     /// entity's value, with the attributes its value gives it (XID). Returns the points written.
-    pub(super) fn field_metrics(
+    fn field_metrics(
         &self,
         snap: &Snapshot,
         members: &[(usize, usize)],
@@ -208,7 +208,7 @@ impl DirectBuilder {
     /// After the entities' Resources: the derived series of entities the readings no longer have (a
     /// departed device), then the holders' Resources (pods, jobs; the host for processes of no pod).
     /// Returns the points written.
-    pub(super) fn departed_and_holders(
+    fn departed_and_holders(
         &self,
         snap: &Snapshot,
         extras: ExtraResources,
@@ -246,7 +246,7 @@ impl DirectBuilder {
 }
 
 /// The proto request of the layout resources' field metrics as proto values, built by prost.
-pub(super) fn prost_layout_resource(
+fn prost_layout_resource(
     b: &DirectBuilder,
     snap: &Snapshot,
     r: usize,
