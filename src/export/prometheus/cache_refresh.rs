@@ -107,12 +107,7 @@ impl Renderer {
     }
 
     /// Per attribute set of an entity written on :9400, what follows its identity labels.
-    fn tails_of(
-        &self,
-        e: &EntityReading,
-        base: String,
-        snap: &Snapshot,
-    ) -> (String, Vec<SetTail>) {
+    fn tails_of(&self, e: &EntityReading, base: String, snap: &Snapshot) -> (String, Vec<SetTail>) {
         // label-type fields (first row per name)
         let rows = &snap.counters.rows;
         let mut label_fields: Vec<(&str, &str)> = e
