@@ -20,6 +20,10 @@
 //! next snapshot carries it, and the exporters rebuild what depends on it. The previous body stays
 //! published until that snapshot replaces it, so there is no scrape without data in between. A
 //! [`Control::CollectNow`] (SIGHUP, a GPU bind/unbind event) runs a collection before the next tick.
+//!
+//! The parts: `status` (the health `/health` and `/ready` read), `publisher` (publication and the
+//! watchdog), `stages` (a reading through the enrichers into a snapshot), `reload` (counters reloads
+//! between collections), `metrics` (the collector's self-metrics); this file holds the run loop.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};

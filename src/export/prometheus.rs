@@ -14,6 +14,11 @@
 //! The renderer makes a body (plain, and gzip when asked) from a snapshot when
 //! [`super::metrics_body`] asks for one: at the first scrape after a collection, not at every
 //! collection.
+//!
+//! The parts: `label_cache` and `cache_refresh` (the strings kept between renders and how they are
+//! brought up to date), `values` (how a value is written), `series_writers` and `derived_series` (XID,
+//! per-set and derived samples), `body_buffers` (the buffer pool and the gzip stream); this file holds
+//! the renderer and its entry points.
 
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
