@@ -24,6 +24,8 @@
 //! The parts: `status` (the health `/health` and `/ready` read), `publisher` (publication and the
 //! watchdog), `stages` (a reading through the enrichers into a snapshot), `reload` (counters reloads
 //! between collections), `metrics` (the collector's self-metrics); this file holds the run loop.
+//!
+//! [`Snapshot`]: crate::snapshot::Snapshot
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};

@@ -93,6 +93,8 @@ impl CollectorStatus {
     /// `/ready`: `Ok(())` once the first collection has been published and while the last one
     /// succeeded, is fresh (younger than [`CollectorStatus::freshness_limit`]) and the source did not
     /// say it is blind ([`Source::not_ready`]); otherwise the reason.
+    ///
+    /// [`Source::not_ready`]: crate::source::Source::not_ready
     pub fn ready(&self) -> Result<(), String> {
         self.fresh()?;
         if !self.ever_succeeded.load(Ordering::Acquire) {
