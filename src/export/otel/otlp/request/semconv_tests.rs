@@ -6,6 +6,9 @@
 use std::time::{Duration, UNIX_EPOCH};
 
 use opentelemetry_proto::tonic::common::v1::any_value;
+use opentelemetry_proto::tonic::metrics::v1::{
+    metric::Data, number_data_point, AggregationTemporality, Metric, NumberDataPoint,
+};
 
 use super::*;
 use crate::config::LabelStyle;
@@ -13,8 +16,8 @@ use crate::counters;
 use crate::export::otel::naming::{OtelAttributeStyle, OtelResourceMode};
 use crate::export::otel::semconv::{Input, Instrument as Sc, MAPPINGS};
 use crate::snapshot::{
-    DerivedFamily, DerivedInfo, DerivedKind, DerivedSample, EntityReading, GpuIdentity,
-    MigIdentity, Snapshot,
+    Attribution, DerivedFamily, DerivedInfo, DerivedKind, DerivedSample, Entity, EntityReading,
+    FieldValue, GpuIdentity, MigIdentity, Snapshot,
 };
 
 /// A point's expected value.

@@ -21,9 +21,10 @@ use opentelemetry_proto::tonic::metrics::v1::{number_data_point, Metric, Resourc
 use prost::encoding::{encode_varint, encoded_len_varint};
 use prost::Message;
 
+use super::readings::field_readings;
 use super::{
-    field_readings, temporality, CounterState, DirectBuilder, EntityLayout, Instrument, Kind,
-    PointContext, ResourceSink,
+    temporality, CounterState, DirectBuilder, EntityLayout, Instrument, Kind, PointContext,
+    ResourceSink,
 };
 use crate::export::otel::naming::Naming;
 use crate::export::otel::otlp::proto::pkv;

@@ -18,8 +18,8 @@ use crate::export::otel::naming::{OtelAttributeStyle, OtelResourceMode};
 use crate::export::otel::test_fleet::{self, pods};
 use crate::snapshot::attribution::{self as attr, Attribute};
 use crate::snapshot::{
-    DerivedFamily, DerivedInfo, DerivedSample, DerivedSubject, EntityReading, GpuIdentity,
-    MigIdentity, ProcessReading, SeriesLabel,
+    DerivedFamily, DerivedInfo, DerivedKind, DerivedSample, DerivedSubject, Entity, EntityReading,
+    FieldValue, GpuIdentity, MigIdentity, ProcessReading, SeriesLabel,
 };
 
 const CSV: &str = "DCGM_FI_DEV_SM_CLOCK, gauge, SM clock in MHz.\n\
@@ -365,7 +365,7 @@ fn a_rate_typed_counter_in_the_csv_is_a_gauge_over_otlp() {
         "test",
     )
     .unwrap();
-    let kinds: Vec<(String, Kind)> = instruments(&counters, &[])
+    let kinds: Vec<(String, Kind)> = instruments::instruments(&counters, &[])
         .into_iter()
         .map(|i| (i.name, i.kind))
         .collect();
