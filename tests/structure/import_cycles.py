@@ -35,7 +35,7 @@ LAYERS = [
     ["source"],
     ["enrich"],
     ["export"],
-    ["pipeline.rs"],
+    ["pipeline.rs", "pipeline"],
     ["server"],
     ["cli.rs"],
     ["engine"],
