@@ -123,7 +123,7 @@ log "dcgm-exporter 4.5.3-4.8.2 as a test peer (tests/peers/dcgm-exporter/build.s
 # --- repository checks (no build needed) ---------------------------------------------------------
 log "self-contained: nothing outside docs/ reads a folder beside the checkout (tests/structure)"
 ./tests/structure/self-contained.sh
-log "module structure: no import cycle between source files, config/ below the features; no function over 120 lines outside tests/structure/function_length_allow.txt (tests/structure)"
+log "module structure: no import cycle between source files, no import from a lower layer of src/ to a higher one; no function over 120 lines outside tests/structure/function_length_allow.txt (tests/structure)"
 python3 tests/structure/import_cycles.py
 python3 tests/structure/function_length.py
 # issue 35: every unsafe block with its own SAFETY comment, no macro hiding call sites behind one unsafe
