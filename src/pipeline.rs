@@ -29,7 +29,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use metrics::{PipelineMetrics, ProcessPollState, ReloadMetrics};
@@ -166,7 +166,6 @@ impl Pipeline {
             counters: arc_swap::ArcSwap::new(self.counters.clone()),
             host: self.host.clone(),
             seq: AtomicU64::new(0),
-            lock: Mutex::new(()),
             source_up: metrics.source_up.clone(),
             stuck_total: self.self_metrics.counter(
                 "dcgm_otel_collect_stuck_total",

@@ -5,7 +5,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use super::status::CollectorStatus;
@@ -35,7 +35,6 @@ pub(super) struct Publisher {
     pub(super) host: Arc<HostInfo>,
     /// Sequence number of the last snapshot published.
     pub(super) seq: AtomicU64,
-    pub(super) lock: Mutex<()>,
     pub(super) source_up: Arc<Metric>,
     pub(super) stuck_total: Arc<Metric>,
 }
@@ -77,7 +76,7 @@ impl Publisher {
     }
 
     pub(super) fn lock(&self) -> std::sync::MutexGuard<'_, ()> {
-        self.lock.lock_unpoisoned()
+        self.status.publication.lock_unpoisoned()
     }
 
     /// Watchdog: withdraw the series when poll `poll` is still running past the freshness limit.

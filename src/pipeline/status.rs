@@ -30,6 +30,10 @@ pub struct CollectorStatus {
     restart_limit: Duration,
     /// Why the source, although it answered, is not ready (DCGM reports fewer GPUs than the node has).
     not_ready: Mutex<Option<String>>,
+    /// Held while a snapshot is handed out and its outcome recorded (the publisher's lock), so that
+    /// `ready` never sees a collection that a consumer already has without its outcome: an engine's
+    /// caller asking right after a collection reached it would read "no collection yet".
+    pub(super) publication: Mutex<()>,
 }
 
 impl CollectorStatus {
@@ -47,6 +51,7 @@ impl CollectorStatus {
             last_cycle_ms: AtomicU64::new(1),
             restart_limit: Self::restart_limit_for(interval),
             not_ready: Mutex::new(None),
+            publication: Mutex::new(()),
         })
     }
 
@@ -96,6 +101,7 @@ impl CollectorStatus {
     ///
     /// [`Source::not_ready`]: crate::source::Source::not_ready
     pub fn ready(&self) -> Result<(), String> {
+        let _publication = self.publication.lock_unpoisoned();
         self.fresh()?;
         if !self.ever_succeeded.load(Ordering::Acquire) {
             return Err("first collection pending".to_string());
