@@ -505,38 +505,48 @@ fn a_cpu_profile_downloads_behind_auth_and_parses() {
     assert!(seen.iter().any(|f| f.contains("dcgm_otel")), "{seen:?}");
 
     // A client that goes away does not leave the profiler taken: meanwhile others get 409 (required:
-    // one profile at a time), then 200. The 409 must come while the client's 3 s profile runs; a probe
-    // answered 200 first ran before that profile started (it then took the profiler itself, and the
-    // client got the 409): a new client is sent.
+    // one profile at a time), then 200. The probe is sent only once the client's 5 s profile holds the
+    // profiler: its request is answered neither at once (a 409 would come within its bcrypt check) nor
+    // within 1.5 s. A client answered (it lost the profiler to a probe still running) is sent again;
+    // a probe answered 200 (the client's request was still being checked) means another round.
     let send_gone = || {
         use std::io::Write;
         let mut gone = std::net::TcpStream::connect(("127.0.0.1", e.port)).unwrap();
         write!(
             gone,
-            "GET /debug/pprof/profile?seconds=3 HTTP/1.1\r\nHost: x\r\nAuthorization: {}\r\n\r\n",
+            "GET /debug/pprof/profile?seconds=5 HTTP/1.1\r\nHost: x\r\nAuthorization: {}\r\n\r\n",
             auth[0].1
         )
         .unwrap();
         gone
     };
+    let holding = |gone: &mut std::net::TcpStream| {
+        use std::io::Read;
+        gone.set_read_timeout(Some(Duration::from_millis(1500)))
+            .unwrap();
+        let mut byte = [0u8; 1];
+        matches!(gone.read(&mut byte), Err(ref err) if matches!(err.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut))
+    };
     let deadline = Instant::now() + Duration::from_secs(60);
-    let mut gone = send_gone();
-    loop {
+    let gone = loop {
+        assert!(
+            Instant::now() < deadline,
+            "never a 409 while a profile was being taken"
+        );
+        let mut gone = send_gone();
+        if !holding(&mut gone) {
+            continue;
+        }
         let (head, body) = get_slowly(e.port, "/debug/pprof/profile?seconds=1", auth[0].1);
         if head.starts_with("HTTP/1.1 409 Conflict") {
             assert_eq!(
                 String::from_utf8_lossy(&body),
                 "a CPU profile is already being taken; retry when it is done\n"
             );
-            break;
+            break gone;
         }
         assert!(head.starts_with("HTTP/1.1 200 OK"), "{head}");
-        assert!(
-            Instant::now() < deadline,
-            "never a 409 while a profile was being taken"
-        );
-        gone = send_gone();
-    }
+    };
     drop(gone);
     loop {
         let (head, body) = get_slowly(e.port, "/debug/pprof/profile?seconds=1", auth[0].1);
