@@ -30,7 +30,7 @@ use crate::lock::LockExt;
 use crate::snapshot::Snapshot;
 use crate::telemetry::self_metrics::{Metric, SelfMetrics};
 
-use body_buffers::{pooled_bytes, BufferPool, GzipStream, GZIP_CHUNK};
+use body_buffers::{pooled_bytes, BufferPool, GzipStream, STREAM_BUFFER};
 use label_cache::RenderCache;
 use series_writers::{write_per_set, write_xid_samples};
 use values::ValueFormatter;
@@ -42,19 +42,46 @@ mod label_cache;
 mod series_writers;
 mod values;
 
-/// A finished /metrics body.
+/// A finished /metrics body: its plain text, its gzip copy, or both, each made when first asked for.
 #[derive(Debug, Clone, Default)]
 pub struct RenderedBody {
+    /// The plain body (empty when not made yet: a body made for gzip alone does not keep its text).
     pub text: Bytes,
+    /// Whether `text` was made.
+    pub text_made: bool,
     /// The same body, gzip-compressed (empty when not made yet or when compression failed; then plain
     /// is served).
     pub gzip: Bytes,
     /// Whether compression was attempted for this body (`gzip` is then the result, empty on failure).
     pub gzip_made: bool,
+    /// Size of the body uncompressed, in bytes (known once either encoding is made).
+    pub size: usize,
+    /// The self-metrics as written in a body made for gzip alone: a text made later from the same
+    /// snapshot ends with them, so both encodings carry the same bytes.
+    tail: Bytes,
     /// Snapshot sequence number the body was rendered from (0 = nothing collected yet).
     pub seq: u64,
     /// Number of GPU-metric samples (without self-metrics).
     pub series: usize,
+}
+
+impl RenderedBody {
+    /// Whether this body has what a request asking for gzip (`gzip`) is served: the gzip copy, or the
+    /// text when compression failed or gzip was not asked for.
+    pub fn serves(&self, gzip: bool) -> bool {
+        if gzip && self.gzip_made && !self.gzip.is_empty() {
+            return true;
+        }
+        if gzip && !self.gzip_made {
+            return false;
+        }
+        self.text_made
+    }
+
+    /// Whether anything was made for this body's snapshot (a text, or a compression attempt).
+    pub fn made_any(&self) -> bool {
+        self.text_made || self.gzip_made
+    }
 }
 
 /// Renders snapshots into dcgm-exporter-shaped text.
@@ -70,6 +97,9 @@ pub struct Renderer {
     cache: Mutex<RenderCache>,
     text_pool: Arc<BufferPool>,
     gzip_pool: Arc<BufferPool>,
+    /// The small buffers a body made for gzip alone streams its text through (kept with the body
+    /// afterwards, holding its self-metrics).
+    stream_pool: Arc<BufferPool>,
     /// The deflate state (a few hundred KiB of tables), reset and reused for every body.
     deflate: Mutex<Option<flate2::Compress>>,
 }
@@ -88,7 +118,7 @@ impl BodyMetrics {
         let made = |encoding: &str| {
             m.counter(
                 "dcgm_otel_bodies_made_total",
-                "/metrics bodies made: rendered (encoding identity) or compressed (gzip), at most one of each per collection, at the first scrape that asks for it (this body included).",
+                "/metrics bodies made: the plain text (encoding identity) or the gzip copy (gzip), at most one of each per collection, at the first scrape that asks for it; a body carries the counts as of the first of its encodings made (that one included).",
                 &[("encoding", encoding)],
             )
         };
@@ -124,6 +154,7 @@ impl Renderer {
             cache: Mutex::new(RenderCache::default()),
             text_pool: Arc::new(BufferPool::default()),
             gzip_pool: Arc::new(BufferPool::default()),
+            stream_pool: Arc::new(BufferPool::default()),
             deflate: Mutex::new(None),
         }
     }
@@ -195,63 +226,112 @@ impl Renderer {
                 }
             }
             if let Some(g) = gzip.as_deref_mut() {
-                if out.len() - g.fed >= GZIP_CHUNK {
-                    g.feed(out.as_bytes());
-                }
+                g.feed_chunk(out);
             }
         }
         // Per-process families (`--collect-processes`), after the DCGM ones.
         samples += super::process_series::render(snap, &self.style, out);
+        if let Some(g) = gzip.as_deref_mut() {
+            g.feed_chunk(out);
+        }
         samples += super::distribution_series::render(
             snap,
             |i| entities.get(i).map_or(&[], |l| &l.sets[..]),
             out,
         );
         drop(cache);
+        if let Some(g) = gzip.as_deref_mut() {
+            g.feed_chunk(out);
+        }
         samples + self.render_derived(snap, out, &mut fmt)
     }
 
-    /// Render a full body (metrics + self-metrics) of `snap`, compressed too when `gzip`.
-    /// `previous_len`: the size of the previous body, to size the buffer.
+    /// Render a full body (metrics + self-metrics) of `snap`: its plain text, or when `gzip` its gzip
+    /// copy alone (the text streamed through a small buffer into the compressor, not kept).
+    /// `previous_len`: the size of the previous body, to size the buffers.
     pub fn render_body(&self, snap: &Snapshot, gzip: bool, previous_len: usize) -> RenderedBody {
         let started = Instant::now();
-        if let Some(m) = &self.metrics {
-            m.made_identity.inc();
-            if gzip {
-                m.made_gzip.inc();
-            }
-        }
-        // A pooled buffer is empty, so this conversion checks nothing and keeps its capacity.
-        let mut text =
-            String::from_utf8(self.text_pool.take(previous_len + 4096)).unwrap_or_default();
-        let (series, gzip) = if gzip {
-            let mut deflate = self.deflate.lock_unpoisoned();
-            let deflate = deflate
-                .get_or_insert_with(|| flate2::Compress::new(flate2::Compression::fast(), false));
-            let mut stream = GzipStream::new(deflate, self.gzip_pool.take(previous_len / 16));
-            let series = self.render_into(snap, &mut text, Some(&mut stream));
-            self.finish_text(&mut text, series);
-            let gzip = stream.finish(text.as_bytes());
-            (series, Some(gzip))
+        let body = if gzip {
+            self.render_gzip(snap, previous_len)
         } else {
-            let series = self.render_into(snap, &mut text, None);
-            self.finish_text(&mut text, series);
-            (series, None)
-        };
-        let gzip_made = gzip.is_some();
-        let body = RenderedBody {
-            text: pooled_bytes(text.into_bytes(), &self.text_pool),
-            gzip: gzip
-                .flatten()
-                .map_or_else(Bytes::new, |buf| pooled_bytes(buf, &self.gzip_pool)),
-            gzip_made,
-            seq: snap.seq,
-            series,
+            self.render_text(snap, previous_len)
         };
         if let Some(m) = &self.metrics {
             m.render_seconds.set(started.elapsed().as_secs_f64());
         }
         body
+    }
+
+    fn render_text(&self, snap: &Snapshot, previous_len: usize) -> RenderedBody {
+        if let Some(m) = &self.metrics {
+            m.made_identity.inc();
+        }
+        // A pooled buffer is empty, so this conversion checks nothing and keeps its capacity.
+        let mut text =
+            String::from_utf8(self.text_pool.take(previous_len + 4096)).unwrap_or_default();
+        let series = self.render_into(snap, &mut text, None);
+        self.finish_text(&mut text, series, 0);
+        RenderedBody {
+            size: text.len(),
+            text: pooled_bytes(text.into_bytes(), &self.text_pool),
+            text_made: true,
+            seq: snap.seq,
+            series,
+            ..RenderedBody::default()
+        }
+    }
+
+    /// The gzip body alone: the text goes through one small buffer, compressed a chunk at a time; the
+    /// self-metrics at its end are kept (`tail`) for a text made later.
+    fn render_gzip(&self, snap: &Snapshot, previous_len: usize) -> RenderedBody {
+        if let Some(m) = &self.metrics {
+            m.made_gzip.inc();
+        }
+        let mut text = String::from_utf8(self.stream_pool.take(STREAM_BUFFER)).unwrap_or_default();
+        let mut deflate = self.deflate.lock_unpoisoned();
+        let deflate = deflate
+            .get_or_insert_with(|| flate2::Compress::new(flate2::Compression::fast(), false));
+        let mut stream = GzipStream::new(deflate, self.gzip_pool.take(previous_len / 16), true);
+        let series = self.render_into(snap, &mut text, Some(&mut stream));
+        stream.drain(&mut text);
+        let metrics_len = stream.len();
+        self.finish_text(&mut text, series, metrics_len);
+        let gzip = stream.finish(text.as_bytes());
+        RenderedBody {
+            size: metrics_len + text.len(),
+            gzip: gzip.map_or_else(Bytes::new, |buf| pooled_bytes(buf, &self.gzip_pool)),
+            gzip_made: true,
+            tail: pooled_bytes(text.into_bytes(), &self.stream_pool),
+            seq: snap.seq,
+            series,
+            ..RenderedBody::default()
+        }
+    }
+
+    /// `body` (made for gzip alone from `snap`) with its plain text made now: the metrics rendered
+    /// again (a render depends only on the snapshot), then the self-metrics the gzip copy carries.
+    pub fn add_text(&self, snap: &Snapshot, body: &RenderedBody) -> RenderedBody {
+        let started = Instant::now();
+        if let Some(m) = &self.metrics {
+            m.made_identity.inc();
+        }
+        let mut text = String::from_utf8(self.text_pool.take(body.size + 4096)).unwrap_or_default();
+        let series = self.render_into(snap, &mut text, None);
+        let mut text = text.into_bytes();
+        text.extend_from_slice(&body.tail);
+        if let Some(m) = &self.metrics {
+            m.render_seconds.set(started.elapsed().as_secs_f64());
+        }
+        RenderedBody {
+            size: text.len(),
+            text: pooled_bytes(text, &self.text_pool),
+            text_made: true,
+            gzip: body.gzip.clone(),
+            gzip_made: body.gzip_made,
+            tail: body.tail.clone(),
+            seq: body.seq,
+            series,
+        }
     }
 
     /// `body` with its gzip copy made now (from its text).
@@ -262,19 +342,18 @@ impl Renderer {
         let mut deflate = self.deflate.lock_unpoisoned();
         let deflate = deflate
             .get_or_insert_with(|| flate2::Compress::new(flate2::Compression::fast(), false));
-        let stream = GzipStream::new(deflate, self.gzip_pool.take(body.text.len() / 16));
+        let stream = GzipStream::new(deflate, self.gzip_pool.take(body.text.len() / 16), false);
         let gzip = stream.finish(&body.text);
         RenderedBody {
-            text: body.text.clone(),
             gzip: gzip.map_or_else(Bytes::new, |buf| pooled_bytes(buf, &self.gzip_pool)),
             gzip_made: true,
-            seq: body.seq,
-            series: body.series,
+            ..body.clone()
         }
     }
 
-    /// The self-metrics after the GPU metrics, and the gauges describing the body.
-    fn finish_text(&self, text: &mut String, series: usize) {
+    /// The self-metrics after the GPU metrics, and the gauges describing the body. `streamed`: bytes
+    /// of the body already compressed and dropped from `text`.
+    fn finish_text(&self, text: &mut String, series: usize, streamed: usize) {
         if let Some(m) = &self.metrics {
             m.series.set(series as f64);
         }
@@ -282,7 +361,7 @@ impl Renderer {
             m.render(text);
         }
         if let Some(m) = &self.metrics {
-            m.body_bytes.set(text.len() as f64);
+            m.body_bytes.set((streamed + text.len()) as f64);
         }
     }
 }

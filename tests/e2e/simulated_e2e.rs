@@ -556,9 +556,13 @@ fn bodies_are_made_once_per_collection_and_only_when_asked() {
         .map(|(gzip, r)| if *gzip { gunzip(r) } else { r.text() })
         .collect();
     assert!(texts.iter().all(|t| t == &texts[0]), "different bodies");
-    assert_eq!(made(&texts[0], "identity"), "1");
-    // Rendered once; compressed by the first gzip scrape or with the render: "0" or "1" here.
-    assert!(["0", "1"].contains(&made(&texts[0], "gzip").as_str()));
+    // The body's self-metrics are as of its first making: the text (identity) or, when a gzip scrape
+    // came first, the gzip copy alone; the other encoding is made later from the same bytes.
+    let first = (made(&texts[0], "identity"), made(&texts[0], "gzip"));
+    assert!(
+        first == ("1".into(), "0".into()) || first == ("0".into(), "1".into()),
+        "{first:?}"
+    );
     // A new collection: the next plain scrape renders it; gzip was made once for the first one and
     // not for this one, which nobody asked gzip for yet.
     common::signal(&e, "-HUP");
@@ -579,6 +583,64 @@ fn bodies_are_made_once_per_collection_and_only_when_asked() {
     );
     let zipped = get_with(port, "/metrics", &[("Accept-Encoding", "gzip")]).unwrap();
     assert_eq!(gunzip(&zipped), second, "gzip is the same body, compressed");
+}
+
+/// A scraper that asks only for gzip never makes the plain body (2.3 MB kept per collection for
+/// `large`): `dcgm_otel_bodies_made_total{encoding="identity"}` stays 0 over collections; a plain
+/// scrape of the same collection then gets exactly the bytes the gzip body decompresses to, made once.
+#[test]
+fn gzip_only_scrapers_never_make_the_plain_body() {
+    // A long interval: only SIGHUP brings a new collection. `large`: a 2.3 MB body, streamed through
+    // the compressor in many chunks.
+    let e = start(&["--simulate=large", "-c", "600000"], &[]);
+    let port = e.port;
+    let made = |text: &str, encoding: &str| {
+        let prefix = format!("dcgm_otel_bodies_made_total{{encoding=\"{encoding}\"}} ");
+        text.lines()
+            .find_map(|l| l.strip_prefix(prefix.as_str()))
+            .unwrap_or_else(|| panic!("no {prefix}in\n{text}"))
+            .to_string()
+    };
+    let gzip_scrape = || {
+        let r = get_with(port, "/metrics", &[("Accept-Encoding", "gzip")]).unwrap();
+        assert_eq!(r.status, 200);
+        assert_eq!(r.header("content-encoding"), Some("gzip"));
+        let mut text = String::new();
+        flate2::read::GzDecoder::new(&r.body[..])
+            .read_to_string(&mut text)
+            .unwrap();
+        text
+    };
+    // The scrape after the collection numbered `gzip` (gzip bodies made so far, this one included).
+    let gzip_scrape_until = |gzip: &str| {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let text = gzip_scrape();
+            if text.contains("dcgm_otel_bodies_made_total") && made(&text, "gzip") == gzip {
+                break text;
+            }
+            assert!(Instant::now() < deadline, "no body made for gzip {gzip}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    };
+    let first = gzip_scrape_until("1");
+    assert_eq!(gzip_scrape(), first, "served from memory");
+    common::signal(&e, "-HUP");
+    let second = gzip_scrape_until("2");
+    assert_eq!(
+        made(&second, "identity"),
+        "0",
+        "gzip-only scrapes made no plain body"
+    );
+    assert!(second.contains("\nDCGM_FI_DEV_GPU_TEMP{"), "{second}");
+    // Plain asked now: the same bytes, the text made once (the body's self-metrics stay as of its
+    // first making).
+    assert_eq!(scrape(port), second, "plain body = decompressed gzip body");
+    assert_eq!(scrape(port), second);
+    assert_eq!(gzip_scrape(), second);
+    common::signal(&e, "-HUP");
+    let third = gzip_scrape_until("3");
+    assert_eq!(made(&third, "identity"), "1", "one plain body for two plain scrapes");
 }
 
 /// Fields the simulator writes as 0 because 0 is what its model says (a healthy, possibly idle GPU):

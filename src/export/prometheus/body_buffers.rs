@@ -1,6 +1,7 @@
 //! The buffers of a /metrics body: a small pool the plain and gzip buffers return to when the last
 //! reader drops them, and the gzip stream that compresses the text as it is written (one reused
-//! deflate state; no second pass over the body).
+//! deflate state; no second pass over the body). A body made for gzip alone streams its text through
+//! one small buffer (`STREAM_BUFFER`) into the compressor instead of keeping the whole text.
 
 use std::sync::{Arc, Mutex, Weak};
 
@@ -70,16 +71,29 @@ pub(super) struct GzipStream<'a> {
     pub(super) deflate: &'a mut flate2::Compress,
     crc: flate2::Crc,
     pub(super) out: Vec<u8>,
-    /// Bytes of the text compressed so far.
-    pub(super) fed: usize,
+    /// Bytes of the current text buffer compressed so far.
+    fed: usize,
+    /// Bytes of text compressed and then dropped from the buffer ([`GzipStream::drain`]).
+    drained: usize,
+    /// Whether the text is streamed: dropped from its buffer once compressed (gzip alone asked).
+    stream: bool,
     ok: bool,
 }
 
 /// Text is handed to the compressor in pieces of about this size.
-pub(super) const GZIP_CHUNK: usize = 64 * 1024;
+const GZIP_CHUNK: usize = 64 * 1024;
+
+/// The capacity of the buffer a streamed body's text goes through: a chunk and the family that
+/// completes it, usually without growing.
+pub(super) const STREAM_BUFFER: usize = 2 * GZIP_CHUNK;
 
 impl<'a> GzipStream<'a> {
-    pub(super) fn new(deflate: &'a mut flate2::Compress, mut out: Vec<u8>) -> GzipStream<'a> {
+    /// `stream`: the text is not kept (see [`GzipStream::feed_chunk`]).
+    pub(super) fn new(
+        deflate: &'a mut flate2::Compress,
+        mut out: Vec<u8>,
+        stream: bool,
+    ) -> GzipStream<'a> {
         deflate.reset();
         out.clear();
         out.extend_from_slice(&[0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 4, 255]);
@@ -88,11 +102,39 @@ impl<'a> GzipStream<'a> {
             crc: flate2::Crc::new(),
             out,
             fed: 0,
+            drained: 0,
+            stream,
             ok: true,
         }
     }
 
-    /// Compress what `text` (the whole body so far) has beyond what was fed already.
+    /// Compress the text written since the last chunk once a chunk's worth is there; when the text
+    /// is streamed, empty its buffer too (its capacity stays, for the next chunk).
+    pub(super) fn feed_chunk(&mut self, text: &mut String) {
+        if text.len() - self.fed < GZIP_CHUNK {
+            return;
+        }
+        if self.stream {
+            self.drain(text);
+        } else {
+            self.feed(text.as_bytes());
+        }
+    }
+
+    /// Compress all of `text` and empty it.
+    pub(super) fn drain(&mut self, text: &mut String) {
+        self.feed(text.as_bytes());
+        self.drained += self.fed;
+        self.fed = 0;
+        text.clear();
+    }
+
+    /// Bytes of text taken in so far (compressed, or dropped after compression).
+    pub(super) fn len(&self) -> usize {
+        self.drained + self.fed
+    }
+
+    /// Compress what `text` (the text buffer so far) has beyond what was fed already.
     pub(super) fn feed(&mut self, text: &[u8]) {
         let Some(chunk) = text.get(self.fed..) else {
             self.ok = false;
@@ -123,7 +165,9 @@ impl<'a> GzipStream<'a> {
             return None;
         }
         self.out.extend_from_slice(&self.crc.sum().to_le_bytes());
-        self.out.extend_from_slice(&(self.fed as u32).to_le_bytes());
+        // ISIZE: the size modulo 2^32 (RFC 1952).
+        self.out
+            .extend_from_slice(&(self.len() as u32).to_le_bytes());
         Some(self.out)
     }
 }
@@ -175,7 +219,7 @@ mod tests {
         }
         for input in [&b""[..], b"x", text.as_bytes()] {
             // fed in uneven pieces, as the renderer does
-            let mut g = GzipStream::new(&mut deflate, Vec::new());
+            let mut g = GzipStream::new(&mut deflate, Vec::new(), false);
             let mut end = 0;
             while end < input.len() {
                 end = (end + 70_001).min(input.len());
@@ -188,5 +232,31 @@ mod tests {
                 .unwrap();
             assert_eq!(back, input);
         }
+    }
+
+    #[test]
+    fn streamed_text_is_compressed_whole_through_a_small_buffer() {
+        use std::io::Read as _;
+        let mut deflate = flate2::Compress::new(flate2::Compression::fast(), false);
+        let mut whole = String::new();
+        let mut buffer = String::new();
+        let mut g = GzipStream::new(&mut deflate, Vec::new(), true);
+        for i in 0..50_000 {
+            let line = format!("DCGM_FI_DEV_SM_CLOCK{{gpu=\"{}\"}} {}\n", i % 8, i * 7);
+            whole.push_str(&line);
+            buffer.push_str(&line);
+            g.feed_chunk(&mut buffer);
+            assert!(buffer.len() < GZIP_CHUNK + line.len(), "the buffer holds a chunk at most");
+        }
+        g.drain(&mut buffer);
+        buffer.push_str("# the tail\n");
+        whole.push_str("# the tail\n");
+        assert_eq!(g.len() + buffer.len(), whole.len());
+        let out = g.finish(buffer.as_bytes()).unwrap();
+        let mut back = String::new();
+        flate2::read::GzDecoder::new(&out[..])
+            .read_to_string(&mut back)
+            .unwrap();
+        assert_eq!(back, whole);
     }
 }
