@@ -8,10 +8,11 @@
 //! concurrent scrapes of the same snapshot wait for the one that makes it instead of doing it again
 //! (one maker at a time, behind a lock that only body-making takes). A body made for gzip alone does
 //! not keep its plain text (2.3 MB for 10,000 series): a plain scrape of that snapshot renders it
-//! then, ending with the self-metrics the gzip copy carries, so both encodings serve the same bytes. A scrape still never waits on
-//! DCGM: it renders the snapshot the collector already published. What must see every collection
-//! (incidents, cost counters, resets, OTLP) is done on the collector thread as before; the renderer
-//! keeps no per-collection state, so skipping snapshots changes nothing in what it writes.
+//! then, ending with the self-metrics the gzip copy carries, so both encodings serve the same bytes.
+//! A scrape still never waits on DCGM: it renders the snapshot the collector already published.
+//! What must see every collection (incidents, cost counters, resets, OTLP) is done on the collector
+//! thread as before; the renderer keeps no per-collection state, so skipping snapshots changes
+//! nothing in what it writes (and a text rendered after the gzip copy is the same).
 
 use std::sync::{Arc, Mutex};
 

@@ -590,9 +590,13 @@ fn bodies_are_made_once_per_collection_and_only_when_asked() {
 /// scrape of the same collection then gets exactly the bytes the gzip body decompresses to, made once.
 #[test]
 fn gzip_only_scrapers_never_make_the_plain_body() {
-    // A long interval: only SIGHUP brings a new collection. `large`: a 2.3 MB body, streamed through
-    // the compressor in many chunks.
-    let e = start(&["--simulate=large", "-c", "600000"], &[]);
+    // A long interval: only SIGHUP (which re-reads the counters file) brings a new collection.
+    // `large`: a body of some 250 KB, streamed through the compressor 64 KiB at a time.
+    let counters = format!(
+        "{}/src/counters/default-counters.csv",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let e = start(&["--simulate=large", "-c", "600000", "-f", &counters], &[]);
     let port = e.port;
     let made = |text: &str, encoding: &str| {
         let prefix = format!("dcgm_otel_bodies_made_total{{encoding=\"{encoding}\"}} ");
@@ -611,36 +615,51 @@ fn gzip_only_scrapers_never_make_the_plain_body() {
             .unwrap();
         text
     };
-    // The scrape after the collection numbered `gzip` (gzip bodies made so far, this one included).
-    let gzip_scrape_until = |gzip: &str| {
+    // A gzip scrape of the body of collection `n` (or a later one).
+    let gzip_scrape_after = |n: u64| {
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
             let text = gzip_scrape();
-            if text.contains("dcgm_otel_bodies_made_total") && made(&text, "gzip") == gzip {
+            let collects = text
+                .lines()
+                .find_map(|l| l.strip_prefix("dcgm_otel_collects_total"))
+                .and_then(|l| l.rsplit_once(' '))
+                .and_then(|(_, v)| v.parse::<u64>().ok());
+            if collects.is_some_and(|c| c >= n) {
                 break text;
             }
-            assert!(Instant::now() < deadline, "no body made for gzip {gzip}");
+            assert!(Instant::now() < deadline, "no body of collection {n}");
             std::thread::sleep(Duration::from_millis(20));
         }
     };
-    let first = gzip_scrape_until("1");
+    let first = gzip_scrape_after(1);
     assert_eq!(gzip_scrape(), first, "served from memory");
     common::signal(&e, "-HUP");
-    let second = gzip_scrape_until("2");
+    let second = gzip_scrape_after(2);
     assert_eq!(
         made(&second, "identity"),
         "0",
         "gzip-only scrapes made no plain body"
     );
+    assert_eq!(made(&second, "gzip"), "2", "one gzip body per collection");
     assert!(second.contains("\nDCGM_FI_DEV_GPU_TEMP{"), "{second}");
+    assert!(
+        second.len() > 3 * 64 * 1024,
+        "several chunks: {} bytes",
+        second.len()
+    );
     // Plain asked now: the same bytes, the text made once (the body's self-metrics stay as of its
     // first making).
     assert_eq!(scrape(port), second, "plain body = decompressed gzip body");
     assert_eq!(scrape(port), second);
     assert_eq!(gzip_scrape(), second);
     common::signal(&e, "-HUP");
-    let third = gzip_scrape_until("3");
-    assert_eq!(made(&third, "identity"), "1", "one plain body for two plain scrapes");
+    let third = gzip_scrape_after(3);
+    assert_eq!(
+        made(&third, "identity"),
+        "1",
+        "one plain body for two plain scrapes"
+    );
 }
 
 /// Fields the simulator writes as 0 because 0 is what its model says (a healthy, possibly idle GPU):

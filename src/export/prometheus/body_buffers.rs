@@ -246,7 +246,10 @@ mod tests {
             whole.push_str(&line);
             buffer.push_str(&line);
             g.feed_chunk(&mut buffer);
-            assert!(buffer.len() < GZIP_CHUNK + line.len(), "the buffer holds a chunk at most");
+            assert!(
+                buffer.len() < GZIP_CHUNK + line.len(),
+                "the buffer holds a chunk at most"
+            );
         }
         g.drain(&mut buffer);
         buffer.push_str("# the tail\n");
