@@ -240,7 +240,7 @@ impl Renderer {
             out,
         );
         drop(cache);
-        if let Some(g) = gzip.as_deref_mut() {
+        if let Some(g) = gzip {
             g.feed_chunk(out);
         }
         samples + self.render_derived(snap, out, &mut fmt)
