@@ -20,6 +20,7 @@
 //! per-set and derived samples), `body_buffers` (the buffer pool and the gzip stream); this file holds
 //! the renderer and its entry points.
 
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -84,6 +85,10 @@ impl RenderedBody {
     }
 }
 
+/// Bodies made for gzip alone in a row after which the spare plain-text buffers are freed (a scraper
+/// asking for plain text every few collections still finds one and allocates nothing).
+const TEXT_SPARES_KEPT_FOR: u32 = 4;
+
 /// Renders snapshots into dcgm-exporter-shaped text.
 ///
 /// The work that depends only on the inventory — family headers, and each entity's label strings — is
@@ -100,6 +105,9 @@ pub struct Renderer {
     /// The small buffers a body made for gzip alone streams its text through (kept with the body
     /// afterwards, holding its self-metrics).
     stream_pool: Arc<BufferPool>,
+    /// Bodies made for gzip alone since the last plain text: after [`TEXT_SPARES_KEPT_FOR`] of them
+    /// the spare text buffers (megabytes) are freed, so one plain scrape does not hold them forever.
+    gzip_only_run: AtomicU32,
     /// The deflate state (a few hundred KiB of tables), reset and reused for every body.
     deflate: Mutex<Option<flate2::Compress>>,
 }
@@ -155,6 +163,7 @@ impl Renderer {
             text_pool: Arc::new(BufferPool::default()),
             gzip_pool: Arc::new(BufferPool::default()),
             stream_pool: Arc::new(BufferPool::default()),
+            gzip_only_run: AtomicU32::new(0),
             deflate: Mutex::new(None),
         }
     }
@@ -266,6 +275,7 @@ impl Renderer {
         if let Some(m) = &self.metrics {
             m.made_identity.inc();
         }
+        self.gzip_only_run.store(0, Ordering::Relaxed);
         // A pooled buffer is empty, so this conversion checks nothing and keeps its capacity.
         let mut text =
             String::from_utf8(self.text_pool.take(previous_len + 4096)).unwrap_or_default();
@@ -286,6 +296,9 @@ impl Renderer {
     fn render_gzip(&self, snap: &Snapshot, previous_len: usize) -> RenderedBody {
         if let Some(m) = &self.metrics {
             m.made_gzip.inc();
+        }
+        if self.gzip_only_run.fetch_add(1, Ordering::Relaxed) + 1 == TEXT_SPARES_KEPT_FOR {
+            self.text_pool.release_spares();
         }
         let mut text = String::from_utf8(self.stream_pool.take(STREAM_BUFFER)).unwrap_or_default();
         let mut deflate = self.deflate.lock_unpoisoned();
@@ -315,6 +328,7 @@ impl Renderer {
         if let Some(m) = &self.metrics {
             m.made_identity.inc();
         }
+        self.gzip_only_run.store(0, Ordering::Relaxed);
         let mut text = String::from_utf8(self.text_pool.take(body.size + 4096)).unwrap_or_default();
         let series = self.render_into(snap, &mut text, None);
         let mut text = text.into_bytes();

@@ -28,6 +28,11 @@ impl BufferPool {
         buf
     }
 
+    /// Free the spare buffers (those out on loan come back as usual).
+    pub(super) fn release_spares(&self) {
+        self.free.lock_unpoisoned().clear();
+    }
+
     fn give(&self, mut buf: Vec<u8>) {
         buf.clear();
         let mut free = self.free.lock_unpoisoned();
