@@ -147,8 +147,10 @@ measure() {
     { echo "collection_cost.sh: $label: $bin did not serve" >&2; exit 1; }
   url="http://127.0.0.1:$port/metrics"
   local up=0
+  # the readiness probe asks for gzip too, as the scraper does: a plain request would make the plain text
+  # (2.3 MB for `large`) that a gzip-only node never holds, and the RSS figure would carry it
   for _ in $(seq 1 400); do
-    if curl -fsS -o "$tmp/body.prom" "$url" 2>/dev/null && grep -q '^DCGM_FI' "$tmp/body.prom"; then up=1; break; fi
+    if curl -fsS --compressed -o "$tmp/body.prom" "$url" 2>/dev/null && grep -q '^DCGM_FI' "$tmp/body.prom"; then up=1; break; fi
     kill -0 "$pid" 2>/dev/null || break
     sleep 0.05
   done
