@@ -20,6 +20,8 @@
 #   COST_WARMUP       seconds from start to the window              (default 3)
 #   COST_SCALING      0 skips the scaling table                      (default 1)
 #   COST_OUT          also write the tables to this file
+#   COST_RUST_LOG     the exporters' RUST_LOG (default warn,dcgm_otel::server::plan=info; an older binary that
+#                     logs its bound address under another module needs e.g. warn,dcgm_otel=info)
 #
 # The cases (issue 26), each `dcgm-otel --simulate=large -c 1000 -a 127.0.0.1:0 --no-hostname`:
 #   (a) /metrics scraped with `Accept-Encoding: gzip` every 15 s
@@ -140,8 +142,11 @@ measure() {
   if [ "$otlp_ms" != 0 ]; then
     args+=(--otlp-protocol http/protobuf --otlp-endpoint "http://127.0.0.1:$sink_port" --otlp-export-interval "$otlp_ms")
   fi
+  # The previous case's log goes first: the `>` below truncates it in the child, after `&` has returned, so
+  # the port read could otherwise be the previous exporter's (it happened: "did not serve GPU series").
+  rm -f "$tmp/exporter.log"
   # warnings only, and the "serving /metrics" line (its bound address)
-  RUST_LOG=warn,dcgm_otel::server::plan=info "$bin" "${args[@]}" >"$tmp/exporter.log" 2>&1 &
+  RUST_LOG=${COST_RUST_LOG:-warn,dcgm_otel::server::plan=info} "$bin" "${args[@]}" >"$tmp/exporter.log" 2>&1 &
   pid=$!
   port=$(logged_port "$tmp/exporter.log" "serving /metrics" "$pid" 20) ||
     { echo "collection_cost.sh: $label: $bin did not serve" >&2; exit 1; }
