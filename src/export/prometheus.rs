@@ -301,15 +301,14 @@ impl Renderer {
             self.text_pool.release_spares();
         }
         let mut text = String::from_utf8(self.stream_pool.take(STREAM_BUFFER)).unwrap_or_default();
-        let mut deflate = self.deflate.lock_unpoisoned();
-        let deflate = deflate
-            .get_or_insert_with(|| flate2::Compress::new(flate2::Compression::fast(), false));
-        let mut stream = GzipStream::new(deflate, self.gzip_pool.take(previous_len / 16), true);
-        let series = self.render_into(snap, &mut text, Some(&mut stream));
-        stream.drain(&mut text);
-        let metrics_len = stream.len();
-        self.finish_text(&mut text, series, metrics_len);
-        let gzip = stream.finish(text.as_bytes());
+        let (series, metrics_len, gzip) = self.with_deflate(|deflate| {
+            let mut stream = GzipStream::new(deflate, self.gzip_pool.take(previous_len / 16), true);
+            let series = self.render_into(snap, &mut text, Some(&mut stream));
+            stream.drain(&mut text);
+            let metrics_len = stream.len();
+            self.finish_text(&mut text, series, metrics_len);
+            (series, metrics_len, stream.finish(text.as_bytes()))
+        });
         RenderedBody {
             size: metrics_len + text.len(),
             gzip: gzip.map_or_else(Bytes::new, |buf| pooled_bytes(buf, &self.gzip_pool)),
@@ -348,16 +347,24 @@ impl Renderer {
         }
     }
 
+    /// `f` with the deflate state, made at the first body and reset and reused for every one after.
+    fn with_deflate<R>(&self, f: impl FnOnce(&mut flate2::Compress) -> R) -> R {
+        let mut deflate = self.deflate.lock_unpoisoned();
+        f(
+            deflate
+                .get_or_insert_with(|| flate2::Compress::new(flate2::Compression::fast(), false)),
+        )
+    }
+
     /// `body` with its gzip copy made now (from its text).
     pub fn add_gzip(&self, body: &RenderedBody) -> RenderedBody {
         if let Some(m) = &self.metrics {
             m.made_gzip.inc();
         }
-        let mut deflate = self.deflate.lock_unpoisoned();
-        let deflate = deflate
-            .get_or_insert_with(|| flate2::Compress::new(flate2::Compression::fast(), false));
-        let stream = GzipStream::new(deflate, self.gzip_pool.take(body.text.len() / 16), false);
-        let gzip = stream.finish(&body.text);
+        let gzip = self.with_deflate(|deflate| {
+            GzipStream::new(deflate, self.gzip_pool.take(body.text.len() / 16), false)
+                .finish(&body.text)
+        });
         RenderedBody {
             gzip: gzip.map_or_else(Bytes::new, |buf| pooled_bytes(buf, &self.gzip_pool)),
             gzip_made: true,

@@ -507,6 +507,25 @@ fn plain_simulate_shows_pods_and_cost_counters_split_by_process_use() {
     );
 }
 
+/// The value of `dcgm_otel_bodies_made_total{encoding}` in a /metrics text.
+fn bodies_made(text: &str, encoding: &str) -> String {
+    let prefix = format!("dcgm_otel_bodies_made_total{{encoding=\"{encoding}\"}} ");
+    text.lines()
+        .find_map(|l| l.strip_prefix(prefix.as_str()))
+        .unwrap_or_else(|| panic!("no {prefix}in\n{text}"))
+        .to_string()
+}
+
+/// The text of a reply that must be gzip-encoded.
+fn gunzip(r: &common::Response) -> String {
+    assert_eq!(r.header("content-encoding"), Some("gzip"));
+    let mut text = String::new();
+    flate2::read::GzDecoder::new(&r.body[..])
+        .read_to_string(&mut text)
+        .unwrap();
+    text
+}
+
 /// `/metrics` bodies are made at the first scrape after a collection, once per collection however
 /// many scrapers ask at the same time, and gzip only when a scraper asks for it: the exporter's own
 /// `dcgm_otel_bodies_made_total` counts them (this body included) and the bytes served are the same.
@@ -518,21 +537,6 @@ fn bodies_are_made_once_per_collection_and_only_when_asked() {
     );
     // A long interval: only SIGHUP (which re-reads the counters file) brings a new collection.
     let e = start(&["--simulate", "-c", "600000", "-f", &counters], &[]);
-    let made = |text: &str, encoding: &str| {
-        let prefix = format!("dcgm_otel_bodies_made_total{{encoding=\"{encoding}\"}} ");
-        text.lines()
-            .find_map(|l| l.strip_prefix(prefix.as_str()))
-            .unwrap_or_else(|| panic!("no {prefix}in\n{text}"))
-            .to_string()
-    };
-    let gunzip = |r: &common::Response| {
-        assert_eq!(r.header("content-encoding"), Some("gzip"));
-        let mut text = String::new();
-        flate2::read::GzDecoder::new(&r.body[..])
-            .read_to_string(&mut text)
-            .unwrap();
-        text
-    };
     // 16 scrapes at once, every other one asking for gzip: one body, its text the same for all.
     let port = e.port;
     let replies: Vec<(bool, common::Response)> = std::thread::scope(|s| {
@@ -558,7 +562,10 @@ fn bodies_are_made_once_per_collection_and_only_when_asked() {
     assert!(texts.iter().all(|t| t == &texts[0]), "different bodies");
     // The body's self-metrics are as of its first making: the text (identity) or, when a gzip scrape
     // came first, the gzip copy alone; the other encoding is made later from the same bytes.
-    let first = (made(&texts[0], "identity"), made(&texts[0], "gzip"));
+    let first = (
+        bodies_made(&texts[0], "identity"),
+        bodies_made(&texts[0], "gzip"),
+    );
     assert!(
         first == ("1".into(), "0".into()) || first == ("0".into(), "1".into()),
         "{first:?}"
@@ -569,13 +576,13 @@ fn bodies_are_made_once_per_collection_and_only_when_asked() {
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     let second = loop {
         let text = scrape(port);
-        if made(&text, "identity") == "2" {
+        if bodies_made(&text, "identity") == "2" {
             break text;
         }
         assert!(std::time::Instant::now() < deadline, "no second collection");
         std::thread::sleep(Duration::from_millis(20));
     };
-    assert_eq!(made(&second, "gzip"), "1");
+    assert_eq!(bodies_made(&second, "gzip"), "1");
     assert_eq!(
         scrape(port),
         second,
@@ -598,22 +605,10 @@ fn gzip_only_scrapers_never_make_the_plain_body() {
     );
     let e = start(&["--simulate=large", "-c", "600000", "-f", &counters], &[]);
     let port = e.port;
-    let made = |text: &str, encoding: &str| {
-        let prefix = format!("dcgm_otel_bodies_made_total{{encoding=\"{encoding}\"}} ");
-        text.lines()
-            .find_map(|l| l.strip_prefix(prefix.as_str()))
-            .unwrap_or_else(|| panic!("no {prefix}in\n{text}"))
-            .to_string()
-    };
     let gzip_scrape = || {
         let r = get_with(port, "/metrics", &[("Accept-Encoding", "gzip")]).unwrap();
         assert_eq!(r.status, 200);
-        assert_eq!(r.header("content-encoding"), Some("gzip"));
-        let mut text = String::new();
-        flate2::read::GzDecoder::new(&r.body[..])
-            .read_to_string(&mut text)
-            .unwrap();
-        text
+        gunzip(&r)
     };
     // A gzip scrape of the body of collection `n` (or a later one).
     let gzip_scrape_after = |n: u64| {
@@ -637,11 +632,15 @@ fn gzip_only_scrapers_never_make_the_plain_body() {
     common::signal(&e, "-HUP");
     let second = gzip_scrape_after(2);
     assert_eq!(
-        made(&second, "identity"),
+        bodies_made(&second, "identity"),
         "0",
         "gzip-only scrapes made no plain body"
     );
-    assert_eq!(made(&second, "gzip"), "2", "one gzip body per collection");
+    assert_eq!(
+        bodies_made(&second, "gzip"),
+        "2",
+        "one gzip body per collection"
+    );
     assert!(second.contains("\nDCGM_FI_DEV_GPU_TEMP{"), "{second}");
     assert!(
         second.len() > 3 * 64 * 1024,
@@ -656,7 +655,7 @@ fn gzip_only_scrapers_never_make_the_plain_body() {
     common::signal(&e, "-HUP");
     let third = gzip_scrape_after(3);
     assert_eq!(
-        made(&third, "identity"),
+        bodies_made(&third, "identity"),
         "1",
         "one plain body for two plain scrapes"
     );
